@@ -1,0 +1,659 @@
+package onnx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"unsafe"
+
+	ort "github.com/yalue/onnxruntime_go"
+	"go.uber.org/zap"
+)
+
+// DefaultMaxBatch is the largest batch a Session accepts when Config.MaxBatch is zero.
+const DefaultMaxBatch = 1024
+
+// Config configures a [Session]. The zero value is usable: CPU, batches up to
+// [DefaultMaxBatch], one intra-op thread, NaN inputs refused.
+type Config struct {
+	// Library is the ONNX Runtime shared library to load if none is loaded yet.
+	// Default: the LibraryEnv variable, then the per-user cache (see [LibraryPath]).
+	Library string
+	// MaxBatch is the largest batch Run accepts; buffers for it are allocated once.
+	// Default [DefaultMaxBatch]. Ignored for models whose batch dimension is fixed.
+	MaxBatch int
+	// IntraOpThreads is the number of threads ONNX Runtime uses inside one operator.
+	// Default 1: batchers run one session per worker goroutine, each on its own core.
+	// A negative value lets ONNX Runtime choose (one per physical core).
+	IntraOpThreads int
+	// InterOpThreads is the number of threads running independent operators in
+	// parallel. Default 1; negative lets ONNX Runtime choose.
+	InterOpThreads int
+	// Provider is the execution provider: ProviderCPU (default), ProviderCUDA or ProviderAuto.
+	Provider Provider
+	// CUDAProviderLibrary is the path of ONNX Runtime's CUDA execution provider plugin.
+	// Default: libonnxruntime_providers_cuda.so in [CacheDir].
+	CUDAProviderLibrary string
+	// Shapes fixes dynamic dimensions other than the batch, by input name: the full shape
+	// with the batch dimension given as -1. Default: none (such inputs are an error).
+	Shapes map[string][]int64
+	// AllowNaN skips the NaN check Run does on floating-point inputs. Default false.
+	AllowNaN bool
+	// Logger receives set-up messages (provider fallback). Default: no logging.
+	Logger *zap.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.MaxBatch == 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxBatch < 0 {
+		return c, fmt.Errorf("%w: MaxBatch is %d, must be positive", ErrConfig, c.MaxBatch)
+	}
+	if c.IntraOpThreads == 0 {
+		c.IntraOpThreads = 1
+	}
+	if c.InterOpThreads == 0 {
+		c.InterOpThreads = 1
+	}
+	if c.Provider == "" {
+		c.Provider = ProviderCPU
+	}
+	if err := c.Provider.validate(); err != nil {
+		return c, err
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c, nil
+}
+
+// TensorInfo describes one input or output of a model.
+type TensorInfo struct {
+	Name  string
+	DType DType
+	// Declared is the shape the model declares; -1 marks a dynamic dimension.
+	Declared []int64
+	// Batched reports whether dimension 0 is the batch dimension.
+	Batched bool
+	// Row is the concrete shape of one batch row (dimensions 1...) when Batched,
+	// otherwise the whole concrete shape.
+	Row []int64
+}
+
+// RowSize is the number of elements in one row (the whole tensor when not Batched).
+func (t TensorInfo) RowSize() int { return int(product(t.Row)) }
+
+// Shape is the concrete shape of the tensor for a batch of n rows.
+func (t TensorInfo) Shape(n int) []int64 {
+	if !t.Batched {
+		return slices.Clone(t.Row)
+	}
+	return append([]int64{int64(n)}, t.Row...)
+}
+
+func (t TensorInfo) String() string {
+	dims := make([]string, len(t.Declared))
+	for i, d := range t.Declared {
+		if d < 0 {
+			dims[i] = "?"
+		} else {
+			dims[i] = fmt.Sprint(d)
+		}
+	}
+	return fmt.Sprintf("%s %s[%s]", t.Name, t.DType, strings.Join(dims, ","))
+}
+
+// port is an input or output with its preallocated host memory.
+type port struct {
+	TensorInfo
+	mem []uint64 // MaxBatch rows, 8-byte aligned for every DType
+}
+
+func (p *port) elems(batch int) int {
+	if !p.Batched {
+		return p.RowSize()
+	}
+	return batch * p.RowSize()
+}
+
+// binding holds the ONNX Runtime tensors and I/O binding for one batch size; they view the
+// ports' memory, so binding them once makes Run allocation-free.
+type binding struct {
+	io     *ort.IoBinding
+	values []ort.Value
+}
+
+// Session runs one ONNX model over batches held in buffers it allocates once.
+//
+// Metadata methods (Inputs, Outputs, Metadata, MaxBatch, Provider, InputIndex, OutputIndex)
+// are safe for concurrent use. Run, Feed and the buffers returned by [Input] and [Output]
+// belong to one goroutine at a time: a batcher gives each worker its own Session. Close must
+// not race with Run.
+type Session struct {
+	cfg      Config
+	sess     *ort.DynamicAdvancedSession
+	inputs   []port
+	outputs  []port
+	maxBatch int
+	static   bool // the model's batch dimension is fixed at maxBatch
+	provider Provider
+	meta     map[string]string
+	bindings []*binding // indexed by batch size, made on first use
+	closed   bool
+}
+
+// Open reads the model at path and creates a Session for it.
+func Open(ctx context.Context, path string, cfg Config) (*Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: loading model %q: %w", path, err)
+	}
+	s, err := New(ctx, data, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("loading model %q: %w", path, err)
+	}
+	return s, nil
+}
+
+// New creates a Session for the serialized model, loading ONNX Runtime first if needed.
+func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := Init(cfg.Library); err != nil {
+		return nil, err
+	}
+	if len(model) == 0 {
+		return nil, fmt.Errorf("%w: the model is empty (0 bytes)", ErrModel)
+	}
+	ins, outs, err := ort.GetInputOutputInfoWithONNXData(model)
+	if err != nil {
+		return nil, fmt.Errorf("%w: not a readable ONNX model: %v", ErrModel, err)
+	}
+	s := &Session{cfg: cfg, maxBatch: cfg.MaxBatch}
+	if s.inputs, err = ports(ins, "input"); err != nil {
+		return nil, err
+	}
+	if s.outputs, err = ports(outs, "output"); err != nil {
+		return nil, err
+	}
+	if s.meta, err = readMetadata(model); err != nil {
+		return nil, err
+	}
+	if err := s.resolveInputs(); err != nil {
+		return nil, err
+	}
+	if err := s.open(model); err != nil {
+		return nil, err
+	}
+	if err := s.resolveOutputs(); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
+	for _, ps := range [][]port{s.inputs, s.outputs} {
+		for i := range ps {
+			p := &ps[i]
+			p.mem = make([]uint64, (p.elems(s.maxBatch)*p.DType.Size()+7)/8)
+		}
+	}
+	s.bindings = make([]*binding, s.maxBatch+1)
+	return s, nil
+}
+
+func ports(infos []ort.InputOutputInfo, kind string) ([]port, error) {
+	ps := make([]port, len(infos))
+	for i, info := range infos {
+		if info.OrtValueType != ort.ONNXTypeTensor {
+			return nil, fmt.Errorf("%w: %s %q is a %s; only tensors are supported", ErrModel, kind, info.Name, info.OrtValueType)
+		}
+		dt, name := fromORT(info.DataType)
+		if dt == Unsupported {
+			return nil, fmt.Errorf("%w: %s %q has element type %s; supported: float32, float64, int32, int64, uint8",
+				ErrModel, kind, info.Name, name)
+		}
+		ps[i].TensorInfo = TensorInfo{Name: info.Name, DType: dt, Declared: slices.Clone([]int64(info.Dimensions))}
+	}
+	return ps, nil
+}
+
+func readMetadata(model []byte) (map[string]string, error) {
+	md, err := ort.GetModelMetadataWithONNXData(model)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading metadata: %v", ErrModel, err)
+	}
+	defer md.Destroy()
+	keys, err := md.GetCustomMetadataMapKeys()
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading metadata keys: %v", ErrModel, err)
+	}
+	meta := make(map[string]string, len(keys))
+	for _, k := range keys {
+		v, _, err := md.LookupCustomMetadataMap(k)
+		if err != nil {
+			return nil, fmt.Errorf("%w: reading metadata %q: %v", ErrModel, k, err)
+		}
+		meta[k] = v
+	}
+	return meta, nil
+}
+
+// resolveInputs decides which inputs are batched and fixes their row shapes. An input whose
+// first dimension is dynamic is batched; when no input is, the model has a static batch.
+func (s *Session) resolveInputs() error {
+	dynamic := false
+	for i := range s.inputs {
+		p := &s.inputs[i]
+		shape := p.Declared
+		if fixed, ok := s.cfg.Shapes[p.Name]; ok {
+			if len(fixed) != len(shape) {
+				return fmt.Errorf("%w: Config.Shapes[%q] has rank %d, the model's input has rank %d (%v)",
+					ErrConfig, p.Name, len(fixed), len(shape), shape)
+			}
+			shape = fixed
+		}
+		p.Batched = len(shape) > 0 && shape[0] < 0
+		dynamic = dynamic || p.Batched
+		rest := shape
+		if p.Batched {
+			rest = shape[1:]
+		}
+		for d, n := range rest {
+			if n < 0 {
+				return fmt.Errorf("%w: input %q has a dynamic dimension %d besides the batch; fix it with Config.Shapes",
+					ErrShape, p.Name, len(shape)-len(rest)+d)
+			}
+		}
+		p.Row = slices.Clone(rest)
+	}
+	if dynamic || len(s.inputs) == 0 {
+		return nil
+	}
+	// Static batch: the first input's dimension 0 is the batch every call must have.
+	first := &s.inputs[0]
+	if len(first.Declared) == 0 {
+		s.static, s.maxBatch = true, 1
+		return nil
+	}
+	s.static, s.maxBatch = true, int(first.Declared[0])
+	for i := range s.inputs {
+		p := &s.inputs[i]
+		if len(p.Row) > 0 && p.Row[0] == int64(s.maxBatch) {
+			p.Batched, p.Row = true, p.Row[1:]
+		}
+	}
+	return nil
+}
+
+func (s *Session) open(model []byte) error {
+	opts, err := ort.NewSessionOptions()
+	if err != nil {
+		return fmt.Errorf("onnx: creating session options: %w", err)
+	}
+	defer opts.Destroy()
+	if s.cfg.IntraOpThreads > 0 {
+		if err := opts.SetIntraOpNumThreads(s.cfg.IntraOpThreads); err != nil {
+			return fmt.Errorf("onnx: setting IntraOpThreads=%d: %w", s.cfg.IntraOpThreads, err)
+		}
+	}
+	if s.cfg.InterOpThreads > 0 {
+		if err := opts.SetInterOpNumThreads(s.cfg.InterOpThreads); err != nil {
+			return fmt.Errorf("onnx: setting InterOpThreads=%d: %w", s.cfg.InterOpThreads, err)
+		}
+	}
+	if s.provider, err = appendProvider(opts, s.cfg); err != nil {
+		return err
+	}
+	names := func(ps []port) []string {
+		out := make([]string, len(ps))
+		for i := range ps {
+			out[i] = ps[i].Name
+		}
+		return out
+	}
+	s.sess, err = ort.NewDynamicAdvancedSessionWithONNXData(model, names(s.inputs), names(s.outputs), opts)
+	if err != nil {
+		return fmt.Errorf("%w: ONNX Runtime cannot create a session: %v", ErrModel, err)
+	}
+	return nil
+}
+
+// resolveOutputs runs the model on zero inputs to learn each output's concrete shape: with a
+// dynamic batch it runs batches of 1 and 2, and an output whose dimension 0 follows the batch
+// is batched; one whose shape does not change is fixed.
+func (s *Session) resolveOutputs() error {
+	sizes := []int{1, 2}
+	if s.static {
+		sizes = []int{s.maxBatch}
+	}
+	shapes := make([][]ort.Shape, len(sizes))
+	for k, n := range sizes {
+		var err error
+		if shapes[k], err = s.probe(n); err != nil {
+			return err
+		}
+	}
+	for i := range s.outputs {
+		p := &s.outputs[i]
+		a := shapes[0][i]
+		switch {
+		case s.static:
+			p.Batched = len(a) > 0 && a[0] == int64(s.maxBatch)
+		case slices.Equal(a, shapes[1][i]):
+			p.Batched = false
+		case len(a) > 0 && a[0] == 1 && shapes[1][i][0] == 2 && slices.Equal(a[1:], shapes[1][i][1:]):
+			p.Batched = true
+		default:
+			return fmt.Errorf("%w: output %q has shape %v for a batch of 1 and %v for 2; only dimension 0 may follow the batch",
+				ErrShape, p.Name, a, shapes[1][i])
+		}
+		p.Row = slices.Clone([]int64(a))
+		if p.Batched {
+			p.Row = p.Row[1:]
+		}
+	}
+	return nil
+}
+
+func (s *Session) probe(batch int) ([]ort.Shape, error) {
+	ins := make([]ort.Value, len(s.inputs))
+	outs := make([]ort.Value, len(s.outputs))
+	defer func() {
+		for _, v := range slices.Concat(ins, outs) {
+			if v != nil {
+				v.Destroy()
+			}
+		}
+	}()
+	for i := range s.inputs {
+		p := &s.inputs[i]
+		mem := make([]uint64, (p.elems(batch)*p.DType.Size()+7)/8)
+		v, err := newValue(p.DType, p.Shape(batch), mem)
+		if err != nil {
+			return nil, fmt.Errorf("onnx: input %q: %w", p.Name, err)
+		}
+		ins[i] = v
+	}
+	if err := s.sess.Run(ins, outs); err != nil {
+		return nil, fmt.Errorf("%w: running the model on a zero batch of %d to learn its output shapes: %v", ErrModel, batch, err)
+	}
+	shapes := make([]ort.Shape, len(outs))
+	for i, v := range outs {
+		shapes[i] = v.GetShape().Clone()
+	}
+	return shapes, nil
+}
+
+func newValue(d DType, shape []int64, mem []uint64) (ort.Value, error) {
+	sh := ort.NewShape(shape...)
+	switch d {
+	case Float32:
+		return ort.NewTensor(sh, view[float32](mem))
+	case Float64:
+		return ort.NewTensor(sh, view[float64](mem))
+	case Int32:
+		return ort.NewTensor(sh, view[int32](mem))
+	case Int64:
+		return ort.NewTensor(sh, view[int64](mem))
+	case Uint8:
+		return ort.NewTensor(sh, view[uint8](mem))
+	}
+	return nil, fmt.Errorf("%w: element type %s", ErrDType, d)
+}
+
+// view reinterprets the whole of mem as elements of T.
+func view[T Element](mem []uint64) []T {
+	var zero T
+	n := len(mem) * 8 / int(unsafe.Sizeof(zero))
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(mem))), n)
+}
+
+// Inputs describes the model's inputs, in the model's order.
+func (s *Session) Inputs() []TensorInfo { return infos(s.inputs) }
+
+// Outputs describes the model's outputs, in the model's order.
+func (s *Session) Outputs() []TensorInfo { return infos(s.outputs) }
+
+func infos(ps []port) []TensorInfo {
+	out := make([]TensorInfo, len(ps))
+	for i := range ps {
+		out[i] = ps[i].TensorInfo
+		out[i].Declared = slices.Clone(out[i].Declared)
+		out[i].Row = slices.Clone(out[i].Row)
+	}
+	return out
+}
+
+// InputIndex returns the index of the named input.
+func (s *Session) InputIndex(name string) (int, error) { return index(s.inputs, name, "input") }
+
+// OutputIndex returns the index of the named output.
+func (s *Session) OutputIndex(name string) (int, error) { return index(s.outputs, name, "output") }
+
+func index(ps []port, name, kind string) (int, error) {
+	names := make([]string, len(ps))
+	for i := range ps {
+		if ps[i].Name == name {
+			return i, nil
+		}
+		names[i] = fmt.Sprintf("%q", ps[i].Name)
+	}
+	return -1, fmt.Errorf("%w: the model has no %s %q; its %ss are %s", ErrInput, kind, name, kind, strings.Join(names, ", "))
+}
+
+// Metadata returns the model's metadata_props (the towerrl.* keys among them). The map is
+// shared: do not modify it.
+func (s *Session) Metadata() map[string]string { return s.meta }
+
+// MaxBatch is the largest batch Run accepts (the only one, for a fixed-batch model).
+func (s *Session) MaxBatch() int { return s.maxBatch }
+
+// StaticBatch reports whether the model's batch dimension is fixed (Run then needs exactly MaxBatch rows).
+func (s *Session) StaticBatch() bool { return s.static }
+
+// Provider is the execution provider the session runs on.
+func (s *Session) Provider() Provider { return s.provider }
+
+func (s *Session) port(ps []port, i int, kind string) (*port, error) {
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if i < 0 || i >= len(ps) {
+		return nil, fmt.Errorf("%w: %s index %d, the model has %d", ErrInput, kind, i, len(ps))
+	}
+	return &ps[i], nil
+}
+
+func buffer[T Element](s *Session, ps []port, i int, kind string) ([]T, error) {
+	p, err := s.port(ps, i, kind)
+	if err != nil {
+		return nil, err
+	}
+	if want := DTypeOf[T](); p.DType != want {
+		return nil, fmt.Errorf("%w: %s %q holds %s, not %s", ErrDType, kind, p.Name, p.DType, want)
+	}
+	return view[T](p.mem)[:p.elems(s.maxBatch)], nil
+}
+
+// Input returns the buffer of input i, sized for MaxBatch rows in row-major order. Write the
+// first batch×RowSize elements, then call Run(batch). The buffer lives until Close.
+func Input[T Element](s *Session, i int) ([]T, error) { return buffer[T](s, s.inputs, i, "input") }
+
+// Output returns the buffer of output i, sized for MaxBatch rows; after Run(batch) its first
+// batch×RowSize elements (RowSize for an unbatched output) hold the result, until the next Run.
+func Output[T Element](s *Session, i int) ([]T, error) { return buffer[T](s, s.outputs, i, "output") }
+
+// Feed copies data of the given shape into input i after checking its element type, rank,
+// row shape and batch size against the model, and returns the batch size to pass to Run.
+func Feed[T Element](s *Session, i int, shape []int64, data []T) (int, error) {
+	p, err := s.port(s.inputs, i, "input")
+	if err != nil {
+		return 0, err
+	}
+	if want := DTypeOf[T](); p.DType != want {
+		return 0, fmt.Errorf("%w: input %q expects %s, got %s data", ErrDType, p.Name, p.DType, want)
+	}
+	want := p.Shape(s.maxBatch)
+	if len(shape) != len(want) {
+		return 0, fmt.Errorf("%w: input %q has rank %d (shape %v), got rank %d (shape %v)", ErrShape, p.Name, len(want), p.Declared, len(shape), shape)
+	}
+	batch := 1
+	row := shape
+	if p.Batched {
+		batch, row = int(shape[0]), shape[1:]
+		if err := s.checkBatch(batch); err != nil {
+			return 0, fmt.Errorf("input %q: %w", p.Name, err)
+		}
+	}
+	if !slices.Equal(row, p.Row) {
+		return 0, fmt.Errorf("%w: input %q needs rows of shape %v, got %v (model shape %v)", ErrShape, p.Name, p.Row, row, p.Declared)
+	}
+	if n := int(product(shape)); len(data) != n {
+		return 0, fmt.Errorf("%w: input %q: shape %v holds %d elements, got %d", ErrShape, p.Name, shape, n, len(data))
+	}
+	copy(view[T](p.mem), data)
+	return batch, nil
+}
+
+func (s *Session) checkBatch(batch int) error {
+	if s.static && batch != s.maxBatch {
+		return fmt.Errorf("%w: the model's batch dimension is fixed at %d, got a batch of %d", ErrBatch, s.maxBatch, batch)
+	}
+	if batch < 1 || batch > s.maxBatch {
+		return fmt.Errorf("%w: batch of %d, the session accepts 1 to %d (Config.MaxBatch)", ErrBatch, batch, s.maxBatch)
+	}
+	return nil
+}
+
+// Run runs the model on the first batch rows of every input buffer and writes the outputs'
+// buffers. Floating-point inputs are checked for NaN first unless Config.AllowNaN is set.
+// In steady state (a batch size seen before) Run allocates nothing.
+func (s *Session) Run(batch int) error {
+	if s.closed {
+		return ErrClosed
+	}
+	if err := s.checkBatch(batch); err != nil {
+		return err
+	}
+	if !s.cfg.AllowNaN {
+		if err := s.checkNaN(batch); err != nil {
+			return err
+		}
+	}
+	b := s.bindings[batch]
+	if b == nil {
+		var err error
+		if b, err = s.bind(batch); err != nil {
+			return err
+		}
+		s.bindings[batch] = b
+	}
+	if err := s.sess.RunWithBinding(b.io); err != nil {
+		return fmt.Errorf("onnx: running the model on a batch of %d: %w", batch, err)
+	}
+	return nil
+}
+
+func (s *Session) checkNaN(batch int) error {
+	for i := range s.inputs {
+		p := &s.inputs[i]
+		n := p.elems(batch)
+		switch p.DType {
+		case Float32:
+			for j, v := range view[float32](p.mem)[:n] {
+				if v != v {
+					return nanError(p, j)
+				}
+			}
+		case Float64:
+			for j, v := range view[float64](p.mem)[:n] {
+				if math.IsNaN(v) {
+					return nanError(p, j)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func nanError(p *port, j int) error {
+	row := p.RowSize()
+	if !p.Batched || row == 0 {
+		return fmt.Errorf("%w: input %q element %d is NaN", ErrNaN, p.Name, j)
+	}
+	return fmt.Errorf("%w: input %q row %d element %d is NaN", ErrNaN, p.Name, j/row, j%row)
+}
+
+func (s *Session) bind(batch int) (*binding, error) {
+	io, err := s.sess.CreateIoBinding()
+	if err != nil {
+		return nil, fmt.Errorf("onnx: creating an I/O binding: %w", err)
+	}
+	b := &binding{io: io}
+	for k, ps := range [][]port{s.inputs, s.outputs} {
+		bindTo := io.BindInput
+		if k == 1 {
+			bindTo = io.BindOutput
+		}
+		for i := range ps {
+			p := &ps[i]
+			v, err := newValue(p.DType, p.Shape(batch), p.mem)
+			if err == nil {
+				b.values = append(b.values, v)
+				err = bindTo(p.Name, v)
+			}
+			if err != nil {
+				return nil, errors.Join(fmt.Errorf("onnx: binding %q for a batch of %d: %w", p.Name, batch, err), b.destroy())
+			}
+		}
+	}
+	return b, nil
+}
+
+func (b *binding) destroy() error {
+	var errs []error
+	if b.io != nil {
+		errs = append(errs, b.io.Destroy())
+	}
+	for _, v := range b.values {
+		errs = append(errs, v.Destroy())
+	}
+	return errors.Join(errs...)
+}
+
+// Close releases the session and its tensors. It is idempotent.
+func (s *Session) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	for i, b := range s.bindings {
+		if b != nil {
+			errs = append(errs, b.destroy())
+			s.bindings[i] = nil
+		}
+	}
+	if s.sess != nil {
+		errs = append(errs, s.sess.Destroy())
+	}
+	return errors.Join(errs...)
+}
+
+func product(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
