@@ -1,0 +1,144 @@
+package envs
+
+import (
+	"math"
+	"math/rand/v2"
+)
+
+// CartPole-v1, as gymnasium/envs/classic_control/cartpole.py (CartPoleEnv)
+// with its default "euler" kinematics, wrapped in TimeLimit(500).
+//
+// Reward is 1 on every step, the terminating one included (Gymnasium gives 0
+// only for steps taken after termination, which autoreset never takes).
+
+func init() {
+	high := []float32{
+		float32(cartXThreshold * 2), math.MaxFloat32,
+		float32(cartThetaThreshold * 2), math.MaxFloat32,
+	}
+	Register(Spec{
+		ID: "CartPole-v1",
+		Observation: Box{
+			Shape: []int{4},
+			Low:   []float32{-high[0], -high[1], -high[2], -high[3]},
+			High:  high,
+		},
+		Action:          Discrete{N: 2},
+		MaxEpisodeSteps: 500,
+		RewardThreshold: 475,
+	}, func(n int) Dynamics { return &cartPole{s: make([]cartState, n)} })
+}
+
+// Constants of CartPoleEnv.__init__. The derived ones are computed at run
+// time in float64, in Python's order, so they round as Gymnasium's do.
+var (
+	cartGravity        = 9.8
+	cartMassCart       = 1.0
+	cartMassPole       = 0.1
+	cartTotalMass      = cartMassPole + cartMassCart
+	cartLength         = 0.5 // half the pole's length
+	cartPoleMassLength = cartMassPole * cartLength
+	cartForceMag       = 10.0
+	cartTau            = 0.02
+	cartThetaThreshold = 12 * 2 * pi64 / 360
+	cartXThreshold     = 2.4
+)
+
+// pi64 is math.Pi rounded to float64 (numpy's np.pi, Python's math.pi); as a
+// variable it makes expressions round at every step as Python's do.
+var pi64 = math.Pi
+
+// cartState is CartPoleEnv.state: (x, x_dot, theta, theta_dot).
+type cartState struct{ x, xDot, theta, thetaDot float64 }
+
+// cartPoleStep is CartPoleEnv.step's dynamics and termination for action a
+// (0 pushes left, 1 right).
+func cartPoleStep(s cartState, a int) (cartState, bool) {
+	force := -cartForceMag
+	if a == 1 {
+		force = cartForceMag
+	}
+	sintheta, costheta := math.Sincos(s.theta)
+	temp := (force + cartPoleMassLength*(s.thetaDot*s.thetaDot)*sintheta) / cartTotalMass
+	thetaacc := (cartGravity*sintheta - costheta*temp) /
+		(cartLength * (4.0/3.0 - cartMassPole*(costheta*costheta)/cartTotalMass))
+	xacc := temp - cartPoleMassLength*thetaacc*costheta/cartTotalMass
+	n := cartState{
+		x:        s.x + cartTau*s.xDot,
+		xDot:     s.xDot + cartTau*xacc,
+		theta:    s.theta + cartTau*s.thetaDot,
+		thetaDot: s.thetaDot + cartTau*thetaacc,
+	}
+	terminated := n.x < -cartXThreshold || n.x > cartXThreshold ||
+		n.theta < -cartThetaThreshold || n.theta > cartThetaThreshold
+	return n, terminated
+}
+
+// cartPoleReset is CartPoleEnv.reset: np_random.uniform(-0.05, 0.05, size=4).
+func cartPoleReset(rng *rand.Rand) cartState {
+	return cartState{
+		x:        uniform(rng, -0.05, 0.05),
+		xDot:     uniform(rng, -0.05, 0.05),
+		theta:    uniform(rng, -0.05, 0.05),
+		thetaDot: uniform(rng, -0.05, 0.05),
+	}
+}
+
+func (s cartState) observe(obs []float32) {
+	obs = obs[:4:4]
+	obs[0], obs[1], obs[2], obs[3] = float32(s.x), float32(s.xDot), float32(s.theta), float32(s.thetaDot)
+}
+
+// cartPole is n CartPoles, one cartState each (array of structs: the four
+// values of one env share a cache line).
+type cartPole struct{ s []cartState }
+
+func (c *cartPole) Reset(i int, rng *rand.Rand, obs []float32) {
+	c.s[i] = cartPoleReset(rng)
+	c.s[i].observe(obs)
+}
+
+// Step is the hot loop of the CartPole VecEnv: the body of cartPoleStep,
+// written out so the compiler keeps everything in registers. TestCartPoleStepMatchesScalar
+// checks it against cartPoleStep.
+func (c *cartPole) Step(a Actions, obs, rewards, terminated []float32) {
+	act := a.Discrete
+	s := c.s[:len(act)]
+	obs = obs[:4*len(s)]
+	rewards = rewards[:len(s)]
+	terminated = terminated[:len(s)]
+	var (
+		gravity  = cartGravity
+		massPole = cartMassPole
+		total    = cartTotalMass
+		length   = cartLength
+		pml      = cartPoleMassLength
+		tau      = cartTau
+		xThr     = cartXThreshold
+		thThr    = cartThetaThreshold
+		fmag     = cartForceMag
+	)
+	for i := range s {
+		st := &s[i]
+		x, xDot, theta, thetaDot := st.x, st.xDot, st.theta, st.thetaDot
+		force := -fmag
+		if act[i] == 1 {
+			force = fmag
+		}
+		sintheta, costheta := math.Sincos(theta)
+		temp := (force + pml*(thetaDot*thetaDot)*sintheta) / total
+		thetaacc := (gravity*sintheta - costheta*temp) /
+			(length * (4.0/3.0 - massPole*(costheta*costheta)/total))
+		xacc := temp - pml*thetaacc*costheta/total
+		x, xDot, theta, thetaDot = x+tau*xDot, xDot+tau*xacc, theta+tau*thetaDot, thetaDot+tau*thetaacc
+		st.x, st.xDot, st.theta, st.thetaDot = x, xDot, theta, thetaDot
+		o := obs[4*i : 4*i+4 : 4*i+4]
+		o[0], o[1], o[2], o[3] = float32(x), float32(xDot), float32(theta), float32(thetaDot)
+		rewards[i] = 1
+		t := float32(0)
+		if x < -xThr || x > xThr || theta < -thThr || theta > thThr {
+			t = 1
+		}
+		terminated[i] = t
+	}
+}

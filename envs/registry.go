@@ -1,0 +1,167 @@
+package envs
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+type entry struct {
+	spec Spec
+	new  func(n int) Dynamics
+}
+
+var registry struct {
+	mu      sync.RWMutex // guards entries
+	entries map[string]entry
+}
+
+// Register makes an environment available to Make and New under spec.ID.
+// newDynamics returns the dynamics of n envs (n >= 1). Register is meant to
+// be called from init functions; it panics if the spec is invalid or the id
+// is already registered.
+func Register(spec Spec, newDynamics func(n int) Dynamics) {
+	if err := validateSpec(spec); err != nil {
+		panic(fmt.Sprintf("envs: Register(%q): %v", spec.ID, err))
+	}
+	if newDynamics == nil {
+		panic(fmt.Sprintf("envs: Register(%q): nil constructor", spec.ID))
+	}
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if _, dup := registry.entries[spec.ID]; dup {
+		panic("envs: Register called twice for " + spec.ID)
+	}
+	if registry.entries == nil {
+		registry.entries = make(map[string]entry)
+	}
+	registry.entries[spec.ID] = entry{spec: cloneSpec(spec), new: newDynamics}
+}
+
+func validateSpec(s Spec) error {
+	if s.ID == "" {
+		return fmt.Errorf("empty id")
+	}
+	if err := s.Observation.validate(); err != nil {
+		return fmt.Errorf("observation: %w", err)
+	}
+	switch a := s.Action.(type) {
+	case Discrete:
+		if a.N <= 0 {
+			return fmt.Errorf("action: discrete with N = %d", a.N)
+		}
+	case Box:
+		if err := a.validate(); err != nil {
+			return fmt.Errorf("action: %w", err)
+		}
+	default:
+		return fmt.Errorf("action space must be Discrete or Box, got %T", s.Action)
+	}
+	if s.MaxEpisodeSteps < 0 {
+		return fmt.Errorf("MaxEpisodeSteps = %d", s.MaxEpisodeSteps)
+	}
+	return nil
+}
+
+func cloneBox(b Box) Box {
+	return Box{Shape: slices.Clone(b.Shape), Low: slices.Clone(b.Low), High: slices.Clone(b.High)}
+}
+
+// cloneSpec deep-copies the slices of a spec so callers cannot alias the
+// registry's copy.
+func cloneSpec(s Spec) Spec {
+	s.Observation = cloneBox(s.Observation)
+	if b, ok := s.Action.(Box); ok {
+		s.Action = cloneBox(b)
+	}
+	return s
+}
+
+// IDs lists the registered environment ids, sorted.
+func IDs() []string {
+	registry.mu.RLock()
+	defer registry.mu.RUnlock()
+	ids := make([]string, 0, len(registry.entries))
+	for id := range registry.entries {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Lookup returns the spec registered under id. An unknown id is an error
+// wrapping ErrUnknownEnv that lists the known ids.
+func Lookup(id string) (Spec, error) {
+	e, err := lookup(id)
+	if err != nil {
+		return Spec{}, err
+	}
+	return cloneSpec(e.spec), nil
+}
+
+func lookup(id string) (entry, error) {
+	registry.mu.RLock()
+	e, ok := registry.entries[id]
+	registry.mu.RUnlock()
+	if !ok {
+		return entry{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownEnv, id, strings.Join(IDs(), ", "))
+	}
+	return e, nil
+}
+
+// Config configures Make. The zero value is one env, seed 0, global index 0,
+// and the registered time limit.
+type Config struct {
+	// NumEnvs is the number of envs N stepped together. Default (0): 1.
+	NumEnvs int
+	// Seed selects the random streams. Default 0.
+	Seed uint64
+	// Offset is the global index of this VecEnv's first env: env i draws its
+	// reset noise from the stream derived from (Seed, Offset+i) alone. Spread
+	// envs over workers with consecutive offsets ([0,m), [m,2m), …) and the
+	// trajectories are those of one VecEnv holding them all. Default 0.
+	Offset int
+	// MaxEpisodeSteps overrides the registered time limit when > 0.
+	// Default (0): the registered limit.
+	MaxEpisodeSteps int
+}
+
+// Make returns a VecEnv of cfg.NumEnvs copies of the environment registered
+// under id (a Gymnasium id such as "CartPole-v1"). Call Reset before Step.
+func Make(id string, cfg Config) (VecEnv, error) {
+	e, err := lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.NumEnvs == 0 {
+		cfg.NumEnvs = 1
+	}
+	switch {
+	case cfg.NumEnvs < 0:
+		return nil, fmt.Errorf("%w: NumEnvs = %d, want >= 1", ErrConfig, cfg.NumEnvs)
+	case cfg.Offset < 0:
+		return nil, fmt.Errorf("%w: Offset = %d, want >= 0", ErrConfig, cfg.Offset)
+	case cfg.MaxEpisodeSteps < 0:
+		return nil, fmt.Errorf("%w: MaxEpisodeSteps = %d, want >= 0", ErrConfig, cfg.MaxEpisodeSteps)
+	}
+	return newVec(cloneSpec(e.spec), e.new(cfg.NumEnvs), cfg), nil
+}
+
+// New returns a single env registered under id. Its random stream is the one
+// of global index 0 under seed, so its successive episodes are those of env 0
+// of Make(id, Config{Seed: seed}) given the same actions.
+func New(id string, seed uint64) (Env, error) {
+	e, err := lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	spec := cloneSpec(e.spec)
+	return &single{
+		spec:  spec,
+		dyn:   e.new(1),
+		rng:   newStream(seed, 0),
+		obs:   make([]float32, spec.Observation.Dim()),
+		limit: spec.MaxEpisodeSteps,
+	}, nil
+}
