@@ -1,0 +1,236 @@
+package head
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/towerrl/towerrl/onnx"
+)
+
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
+
+// Hand-worked: logsumexp(1,2,3) = log(e + e² + e³) = log(30.192874850) = 3.407605964.
+func TestCategoricalLogProbByHand(t *testing.T) {
+	c := Categorical{N: 3}
+	logits := []float32{1, 2, 3, 3, 2, 1}
+	logp := make([]float32, 2)
+	if err := c.LogProb(logits, []int32{2, 1}, logp); err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{3 - 3.407605964, 2 - 3.407605964}
+	for i := range want {
+		if !near(float64(logp[i]), want[i], 1e-6) {
+			t.Errorf("row %d: logp %v, want %v", i, logp[i], want[i])
+		}
+	}
+	acts := make([]int32, 2)
+	if err := c.Mode(logits, acts, logp); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(acts, []int32{2, 0}) || !near(float64(logp[1]), 3-3.407605964, 1e-6) {
+		t.Errorf("mode %v logp %v", acts, logp)
+	}
+}
+
+// Probabilities 0.1, 0.2, 0.7 from logits log(1), log(2), log(7). With n = 200000 draws a
+// frequency's standard error is at most sqrt(0.25/n) ≈ 0.0011; the tolerance is 5 of those.
+func TestCategoricalSampleFrequencies(t *testing.T) {
+	const n = 200000
+	c := Categorical{N: 3}
+	row := []float32{0, float32(math.Log(2)), float32(math.Log(7))}
+	logits := make([]float32, 0, n*3)
+	for range n {
+		logits = append(logits, row...)
+	}
+	acts := make([]int32, n)
+	logp := make([]float32, n)
+	if err := c.Sample(rand.New(rand.NewPCG(1, 2)), logits, acts, logp); err != nil {
+		t.Fatal(err)
+	}
+	var count [3]int
+	for i, a := range acts {
+		count[a]++
+		if want := math.Log([]float64{0.1, 0.2, 0.7}[a]); !near(float64(logp[i]), want, 1e-6) {
+			t.Fatalf("draw %d: action %d logp %v, want %v", i, a, logp[i], want)
+		}
+	}
+	for a, p := range []float64{0.1, 0.2, 0.7} {
+		if f := float64(count[a]) / n; !near(f, p, 0.0056) {
+			t.Errorf("action %d drawn with frequency %.4f, want %.1f ± 0.0056", a, f, p)
+		}
+	}
+}
+
+// Hand-worked: at the mean z = 0, so log N = -log σ - ½log 2π per dimension; with
+// log σ = (-0.5, 0.2): (0.5 - 0.918938533) + (-0.2 - 0.918938533) = -1.537877066.
+func TestGaussianModeAndClipByHand(t *testing.T) {
+	g := Gaussian{Low: []float32{-2, -2}, High: []float32{2, 2}}
+	mean := []float32{0.5, 1, 3, -5}
+	logStd := []float32{-0.5, 0.2}
+	raw, clipped, logp := make([]float32, 4), make([]float32, 4), make([]float32, 2)
+	if err := g.Mode(mean, logStd, raw, clipped, logp); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]float32{0.5, 1, 3, -5}, raw); d != "" {
+		t.Errorf("raw: %s", d)
+	}
+	if d := cmp.Diff([]float32{0.5, 1, 2, -2}, clipped); d != "" {
+		t.Errorf("clipped: %s", d)
+	}
+	for i := range logp {
+		if !near(float64(logp[i]), -1.537877066, 1e-6) {
+			t.Errorf("row %d: logp %v, want -1.537877066", i, logp[i])
+		}
+	}
+}
+
+// Draws from N(1.5, 0.5²): the sample mean is within 5 standard errors (0.5/√n) of 1.5 and
+// the sample standard deviation within 5·0.5/√(2n) of 0.5; each logp matches the density
+// worked independently from the stored action.
+func TestGaussianSampleStatistics(t *testing.T) {
+	const n = 100000
+	g := Gaussian{Low: []float32{-10}, High: []float32{10}}
+	mean := make([]float32, n)
+	for i := range mean {
+		mean[i] = 1.5
+	}
+	logStd := []float32{float32(math.Log(0.5))}
+	raw, logp := make([]float32, n), make([]float32, n)
+	if err := g.Sample(rand.New(rand.NewPCG(3, 4)), mean, logStd, raw, nil, logp); err != nil {
+		t.Fatal(err)
+	}
+	var s, ss float64
+	for i, a := range raw {
+		s += float64(a)
+		ss += float64(a) * float64(a)
+		sigma := math.Exp(float64(logStd[0]))
+		want := -math.Pow(float64(a)-1.5, 2)/(2*sigma*sigma) - math.Log(sigma*math.Sqrt(2*math.Pi))
+		if !near(float64(logp[i]), want, 1e-5) {
+			t.Fatalf("draw %d: logp %v, want %v", i, logp[i], want)
+		}
+	}
+	m := s / n
+	sd := math.Sqrt(ss/n - m*m)
+	if !near(m, 1.5, 5*0.5/math.Sqrt(n)) || !near(sd, 0.5, 5*0.5/math.Sqrt(2*n)) {
+		t.Errorf("sample mean %.4f sd %.4f, want 1.5 and 0.5", m, sd)
+	}
+}
+
+func TestSeededReproducible(t *testing.T) {
+	c := Categorical{N: 4}
+	logits := make([]float32, 4*64)
+	draw := func(seed uint64) []int32 {
+		a := make([]int32, 64)
+		if err := c.Sample(rand.New(rand.NewPCG(seed, 0)), logits, a, nil); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if !slices.Equal(draw(7), draw(7)) {
+		t.Error("same seed, different actions")
+	}
+	if slices.Equal(draw(7), draw(8)) {
+		t.Error("different seeds, same 64 actions")
+	}
+}
+
+func TestSampleAllocatesNothing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	c := Categorical{N: 2}
+	logits, acts, logp := make([]float32, 2048), make([]int32, 1024), make([]float32, 1024)
+	g := Gaussian{Low: []float32{-2}, High: []float32{2}}
+	mean, raw, clipped := make([]float32, 1024), make([]float32, 1024), make([]float32, 1024)
+	ls := []float32{0}
+	if a := testing.AllocsPerRun(20, func() {
+		c.Sample(rng, logits, acts, logp)
+		g.Sample(rng, mean, ls, raw, clipped, logp)
+	}); a != 0 {
+		t.Errorf("%v allocations per Sample", a)
+	}
+}
+
+func TestBadHeadInput(t *testing.T) {
+	c := Categorical{N: 2}
+	for name, err := range map[string]error{
+		"short logits": c.Sample(rand.New(rand.NewPCG(1, 1)), make([]float32, 3), make([]int32, 2), nil),
+		"nan logits":   c.Mode([]float32{0, float32(math.NaN())}, make([]int32, 1), nil),
+		"action range": c.LogProb([]float32{0, 0}, []int32{2}, make([]float32, 1)),
+		"gauss logstd": Gaussian{Low: []float32{-1, -1}, High: []float32{1, 1}}.Mode(make([]float32, 4), make([]float32, 3), make([]float32, 4), nil, nil),
+		"gauss nan":    Gaussian{Low: []float32{-1}, High: []float32{1}}.Mode([]float32{float32(math.NaN())}, []float32{0}, make([]float32, 1), nil, nil),
+	} {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestMetadataRoundTrip(t *testing.T) {
+	for _, spec := range []Spec{
+		{Head: CategoricalKind, EnvID: "CartPole-v1", ObsShape: []int{4}, N: 2, Version: 3},
+		{Head: GaussianKind, EnvID: "Pendulum-v1", ObsShape: []int{3}, Low: []float32{-2}, High: []float32{2}},
+		{Head: GaussianKind, Low: []float32{-1, 0}, High: []float32{1, 0.5}},
+	} {
+		got, ok, err := FromMetadata(spec.Metadata())
+		if err != nil || !ok {
+			t.Fatalf("%+v: %v %v", spec, ok, err)
+		}
+		if d := cmp.Diff(spec, got); d != "" {
+			t.Errorf("round trip (-want +got):\n%s", d)
+		}
+	}
+	if s := (Spec{Head: GaussianKind, Low: []float32{-2}, High: []float32{2}}); s.ActionSpace() != "box:1:-2:2" {
+		t.Errorf("ActionSpace %q", s.ActionSpace())
+	}
+	if _, ok, err := FromMetadata(map[string]string{"producer": "x"}); ok || err != nil {
+		t.Errorf("foreign: ok %v err %v", ok, err)
+	}
+	for _, bad := range []map[string]string{
+		{KeyHead: "beta", KeyActionSpace: "discrete:2"},
+		{KeyHead: "categorical"},
+		{KeyHead: "categorical", KeyActionSpace: "discrete:zero"},
+		{KeyHead: "gaussian", KeyActionSpace: "box:2:-1:1,2,3"},
+		{KeyHead: "gaussian", KeyActionSpace: "box:1:2:-2"},
+		{KeyHead: "categorical", KeyActionSpace: "discrete:2", KeyObsShape: "4,x"},
+	} {
+		if _, _, err := FromMetadata(bad); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+}
+
+func TestBindFixtures(t *testing.T) {
+	ctx := context.Background()
+	mlp, err := onnx.Open(ctx, "../../testdata/mlp_tanh.onnx", onnx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mlp.Close()
+	spec, ok, err := FromMetadata(mlp.Metadata())
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	o, err := Bind(spec, mlp.Outputs(), Names{})
+	if err != nil || o != (Outputs{Params: 0, LogStd: -1, Value: 1}) {
+		t.Fatalf("mlp: %+v %v", o, err)
+	}
+	g, err := onnx.Open(ctx, "../../testdata/gaussian_relu.onnx", onnx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	pend := Spec{Head: GaussianKind, Low: []float32{-2}, High: []float32{2}}
+	if o, err = Bind(pend, g.Outputs(), Names{}); err != nil || o != (Outputs{Params: 0, LogStd: 1, Value: -1}) {
+		t.Fatalf("gaussian: %+v %v", o, err)
+	}
+	if _, err := Bind(Spec{Head: CategoricalKind, N: 3}, mlp.Outputs(), Names{}); err == nil || !strings.Contains(err.Error(), `"logits"`) {
+		t.Errorf("3 actions on a 2-logit model: %v", err)
+	}
+	if _, err := Bind(spec, mlp.Outputs(), Names{Value: "critic"}); err == nil || !strings.Contains(err.Error(), `"critic"`) {
+		t.Errorf("unknown name: %v", err)
+	}
+}
