@@ -5,9 +5,9 @@ import (
 	"math/rand/v2"
 )
 
-// vec is the VecEnv of Make: registered Dynamics plus time limit, autoreset,
+// vecEnv is the VecEnv of Make: registered Dynamics plus time limit, autoreset,
 // action checking and seeding.
-type vec struct {
+type vecEnv struct {
 	spec    Spec
 	dyn     Dynamics
 	n       int
@@ -20,14 +20,14 @@ type vec struct {
 	closed  bool
 }
 
-func newVec(spec Spec, dyn Dynamics, cfg Config) *vec {
+func newVec(spec Spec, dyn Dynamics, cfg Config) *vecEnv {
 	n, od := cfg.NumEnvs, spec.Observation.Dim()
 	limit := spec.MaxEpisodeSteps
 	if cfg.MaxEpisodeSteps > 0 {
 		limit = cfg.MaxEpisodeSteps
 		spec.MaxEpisodeSteps = limit
 	}
-	v := &vec{
+	v := &vecEnv{
 		spec:    spec,
 		dyn:     dyn,
 		n:       n,
@@ -49,11 +49,11 @@ func newVec(spec Spec, dyn Dynamics, cfg Config) *vec {
 	return v
 }
 
-func (v *vec) Spec() Spec       { return cloneSpec(v.spec) }
-func (v *vec) NumEnvs() int     { return v.n }
-func (v *vec) Buffers() Buffers { return v.buf }
+func (v *vecEnv) Spec() Spec       { return cloneSpec(v.spec) }
+func (v *vecEnv) NumEnvs() int     { return v.n }
+func (v *vecEnv) Buffers() Buffers { return v.buf }
 
-func (v *vec) Reset() error {
+func (v *vecEnv) Reset() error {
 	if v.closed {
 		return ErrClosed
 	}
@@ -69,7 +69,7 @@ func (v *vec) Reset() error {
 	return nil
 }
 
-func (v *vec) Step(a Actions) error {
+func (v *vecEnv) Step(a Actions) error {
 	if v.closed {
 		return ErrClosed
 	}
@@ -102,7 +102,7 @@ func (v *vec) Step(a Actions) error {
 	return nil
 }
 
-func (v *vec) Close() error {
+func (v *vecEnv) Close() error {
 	v.closed = true
 	return nil
 }
@@ -158,6 +158,6 @@ func (s *single) Close() error {
 }
 
 // String describes the VecEnv for logs.
-func (v *vec) String() string {
+func (v *vecEnv) String() string {
 	return fmt.Sprintf("VecEnv(%s, n=%d)", v.spec.ID, v.n)
 }
