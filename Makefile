@@ -1,0 +1,30 @@
+# towerrl — the commands a person types. Logic lives in Go and in scripts/.
+GO ?= go
+
+.PHONY: all setup test demo bench lint fixtures
+
+all: test
+
+## setup: fetch ONNX Runtime 1.29.0 into the per-user cache (once per machine; checksummed)
+setup:
+	@bash scripts/setup-ort.sh
+
+## test: lint, then the whole suite under the race detector
+test: setup lint
+	$(GO) test -race -count=1 ./...
+
+## demo: the main job (for now: run the bundled PyTorch-exported CartPole policy with cmd/infer)
+demo: setup
+	$(GO) run ./cmd/infer --model testdata/mlp_tanh.onnx --input testdata/mlp_tanh.input.npy --out out/demo
+
+## bench: the performance figures quoted in the issues
+bench: setup
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+## lint: gofmt and go vet must be clean
+lint:
+	@bash scripts/lint.sh
+
+## fixtures: re-export the PyTorch fixtures (needs Debian's python3-torch, python3-onnx)
+fixtures:
+	/usr/bin/python3 scripts/gen_fixtures.py

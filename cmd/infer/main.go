@@ -1,0 +1,317 @@
+// Command infer runs an ONNX model on observations stored as .npy and writes one .npy per
+// model output.
+//
+//	infer --model p.onnx --input obs.npy [--input-name NAME] --out DIR
+//
+// Each output is written to DIR/<output>.npy (characters other than letters, digits, '.', '_'
+// and '-' in the output's name become '_'), first under a temporary name and then renamed.
+// Progress and errors go to stderr; one JSON object goes to stdout:
+//
+//	{"outputs": [{"name": ..., "shape": [...], "file": ...}], "provider": "cpu", "ms": 0.41, ...}
+//
+// --input may be repeated as NAME=PATH for models with several inputs. The first dimension of
+// every input is the batch.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/towerrl/towerrl/internal/cli"
+	"github.com/towerrl/towerrl/internal/npy"
+	"github.com/towerrl/towerrl/onnx"
+	"go.uber.org/zap"
+)
+
+type inputs []string
+
+func (i *inputs) String() string     { return strings.Join(*i, ",") }
+func (i *inputs) Set(v string) error { *i = append(*i, v); return nil }
+
+type outputSummary struct {
+	Name  string  `json:"name"`
+	Shape []int64 `json:"shape"`
+	DType string  `json:"dtype"`
+	File  string  `json:"file"`
+}
+
+type summary struct {
+	Model    string          `json:"model"`
+	Batch    int             `json:"batch"`
+	Outputs  []outputSummary `json:"outputs"`
+	Provider string          `json:"provider"`
+	MS       float64         `json:"ms"`
+}
+
+func main() {
+	var (
+		model     = flag.String("model", "", "ONNX model to run (required)")
+		inName    = flag.String("input-name", "", "model input that --input feeds (default: the model's only input)")
+		out       = flag.String("out", "", "folder for the output .npy files (required; created if missing)")
+		provider  = flag.String("provider", "cpu", "execution provider: cpu, cuda or auto")
+		threads   = flag.Int("threads", 1, "ONNX Runtime intra-op threads (-1: one per core)")
+		library   = flag.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
+		cast      = flag.Bool("cast", false, "convert inputs whose element type differs from the model's instead of refusing them")
+		allowNaN  = flag.Bool("allow-nan", false, "pass NaN observations to the model instead of refusing them")
+		logLevel  = flag.String("log-level", "info", "log level: debug, info, warn or error")
+		logJSON   = flag.Bool("log-json", false, "log JSON lines instead of console text")
+		inputList inputs
+	)
+	flag.Var(&inputList, "input", "observations as .npy: PATH, or NAME=PATH (repeatable)")
+	flag.Parse()
+	log, err := cli.Logger(*logLevel, *logJSON)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "infer:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	p, err := onnx.ParseProvider(*provider)
+	if err == nil {
+		err = run(ctx, os.Stdout, log, *model, inputList, *inName, *out, onnx.Config{
+			Library: *library, Provider: p, IntraOpThreads: *threads, AllowNaN: *allowNaN, Logger: log,
+		}, *cast)
+	}
+	if err != nil {
+		log.Error("infer failed", zap.Error(err))
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, ins []string, inName, out string, cfg onnx.Config, cast bool) error {
+	switch {
+	case model == "":
+		return errors.New("--model is required")
+	case len(ins) == 0:
+		return errors.New("--input is required")
+	case out == "":
+		return errors.New("--out is required")
+	}
+	// Fail on an unwritable output folder before any work.
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	probe, err := os.CreateTemp(out, ".infer-check-*")
+	if err != nil {
+		return fmt.Errorf("--out %s is not writable: %w", out, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+
+	arrays, err := readInputs(ins, inName)
+	if err != nil {
+		return err
+	}
+	batch := 0
+	for _, a := range arrays {
+		if len(a.Shape) == 0 {
+			return fmt.Errorf("input %s is a scalar; the first dimension must be the batch", a.path)
+		}
+		batch = max(batch, a.Shape[0])
+	}
+	cfg.MaxBatch = max(batch, 1)
+	s, err := onnx.Open(ctx, model, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	infos := s.Inputs()
+	if len(arrays) == 1 && arrays[0].name == "" {
+		if len(infos) != 1 {
+			names := make([]string, len(infos))
+			for i, in := range infos {
+				names[i] = in.Name
+			}
+			return fmt.Errorf("the model has %d inputs (%s): name the one to feed with --input-name, or pass --input NAME=PATH for each",
+				len(infos), strings.Join(names, ", "))
+		}
+		arrays[0].name = infos[0].Name
+	}
+	fed := make(map[int]bool)
+	n := 0
+	for _, a := range arrays {
+		i, err := s.InputIndex(a.name)
+		if err != nil {
+			return err
+		}
+		if n, err = feed(s, i, infos[i], a, cast); err != nil {
+			return fmt.Errorf("input %s: %w", a.path, err)
+		}
+		fed[i] = true
+	}
+	for i, in := range infos {
+		if !fed[i] {
+			return fmt.Errorf("model input %q was not given; pass --input %s=PATH", in.Name, in.Name)
+		}
+	}
+	log.Info("running", zap.String("model", model), zap.Int("batch", n), zap.String("provider", string(s.Provider())))
+	start := time.Now()
+	if err := s.Run(n); err != nil {
+		return err
+	}
+	ms := float64(time.Since(start).Microseconds()) / 1000
+
+	sum := summary{Model: model, Batch: n, Provider: string(s.Provider()), MS: ms}
+	for i, o := range s.Outputs() {
+		file := filepath.Join(out, fileName(o.Name)+".npy")
+		shape := o.Shape(n)
+		if err := writeOutput(s, i, o, shape, file); err != nil {
+			return fmt.Errorf("writing output %q: %w", o.Name, err)
+		}
+		log.Info("wrote", zap.String("output", o.Name), zap.Int64s("shape", shape), zap.String("file", file))
+		sum.Outputs = append(sum.Outputs, outputSummary{Name: o.Name, Shape: shape, DType: o.DType.String(), File: file})
+	}
+	return cli.Summary(stdout, sum)
+}
+
+type array struct {
+	*npy.Array
+	name, path string
+}
+
+func readInputs(ins []string, inName string) ([]array, error) {
+	var out []array
+	for _, spec := range ins {
+		name, path := "", spec
+		if k, v, ok := strings.Cut(spec, "="); ok && !strings.Contains(k, string(filepath.Separator)) {
+			name, path = k, v
+		}
+		if name == "" && len(ins) == 1 {
+			name = inName
+		}
+		if name == "" && len(ins) > 1 {
+			return nil, fmt.Errorf("--input %s: with several inputs, write each as NAME=PATH", spec)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--input: %w", err)
+		}
+		a, err := npy.Read(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("--input %s: %w", path, err)
+		}
+		out = append(out, array{Array: a, name: name, path: path})
+	}
+	return out, nil
+}
+
+// feed copies a into input i, converting its element type only when cast is set.
+func feed(s *onnx.Session, i int, info onnx.TensorInfo, a array, cast bool) (int, error) {
+	shape := make([]int64, len(a.Shape))
+	for k, d := range a.Shape {
+		shape[k] = int64(d)
+	}
+	have := map[string]onnx.DType{"<f4": onnx.Float32, "<f8": onnx.Float64, "<i4": onnx.Int32, "<i8": onnx.Int64, "|u1": onnx.Uint8, "<u1": onnx.Uint8}[a.Descr]
+	if have != info.DType && !cast {
+		return 0, fmt.Errorf("%w: the file holds %s (%s), model input %q expects %s; convert it (numpy: arr.astype(...)) or pass --cast",
+			onnx.ErrDType, have, a.Descr, info.Name, info.DType)
+	}
+	vals := asFloat64(a.Array)
+	switch info.DType {
+	case onnx.Float32:
+		if have == onnx.Float32 {
+			return onnx.Feed(s, i, shape, a.F32)
+		}
+		return onnx.Feed(s, i, shape, convert[float32](vals))
+	case onnx.Float64:
+		return onnx.Feed(s, i, shape, vals)
+	case onnx.Int32:
+		return onnx.Feed(s, i, shape, convert[int32](vals))
+	case onnx.Int64:
+		if have == onnx.Int64 {
+			return onnx.Feed(s, i, shape, a.I64)
+		}
+		return onnx.Feed(s, i, shape, convert[int64](vals))
+	case onnx.Uint8:
+		return onnx.Feed(s, i, shape, convert[uint8](vals))
+	}
+	return 0, fmt.Errorf("%w: model input %q has element type %s", onnx.ErrDType, info.Name, info.DType)
+}
+
+func asFloat64(a *npy.Array) []float64 {
+	out := make([]float64, a.Len())
+	for i := range out {
+		switch {
+		case a.F32 != nil:
+			out[i] = float64(a.F32[i])
+		case a.F64 != nil:
+			out[i] = a.F64[i]
+		case a.I32 != nil:
+			out[i] = float64(a.I32[i])
+		case a.I64 != nil:
+			out[i] = float64(a.I64[i])
+		case a.U8 != nil:
+			out[i] = float64(a.U8[i])
+		}
+	}
+	return out
+}
+
+func convert[T onnx.Element](v []float64) []T {
+	out := make([]T, len(v))
+	for i, x := range v {
+		out[i] = T(x)
+	}
+	return out
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]`)
+
+func fileName(output string) string {
+	name := unsafeChars.ReplaceAllString(output, "_")
+	if name == "" || name == "." || name == ".." {
+		name = "output"
+	}
+	return name
+}
+
+func writeOutput(s *onnx.Session, i int, o onnx.TensorInfo, shape []int64, file string) error {
+	dims := make([]int, len(shape))
+	n := 1
+	for k, d := range shape {
+		dims[k] = int(d)
+		n *= int(d)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".tmp-"+filepath.Base(file)+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	switch o.DType {
+	case onnx.Float32:
+		err = write[float32](s, i, tmp, dims, n)
+	case onnx.Float64:
+		err = write[float64](s, i, tmp, dims, n)
+	case onnx.Int32:
+		err = write[int32](s, i, tmp, dims, n)
+	case onnx.Int64:
+		err = write[int64](s, i, tmp, dims, n)
+	case onnx.Uint8:
+		err = write[uint8](s, i, tmp, dims, n)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), file)
+}
+
+func write[T onnx.Element](s *onnx.Session, i int, f *os.File, dims []int, n int) error {
+	buf, err := onnx.Output[T](s, i)
+	if err != nil {
+		return err
+	}
+	return npy.Write(f, dims, buf[:n])
+}

@@ -1,0 +1,72 @@
+package onnx
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+func report(b *testing.B, batch int) {
+	per := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(per*1e6, "µs/call")
+	b.ReportMetric(float64(batch)/per, "samples/s")
+}
+
+// BenchmarkSessionRun times Session.Run on the 64x64 tanh MLP actor-critic (one intra-op
+// thread) next to the same model called directly through onnxruntime_go's AdvancedSession
+// with fixed tensors, the fastest unwrapped path, so the wrapper's overhead shows.
+func BenchmarkSessionRun(b *testing.B) {
+	for _, batch := range []int{1, 64, 1024} {
+		b.Run(fmt.Sprintf("towerrl/batch=%d", batch), func(b *testing.B) {
+			s := open(b, "mlp_tanh", Config{MaxBatch: batch})
+			in, _ := Input[float32](s, 0)
+			for i := range in {
+				in[i] = float32(i%13) * 0.05
+			}
+			if err := s.Run(batch); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.Run(batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b, batch)
+		})
+		b.Run(fmt.Sprintf("onnxruntime_go/batch=%d", batch), func(b *testing.B) {
+			if err := Init(""); err != nil {
+				b.Fatal(err)
+			}
+			data := make([]float32, batch*4)
+			for i := range data {
+				data[i] = float32(i%13) * 0.05
+			}
+			in, _ := ort.NewTensor(ort.NewShape(int64(batch), 4), data)
+			logits, _ := ort.NewEmptyTensor[float32](ort.NewShape(int64(batch), 2))
+			value, _ := ort.NewEmptyTensor[float32](ort.NewShape(int64(batch), 1))
+			defer in.Destroy()
+			defer logits.Destroy()
+			defer value.Destroy()
+			opts, _ := ort.NewSessionOptions()
+			opts.SetIntraOpNumThreads(1)
+			opts.SetInterOpNumThreads(1)
+			defer opts.Destroy()
+			sess, err := ort.NewAdvancedSession(filepath.Join(fixtures, "mlp_tanh.onnx"), []string{"obs"},
+				[]string{"logits", "value"}, []ort.Value{in}, []ort.Value{logits, value}, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sess.Destroy()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := sess.Run(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			report(b, batch)
+		})
+	}
+}

@@ -1,0 +1,33 @@
+// Package onnx runs ONNX models through ONNX Runtime (github.com/yalue/onnxruntime_go).
+//
+// # Library
+//
+// ONNX Runtime is a shared library loaded once per process by [Init] (which [Open] and [New]
+// call): from the configured path, else the TOWERRL_ORT_LIB environment variable, else the
+// per-user cache that `make setup` fills ([CacheDir]). Before handing the library to
+// onnxruntime_go, Init checks that it is ONNX Runtime and serves C API version [APIVersion],
+// so a wrong file or an old release is an error naming it, not a crash. Init is safe for
+// concurrent use.
+//
+// # Sessions
+//
+// A [Session] owns one ONNX Runtime session and host buffers for every input and output,
+// sized once for Config.MaxBatch rows. Callers write rows into the buffer from [Input], call
+// Run(batch) for any batch up to MaxBatch, and read [Output]. Each batch size gets its own
+// I/O binding over the same buffers the first time it is used, so Run allocates nothing
+// after that. Output shapes are learned at creation by running the model on zero batches of
+// 1 and 2. [Feed] is the checked way in: it validates element type, rank, row shape and batch.
+// Run refuses NaN in floating-point inputs unless Config.AllowNaN is set.
+//
+// Ownership and threading: a Session's description methods (Inputs, Outputs, Metadata,
+// MaxBatch, Provider, InputIndex, OutputIndex) are safe for concurrent use. Run, Feed and the
+// buffers belong to one goroutine at a time; give each worker its own Session. Buffers stay
+// valid until Close; output contents until the next Run. Close is idempotent.
+//
+// # Execution providers
+//
+// Config.Provider picks cpu (default), cuda or auto. cuda registers ONNX Runtime's CUDA
+// provider plugin (a separate library, Config.CUDAProviderLibrary or the cache), finds a CUDA
+// device with GetEpDevices and appends it with AppendExecutionProviderV2; when that cannot be
+// done it is an error saying why. auto falls back to CPU with a log line.
+package onnx
