@@ -106,6 +106,17 @@ func (t *Tensor) String() string {
 	return fmt.Sprintf("%s%v@%v", t.name, t.shape, t.dev)
 }
 
+// NewTensor returns a tensor on dev, called name, mirroring host with the
+// given shape (whose product must equal len(host)). It is for Device
+// implementations: their Mirror methods call it, then attach device memory.
+// The tensor aliases host; on the CPU host is the tensor's memory.
+func NewTensor(dev Device, name string, host []float32, shape ...int) (*Tensor, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("device: NewTensor(%q) with a nil device", name)
+	}
+	return newTensor(dev, name, host, shape)
+}
+
 // newTensor checks that shape describes host and builds a tensor.
 func newTensor(dev Device, name string, host []float32, shape []int) (*Tensor, error) {
 	n := 1
