@@ -48,6 +48,9 @@ func angleNormalize(x float64) float64 {
 
 // pyMod is Python's and numpy's float % for y > 0: fmod moved into [0, y).
 func pyMod(x, y float64) float64 {
+	if x > 0 && x < y { // fmod(x, y) is x itself: skip the slow general case
+		return x
+	}
 	m := math.Mod(x, y)
 	if m != 0 && (m < 0) != (y < 0) {
 		m += y

@@ -306,9 +306,12 @@ func TestAngleNormalize(t *testing.T) {
 		{-3.5, -3.5 + 2*math.Pi},
 		{7, 7 - 2*math.Pi},
 		{-7, -7 + 2*math.Pi},
+		{-math.Pi + 1e-300, -math.Pi + 1e-300},
+		{math.Pi - 1e-15, math.Pi - 1e-15},
+		{1e6, math.Remainder(1e6, 2*math.Pi)},
 	}
 	for _, tt := range tests {
-		if got := angleNormalize(tt.x); math.Abs(got-tt.want) > 1e-12 {
+		if got := angleNormalize(tt.x); math.Abs(got-tt.want) > 1e-9 {
 			t.Errorf("angleNormalize(%v) = %v, want %v", tt.x, got, tt.want)
 		}
 	}
