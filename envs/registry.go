@@ -2,6 +2,7 @@ package envs
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -142,8 +143,9 @@ func Make(id string, cfg Config) (VecEnv, error) {
 		return nil, fmt.Errorf("%w: NumEnvs = %d, want >= 1", ErrConfig, cfg.NumEnvs)
 	case cfg.Offset < 0:
 		return nil, fmt.Errorf("%w: Offset = %d, want >= 0", ErrConfig, cfg.Offset)
-	case cfg.MaxEpisodeSteps < 0:
-		return nil, fmt.Errorf("%w: MaxEpisodeSteps = %d, want >= 0", ErrConfig, cfg.MaxEpisodeSteps)
+	case cfg.MaxEpisodeSteps < 0 || cfg.MaxEpisodeSteps > math.MaxInt32:
+		return nil, fmt.Errorf("%w: MaxEpisodeSteps = %d, want 0 (registered limit) to %d",
+			ErrConfig, cfg.MaxEpisodeSteps, math.MaxInt32)
 	}
 	return newVec(cloneSpec(e.spec), e.new(cfg.NumEnvs), cfg), nil
 }

@@ -5,6 +5,11 @@ import (
 	"math/rand/v2"
 )
 
+var (
+	_ VecEnv = (*vecEnv)(nil)
+	_ Env    = (*single)(nil)
+)
+
 // vecEnv is the VecEnv of Make: registered Dynamics plus time limit, autoreset,
 // action checking and seeding.
 type vecEnv struct {
