@@ -1,0 +1,429 @@
+package batcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/towerrl/towerrl/device"
+	"github.com/towerrl/towerrl/envs"
+	"go.uber.org/zap"
+)
+
+// ErrConfig is wrapped by errors about an invalid Config field.
+var ErrConfig = errors.New("batcher: invalid config")
+
+// ErrClosed is returned by calls on a closed Batcher.
+var ErrClosed = errors.New("batcher: closed")
+
+// Config configures a Batcher. The zero value needs only Env.
+type Config struct {
+	// Env is the Gymnasium id of the environment (required).
+	Env string
+	// Workers is the number of worker goroutines W. Default 1.
+	Workers int
+	// EnvsPerWorker is M, the envs each worker steps with one inference call. Default 64.
+	EnvsPerWorker int
+	// Steps is the largest rollout (steps per env) Collect is asked for; buffers are sized
+	// for it. Default 128.
+	Steps int
+	// Seed selects the envs' reset streams and the agents' sampling streams; env i's
+	// streams depend on (Seed, i) only, not on how envs are spread over workers. Default 0.
+	Seed uint64
+	// Deterministic takes the most probable action (the mean of a Gaussian) instead of sampling.
+	Deterministic bool
+	// MaxEpisodeSteps overrides the registered time limit when > 0.
+	MaxEpisodeSteps int
+	// Logger receives progress messages. Default: none.
+	Logger *zap.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Workers == 0 {
+		c.Workers = 1
+	}
+	if c.EnvsPerWorker == 0 {
+		c.EnvsPerWorker = 64
+	}
+	if c.Steps == 0 {
+		c.Steps = 128
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	switch {
+	case c.Env == "":
+		return c, fmt.Errorf("%w: Env is required", ErrConfig)
+	case c.Workers < 0:
+		return c, fmt.Errorf("%w: Workers = %d, want >= 1", ErrConfig, c.Workers)
+	case c.EnvsPerWorker < 0:
+		return c, fmt.Errorf("%w: EnvsPerWorker = %d, want >= 1", ErrConfig, c.EnvsPerWorker)
+	case c.Steps < 0:
+		return c, fmt.Errorf("%w: Steps = %d, want >= 1", ErrConfig, c.Steps)
+	}
+	return c, nil
+}
+
+// Timings splits the workers' time, summed over workers, since the Batcher started.
+type Timings struct {
+	Env       time.Duration // VecEnv.Step
+	Inference time.Duration // ONNX Runtime
+	Sampling  time.Duration // the policy head (Agent.Act less inference)
+	Buffers   time.Duration // copying into the rollout and episode bookkeeping
+	Wall      time.Duration // Collect calls, wall clock
+	Steps     int64         // env steps
+}
+
+// Batcher steps W workers × M envs with a policy and collects rollouts. Collect, UpdatePolicy
+// and Close may be called from different goroutines; Collect calls are serialised.
+type Batcher struct {
+	cfg     Config
+	spec    envs.Spec
+	workers []*worker
+	rollout *Rollout
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex // guards closed and serialises Collect; held while a rollout runs
+	closed  bool
+	timings Timings // written under mu
+}
+
+// worker owns one VecEnv, its agent and the agent's buffers; it runs on its own goroutine.
+type worker struct {
+	index, m int
+	env      envs.VecEnv
+	agent    Agent
+	rngs     []*rand.Rand // sampling stream of each of its envs
+	in       AgentInput
+	out      AgentOutput
+	acts     envs.Actions
+	ret      []float64 // running return per env
+	length   []int     // running length per env
+	episodes []Episode
+	timings  Timings
+	reqs     chan request
+	done     chan error
+
+	pendingMu sync.Mutex  // guards pending
+	pending   Agent       // next agent, installed between steps
+	hasNext   atomic.Bool // pending != nil, read without the lock every step
+}
+
+type request struct {
+	ctx   context.Context
+	steps int
+}
+
+// New makes the envs and one agent per worker, resets the envs, and starts the workers.
+// policy nil acts uniformly at random.
+func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	spec, err := envs.Lookup(cfg.Env)
+	if err != nil {
+		return nil, err
+	}
+	actDim, discrete := spec.Action.Dim(), false
+	if _, ok := spec.Action.(envs.Discrete); ok {
+		actDim, discrete = 1, true
+	}
+	b := &Batcher{cfg: cfg, spec: spec}
+	n := cfg.Workers * cfg.EnvsPerWorker
+	b.rollout = newRollout(cfg.Steps, n, spec.Observation.Shape, actDim, discrete)
+	for w := range cfg.Workers {
+		wk, err := b.newWorker(ctx, w, policy, actDim, discrete)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("batcher: worker %d: %w", w, err), b.closeWorkers())
+		}
+		b.workers = append(b.workers, wk)
+	}
+	for _, w := range b.workers {
+		b.wg.Add(1)
+		go w.run(&b.wg, b.rollout)
+	}
+	return b, nil
+}
+
+// samplingStream seeds env i's action-sampling stream, apart from its reset stream.
+func samplingStream(seed uint64, i int) *rand.Rand {
+	return rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, uint64(i)*0x9e3779b97f4a7c15+0x632be59bd9b4e019))
+}
+
+func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim int, discrete bool) (*worker, error) {
+	m := b.cfg.EnvsPerWorker
+	wk := &worker{index: w, m: m, rngs: make([]*rand.Rand, m), ret: make([]float64, m), length: make([]int, m),
+		reqs: make(chan request), done: make(chan error)}
+	for i := range m {
+		wk.rngs[i] = samplingStream(b.cfg.Seed, w*m+i)
+	}
+	env, err := envs.Make(b.cfg.Env, envs.Config{NumEnvs: m, Seed: b.cfg.Seed, Offset: w * m, MaxEpisodeSteps: b.cfg.MaxEpisodeSteps})
+	if err != nil {
+		return nil, err
+	}
+	wk.env = env
+	if policy == nil {
+		wk.agent = &randomAgent{space: b.spec.Action, rngs: wk.rngs}
+	} else if wk.agent, err = policy.agent(ctx, m, wk.rngs, b.cfg.Deterministic); err != nil {
+		return nil, errors.Join(err, env.Close())
+	}
+	if err := env.Reset(); err != nil {
+		return nil, errors.Join(err, wk.close())
+	}
+	cpu := device.CPU()
+	shape := append([]int{m}, b.spec.Observation.Shape...)
+	mk := func(name string, n int, shape ...int) *device.Tensor {
+		t, _ := cpu.Mirror(name, make([]float32, n), shape...)
+		return t
+	}
+	wk.in.N = m
+	wk.in.Obs, err = cpu.Mirror("obs", env.Buffers().Obs, shape...)
+	if err != nil {
+		return nil, errors.Join(err, wk.close())
+	}
+	wk.out = AgentOutput{
+		Actions:    mk("actions", m*actDim, m, actDim),
+		EnvActions: mk("env_actions", m*actDim, m, actDim),
+		LogP:       mk("logp", m, m),
+		Value:      mk("value", m, m),
+	}
+	if discrete {
+		wk.acts.Discrete = make([]int, m)
+	} else {
+		wk.acts.Box = make([]float32, m*actDim)
+	}
+	return wk, nil
+}
+
+func (w *worker) close() error {
+	var errs []error
+	if w.agent != nil {
+		errs = append(errs, w.agent.Close())
+	}
+	if w.pending != nil {
+		errs = append(errs, w.pending.Close())
+	}
+	if w.env != nil {
+		errs = append(errs, w.env.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Batcher) closeWorkers() error {
+	var errs []error
+	for _, w := range b.workers {
+		errs = append(errs, w.close())
+	}
+	return errors.Join(errs...)
+}
+
+// Spec is the environment's spec.
+func (b *Batcher) Spec() envs.Spec { return b.spec }
+
+// NumEnvs is W·M.
+func (b *Batcher) NumEnvs() int { return b.rollout.N }
+
+// Collect runs steps (1..Config.Steps) steps on every env and returns the rollout, which
+// stays valid until the next Collect. Workers run in parallel.
+func (b *Batcher) Collect(ctx context.Context, steps int) (*Rollout, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	if steps < 1 || steps > b.cfg.Steps {
+		return nil, fmt.Errorf("%w: Collect of %d steps, Config.Steps allows 1 to %d", ErrConfig, steps, b.cfg.Steps)
+	}
+	start := time.Now()
+	r := b.rollout
+	r.T = steps
+	for _, w := range b.workers {
+		w.reqs <- request{ctx: ctx, steps: steps}
+	}
+	var errs []error
+	for _, w := range b.workers {
+		if err := <-w.done; err != nil {
+			errs = append(errs, fmt.Errorf("batcher: worker %d: %w", w.index, err))
+		}
+	}
+	r.Episodes = r.Episodes[:0]
+	for _, w := range b.workers {
+		r.Episodes = append(r.Episodes, w.episodes...)
+	}
+	b.timings.Wall += time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Timings reports where the workers' time went. It waits for a running Collect.
+func (b *Batcher) Timings() Timings {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.timings
+	for _, w := range b.workers {
+		t.Env += w.timings.Env
+		t.Inference += w.timings.Inference
+		t.Sampling += w.timings.Sampling
+		t.Buffers += w.timings.Buffers
+		t.Steps += w.timings.Steps
+	}
+	return t
+}
+
+// UpdatePolicy installs a new policy on every worker. It builds the workers' sessions first,
+// then hands each worker its agent; a worker switches between two steps, so collection never
+// pauses and no step mixes versions. The policy must fit the environment (see NewPolicy).
+func (b *Batcher) UpdatePolicy(ctx context.Context, policy *Policy) error {
+	if policy == nil {
+		return errors.New("batcher: UpdatePolicy needs a policy")
+	}
+	agents := make([]Agent, len(b.workers))
+	for i, w := range b.workers {
+		a, err := policy.agent(ctx, w.m, w.rngs, b.cfg.Deterministic)
+		if err != nil {
+			for _, a := range agents[:i] {
+				a.Close()
+			}
+			return err
+		}
+		agents[i] = a
+	}
+	var errs []error
+	for i, w := range b.workers {
+		w.pendingMu.Lock()
+		if w.pending != nil { // a newer policy replaces one the worker has not picked up yet
+			errs = append(errs, w.pending.Close())
+		}
+		w.pending = agents[i]
+		w.hasNext.Store(true)
+		w.pendingMu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the workers, waits for them and releases envs and sessions. It is idempotent.
+func (b *Batcher) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	for _, w := range b.workers {
+		close(w.reqs)
+	}
+	b.wg.Wait()
+	return b.closeWorkers()
+}
+
+func (w *worker) run(wg *sync.WaitGroup, r *Rollout) {
+	defer wg.Done()
+	for req := range w.reqs {
+		w.done <- w.rollout(req.ctx, r, req.steps)
+	}
+}
+
+// swap installs a pending agent, between steps.
+func (w *worker) swap() error {
+	w.pendingMu.Lock()
+	next := w.pending
+	w.pending = nil
+	w.hasNext.Store(false)
+	w.pendingMu.Unlock()
+	old := w.agent
+	w.agent = next
+	return old.Close()
+}
+
+func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
+	n, m, off, od, ad := r.N, w.m, w.index*w.m, r.ObsDim, r.ActDim
+	bufs := w.env.Buffers()
+	acts, _ := w.out.Actions.Host()
+	envActs, _ := w.out.EnvActions.Host()
+	logp, _ := w.out.LogP.Host()
+	value, _ := w.out.Value.Host()
+	w.episodes = w.episodes[:0]
+	var inf0 time.Duration
+	if a, ok := w.agent.(timed); ok {
+		inf0 = a.inferenceTime()
+	}
+	for t := range steps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if w.hasNext.Load() {
+			w.accountInference(&inf0)
+			if err := w.swap(); err != nil {
+				return err
+			}
+			if a, ok := w.agent.(timed); ok {
+				inf0 = a.inferenceTime()
+			}
+		}
+		t0 := time.Now()
+		base := t*n + off
+		copy(r.Obs[base*od:(base+m)*od], bufs.Obs)
+		t1 := time.Now()
+		if err := w.agent.Act(w.in, w.out); err != nil {
+			return err
+		}
+		t2 := time.Now()
+		version := w.agent.Version()
+		copy(r.Actions[base*ad:(base+m)*ad], acts)
+		copy(r.EnvActions[base*ad:(base+m)*ad], envActs)
+		copy(r.LogP[base:base+m], logp)
+		copy(r.Values[base:base+m], value)
+		for i := range m {
+			r.Version[base+i] = version
+		}
+		if w.acts.Discrete != nil {
+			for i, a := range envActs[:m] {
+				w.acts.Discrete[i] = int(a)
+			}
+		} else {
+			copy(w.acts.Box, envActs)
+		}
+		t3 := time.Now()
+		if err := w.env.Step(w.acts); err != nil {
+			return err
+		}
+		t4 := time.Now()
+		copy(r.Rewards[base:base+m], bufs.Rewards)
+		copy(r.Terminated[base:base+m], bufs.Terminated)
+		copy(r.Truncated[base:base+m], bufs.Truncated)
+		for i := range m {
+			w.ret[i] += float64(bufs.Rewards[i])
+			w.length[i]++
+			if bufs.Terminated[i] != 0 || bufs.Truncated[i] != 0 {
+				copy(r.FinalObs[(base+i)*od:(base+i+1)*od], bufs.FinalObs[i*od:(i+1)*od])
+				w.episodes = append(w.episodes, Episode{Env: off + i, Return: w.ret[i], Length: w.length[i], Version: version})
+				w.ret[i], w.length[i] = 0, 0
+			}
+		}
+		t5 := time.Now()
+		w.timings.Env += t4.Sub(t3)
+		w.timings.Sampling += t2.Sub(t1) // inference is moved out below
+		w.timings.Buffers += t1.Sub(t0) + t3.Sub(t2) + t5.Sub(t4)
+		w.timings.Steps += int64(m)
+	}
+	w.accountInference(&inf0)
+	copy(r.LastObs[off*od:(off+m)*od], bufs.Obs)
+	return nil
+}
+
+// accountInference moves the agent's inference time since *since from Sampling to Inference.
+func (w *worker) accountInference(since *time.Duration) {
+	if a, ok := w.agent.(timed); ok {
+		d := a.inferenceTime() - *since
+		w.timings.Inference += d
+		w.timings.Sampling -= d
+		*since = a.inferenceTime()
+	}
+}

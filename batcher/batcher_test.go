@@ -1,0 +1,318 @@
+package batcher
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/towerrl/towerrl/device"
+	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/models/head"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func loadPolicy(t testing.TB, path string, env string, cfg PolicyConfig) *Policy {
+	t.Helper()
+	model, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := envs.Lookup(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPolicy(context.Background(), model, 0, spec, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newBatcher(t testing.TB, cfg Config, p *Policy) *Batcher {
+	t.Helper()
+	b, err := New(context.Background(), cfg, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return b
+}
+
+// TestRolloutMatchesSingleEnvReplay replays every env of a collected rollout through its own
+// single Env with the recorded actions: observations, rewards, flags and final observations
+// must be the same, so the columnar bookkeeping (rows t·N+i, worker slices) is right.
+func TestRolloutMatchesSingleEnvReplay(t *testing.T) {
+	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 3, Steps: 60, Seed: 11}, p)
+	r, err := b.Collect(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dones := 0
+	for i := range r.N {
+		vec, err := envs.Make("CartPole-v1", envs.Config{NumEnvs: 1, Seed: 11, Offset: i})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := vec.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		buf := vec.Buffers()
+		for step := range r.T {
+			row := step*r.N + i
+			obs := r.Obs[row*4 : row*4+4]
+			for k := range 4 {
+				if obs[k] != buf.Obs[k] {
+					t.Fatalf("env %d step %d: recorded obs %v, replay %v", i, step, obs, buf.Obs)
+				}
+			}
+			if err := vec.Step(envs.Actions{Discrete: []int{int(r.Actions[row])}}); err != nil {
+				t.Fatal(err)
+			}
+			if r.Rewards[row] != buf.Rewards[0] || r.Terminated[row] != buf.Terminated[0] || r.Truncated[row] != buf.Truncated[0] {
+				t.Fatalf("env %d step %d: reward/flags differ", i, step)
+			}
+			if buf.Terminated[0] != 0 {
+				dones++
+				next := r.NextObs(step, i)
+				for k := range 4 {
+					if next[k] != buf.FinalObs[k] {
+						t.Fatalf("env %d step %d: final obs %v, replay %v", i, step, next, buf.FinalObs[:4])
+					}
+				}
+			}
+			if math.IsNaN(float64(r.LogP[row])) || r.LogP[row] > 0 || r.Version[row] != 0 {
+				t.Fatalf("env %d step %d: logp %v version %d", i, step, r.LogP[row], r.Version[row])
+			}
+		}
+		vec.Close()
+	}
+	if dones == 0 || len(r.Episodes) != dones {
+		t.Fatalf("%d terminations replayed, %d episodes recorded", dones, len(r.Episodes))
+	}
+}
+
+// TestSameTrajectoriesWhateverTheWorkers: 1×6 envs and 3×2 envs give the same rollout.
+func TestSameTrajectoriesWhateverTheWorkers(t *testing.T) {
+	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	collect := func(w, m int) *Rollout {
+		b := newBatcher(t, Config{Env: "CartPole-v1", Workers: w, EnvsPerWorker: m, Steps: 40, Seed: 5}, p)
+		r, err := b.Collect(context.Background(), 40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := collect(1, 6), collect(3, 2)
+	for k := range a.Obs {
+		if a.Obs[k] != b.Obs[k] {
+			t.Fatalf("obs element %d: %v vs %v", k, a.Obs[k], b.Obs[k])
+		}
+	}
+	for k := range a.Actions {
+		if a.Actions[k] != b.Actions[k] || a.LogP[k] != b.LogP[k] {
+			t.Fatalf("row %d: actions %v/%v logp %v/%v", k, a.Actions[k], b.Actions[k], a.LogP[k], b.LogP[k])
+		}
+	}
+}
+
+// TestHotSwapNeverMixesVersions swaps policies continuously while collecting; each policy's
+// value output is its version and its action is version%2, so every env row of a worker step
+// must agree with the version recorded for it, and versions only grow.
+func TestHotSwapNeverMixesVersions(t *testing.T) {
+	ctx := context.Background()
+	spec, _ := envs.Lookup("CartPole-v1")
+	mk := func(v int64) *Policy {
+		p, err := NewPolicy(ctx, constPolicy(t, v), v, spec, PolicyConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 16, Steps: 50, Deterministic: true}, mk(0))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for v := int64(1); ; v++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := b.UpdatePolicy(ctx, mk(v)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	seen := map[int64]bool{}
+	last := make([]int64, 2)
+	// Collect until several versions have gone through (each swap builds sessions, which is
+	// slower than a rollout of these constant policies); bounded so a broken swap fails.
+	for round := 0; len(seen) < 6 && round < 20000; round++ {
+		r, err := b.Collect(ctx, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for step := range r.T {
+			for w := range 2 {
+				first := step*r.N + w*16
+				v := r.Version[first]
+				if v < last[w] {
+					t.Fatalf("worker %d went back from version %d to %d", w, last[w], v)
+				}
+				last[w] = v
+				seen[v] = true
+				for i := first; i < first+16; i++ {
+					if r.Version[i] != v || r.Values[i] != float32(v) || r.Actions[i] != float32(v%2) {
+						t.Fatalf("step %d env %d: version %d value %v action %v, worker step version %d",
+							step, i-step*r.N, r.Version[i], r.Values[i], r.Actions[i], v)
+					}
+				}
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if len(seen) < 6 {
+		t.Fatalf("only versions %v were collected; the swap did not happen during collection", seen)
+	}
+}
+
+func TestPolicyDoesNotFit(t *testing.T) {
+	ctx := context.Background()
+	model, _ := os.ReadFile("../testdata/mlp_tanh.onnx")
+	gauss, _ := os.ReadFile("../testdata/gaussian_relu.onnx")
+	pend, _ := envs.Lookup("Pendulum-v1")
+	acro, _ := envs.Lookup("Acrobot-v1")
+	cart, _ := envs.Lookup("CartPole-v1")
+	for _, tc := range []struct {
+		name  string
+		model []byte
+		env   envs.Spec
+		cfg   PolicyConfig
+		want  []string
+	}{
+		{"obs shape", model, pend, PolicyConfig{}, []string{"[4]", "[3]", "Pendulum-v1"}},
+		{"action space", model, acro, PolicyConfig{Spec: &head.Spec{Head: head.CategoricalKind, N: 2}}, []string{"[4]", "[6]"}},
+		{"head vs env", gauss, cart, PolicyConfig{}, []string{"[3]", "[4]"}},
+		{"foreign head size", gauss, pend, PolicyConfig{Spec: &head.Spec{Head: head.GaussianKind, Low: []float32{-2, -2}, High: []float32{2, 2}}},
+			[]string{"box:2:-2:2", "box:1:-2:2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewPolicy(ctx, tc.model, 0, tc.env, tc.cfg)
+			if !errors.Is(err, ErrPolicy) {
+				t.Fatalf("error %v, want ErrPolicy", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %s", err, w)
+				}
+			}
+		})
+	}
+	// The metadata says CartPole's discrete:2; Acrobot has 3 actions.
+	_, err := NewPolicy(ctx, model, 0, acro, PolicyConfig{})
+	if err == nil {
+		t.Fatal("CartPole policy accepted for Acrobot")
+	}
+}
+
+func TestForeignGaussianOnPendulum(t *testing.T) {
+	p := loadPolicy(t, "../testdata/gaussian_relu.onnx", "Pendulum-v1", PolicyConfig{})
+	if p.Spec().Head != head.GaussianKind || p.Spec().ActionSpace() != "box:1:-2:2" {
+		t.Fatalf("spec %+v", p.Spec())
+	}
+	b := newBatcher(t, Config{Env: "Pendulum-v1", Workers: 1, EnvsPerWorker: 8, Steps: 200, Seed: 1}, p)
+	r, err := b.Collect(context.Background(), 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Episodes) != 8 {
+		t.Fatalf("%d episodes in 200 steps of 8 Pendulum envs", len(r.Episodes))
+	}
+	clipped := 0
+	for k, a := range r.Actions {
+		e := r.EnvActions[k]
+		if e < -2 || e > 2 || (a >= -2 && a <= 2 && a != e) {
+			t.Fatalf("row %d: raw %v env %v", k, a, e)
+		}
+		if a != e {
+			clipped++
+		}
+	}
+	t.Logf("%d of %d actions clipped", clipped, len(r.Actions))
+}
+
+func TestRandomPolicyAndErrors(t *testing.T) {
+	b := newBatcher(t, Config{Env: "MountainCarContinuous-v0", EnvsPerWorker: 4, Steps: 10}, nil)
+	r, err := b.Collect(context.Background(), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range r.Actions {
+		if a < -1 || a > 1 {
+			t.Fatalf("random action %v outside [-1, 1]", a)
+		}
+	}
+	if _, err := b.Collect(context.Background(), 11); !errors.Is(err, ErrConfig) {
+		t.Fatalf("11 steps of 10: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := b.Collect(ctx, 5); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	if _, err := New(context.Background(), Config{Env: "CartPole-v9"}, nil); !errors.Is(err, envs.ErrUnknownEnv) {
+		t.Fatalf("unknown env: %v", err)
+	}
+	if _, err := New(context.Background(), Config{Env: "CartPole-v1", Workers: -1}, nil); !errors.Is(err, ErrConfig) {
+		t.Fatalf("Workers -1: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Collect(context.Background(), 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+func TestCheckDevice(t *testing.T) {
+	cpu := device.CPU()
+	obs, _ := cpu.Mirror("obs", make([]float32, 8), 2, 4)
+	mk := func(name string) *device.Tensor { x, _ := cpu.Mirror(name, make([]float32, 2), 2, 1); return x }
+	out := AgentOutput{Actions: mk("actions"), EnvActions: mk("env_actions"), LogP: mk("logp"), Value: mk("value")}
+	rngs := []*rand.Rand{samplingStream(0, 0), samplingStream(0, 1)}
+	a := CheckDevice(&randomAgent{space: envs.Discrete{N: 2}, rngs: rngs}, cpu)
+	if err := a.Act(AgentInput{N: 2, Obs: obs}, out); err != nil {
+		t.Fatal(err)
+	}
+	// A tensor claimed by another device fails with its name.
+	other := otherDevice{cpu}
+	stray, _ := device.NewTensor(other, "value", make([]float32, 2), 2)
+	out.Value = stray
+	err := a.Act(AgentInput{N: 2, Obs: obs}, out)
+	var pe *device.PlacementError
+	if !errors.As(err, &pe) || pe.Tensor != "value" || !strings.Contains(err.Error(), `"value"`) {
+		t.Fatalf("error %v, want a PlacementError naming value", err)
+	}
+}
+
+// otherDevice is a second CPU ordinal, standing in for an accelerator.
+type otherDevice struct{ device.Device }
+
+func (otherDevice) Ordinal() int   { return 1 }
+func (otherDevice) String() string { return "cpu:1" }

@@ -1,0 +1,62 @@
+package batcher
+
+// Rollout holds T steps of N envs in columnar, time-major buffers allocated once: the row of
+// env i at step t is t·N+i. Worker w writes the envs [w·M, (w+1)·M) only, so workers never
+// write the same memory. A Rollout returned by Collect belongs to the Batcher and stays valid
+// until the next Collect.
+type Rollout struct {
+	T, N     int   // steps collected per env, envs
+	ObsShape []int // shape of one observation
+	ObsDim   int   // elements per observation
+	ActDim   int   // elements per action (1 for a Discrete space)
+	Discrete bool  // actions are indices into a Discrete space
+
+	Obs        []float32 // [T×N×ObsDim] observation at step t
+	Actions    []float32 // [T×N×ActDim] raw actions (what log-probabilities refer to)
+	EnvActions []float32 // [T×N×ActDim] actions the envs took (a Box's clipped to bounds)
+	Rewards    []float32 // [T×N]
+	Terminated []float32 // [T×N] 1 where the episode ended by the env's rule
+	Truncated  []float32 // [T×N] 1 where the episode hit its time limit
+	FinalObs   []float32 // [T×N×ObsDim] last observation of an episode that ended at step t, else stale
+	LogP       []float32 // [T×N]
+	Values     []float32 // [T×N]
+	Version    []int64   // [T×N] version of the policy that chose the action
+	LastObs    []float32 // [N×ObsDim] observation after the last step, to bootstrap from
+	Episodes   []Episode // episodes that ended during the rollout, in worker then step order
+}
+
+// Episode is a finished episode's summary.
+type Episode struct {
+	Env     int     // global env index
+	Return  float64 // undiscounted sum of rewards
+	Length  int     // steps
+	Version int64   // policy version of its last step
+}
+
+func newRollout(t, n int, obsShape []int, actDim int, discrete bool) *Rollout {
+	od := 1
+	for _, d := range obsShape {
+		od *= d
+	}
+	return &Rollout{
+		T: t, N: n, ObsShape: obsShape, ObsDim: od, ActDim: actDim, Discrete: discrete,
+		Obs: make([]float32, t*n*od), Actions: make([]float32, t*n*actDim), EnvActions: make([]float32, t*n*actDim),
+		Rewards: make([]float32, t*n), Terminated: make([]float32, t*n), Truncated: make([]float32, t*n),
+		FinalObs: make([]float32, t*n*od), LogP: make([]float32, t*n), Values: make([]float32, t*n),
+		Version: make([]int64, t*n), LastObs: make([]float32, n*od),
+	}
+}
+
+// NextObs returns the observation that followed step t of env i: the episode's final
+// observation when it ended at t, else the next step's observation.
+func (r *Rollout) NextObs(t, i int) []float32 {
+	row := t*r.N + i
+	switch {
+	case r.Terminated[row] != 0 || r.Truncated[row] != 0:
+		return r.FinalObs[row*r.ObsDim : (row+1)*r.ObsDim]
+	case t+1 < r.T:
+		next := row + r.N
+		return r.Obs[next*r.ObsDim : (next+1)*r.ObsDim]
+	}
+	return r.LastObs[i*r.ObsDim : (i+1)*r.ObsDim]
+}
