@@ -1,0 +1,107 @@
+package batcher
+
+import (
+	"context"
+	"fmt"
+	"math"
+)
+
+// EvalConfig configures Evaluate. The zero value needs Env and Episodes.
+type EvalConfig struct {
+	Env      string // Gymnasium id (required)
+	Episodes int    // whole episodes to run (required, >= 1)
+	// Envs is the number of envs run side by side. Default: min(Episodes, 16).
+	Envs int
+	Seed uint64
+	// Deterministic takes the most probable action (a Gaussian's mean) instead of sampling.
+	Deterministic   bool
+	MaxEpisodeSteps int
+}
+
+// EvalResult lists the episodes in env order, then in the order each env finished them.
+type EvalResult struct {
+	Returns    []float64
+	Lengths    []int
+	ReturnMean float64
+	ReturnStd  float64 // population standard deviation
+	LengthMean float64
+}
+
+// Evaluate runs whole episodes with the policy (nil: uniformly random actions). Env i runs
+// ⌊(Episodes+i)/Envs⌋ episodes, fixed in advance as Stable-Baselines3's evaluate_policy does,
+// so short episodes are not over-represented.
+func Evaluate(ctx context.Context, cfg EvalConfig, policy *Policy) (EvalResult, error) {
+	if cfg.Episodes < 1 {
+		return EvalResult{}, fmt.Errorf("%w: Episodes = %d, want >= 1", ErrConfig, cfg.Episodes)
+	}
+	if cfg.Envs == 0 {
+		cfg.Envs = min(cfg.Episodes, 16)
+	}
+	if cfg.Envs < 0 {
+		return EvalResult{}, fmt.Errorf("%w: Envs = %d, want >= 1", ErrConfig, cfg.Envs)
+	}
+	const chunk = 64
+	b, err := New(ctx, Config{Env: cfg.Env, Workers: 1, EnvsPerWorker: cfg.Envs, Steps: chunk, Seed: cfg.Seed,
+		Deterministic: cfg.Deterministic, MaxEpisodeSteps: cfg.MaxEpisodeSteps}, policy)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	defer b.Close()
+	n := cfg.Envs
+	target := make([]int, n)
+	returns := make([][]float64, n)
+	lengths := make([][]int, n)
+	left := 0
+	for i := range n {
+		target[i] = (cfg.Episodes + i) / n
+		left += target[i]
+	}
+	for left > 0 {
+		r, err := b.Collect(ctx, chunk)
+		if err != nil {
+			return EvalResult{}, err
+		}
+		for _, e := range r.Episodes {
+			if len(returns[e.Env]) < target[e.Env] {
+				returns[e.Env] = append(returns[e.Env], e.Return)
+				lengths[e.Env] = append(lengths[e.Env], e.Length)
+				left--
+			}
+		}
+	}
+	var res EvalResult
+	for i := range n {
+		res.Returns = append(res.Returns, returns[i]...)
+		res.Lengths = append(res.Lengths, lengths[i]...)
+	}
+	res.ReturnMean, res.ReturnStd = meanStd(res.Returns)
+	for _, l := range res.Lengths {
+		res.LengthMean += float64(l)
+	}
+	res.LengthMean /= float64(len(res.Lengths))
+	return res, nil
+}
+
+// meanStd returns the mean and population standard deviation of xs (0, 0 when empty).
+func meanStd(xs []float64) (mean, std float64) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	for _, x := range xs {
+		std += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(std / float64(len(xs)))
+}
+
+// ReturnStats returns the mean and population standard deviation of the episodes' returns.
+func ReturnStats(eps []Episode) (mean, std float64) {
+	xs := make([]float64, len(eps))
+	for i, e := range eps {
+		xs[i] = e.Return
+	}
+	return meanStd(xs)
+}

@@ -1,0 +1,156 @@
+package batcher
+
+import (
+	"archive/zip"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/towerrl/towerrl/internal/npy"
+)
+
+// ShardWriter writes rollouts as .npz shards readable by numpy.load, with D4RL-style keys:
+// observations, actions, rewards, terminals, timeouts, next_observations, plus logp, values
+// and policy_version. Rows are env-major (row i·T+t is env i's step t), so each env's
+// trajectory segment is contiguous; actions are the ones the envs took (int64 indices for a
+// Discrete space, float32 rows clipped to a Box's bounds). Each shard is written under a
+// temporary name and renamed when complete, so a failure (a full disk) leaves only whole
+// shards. A ShardWriter belongs to one goroutine.
+type ShardWriter struct {
+	dir    string
+	next   int
+	create func(name string) (io.WriteCloser, error) // os.Create; replaced by tests
+	// scratch buffers, reused from shard to shard
+	f32, f32b []float32
+	b1, b2    []bool
+	i64       []int64
+}
+
+// NewShardWriter makes dir if needed and checks that it is writable, before any collection.
+func NewShardWriter(dir string) (*ShardWriter, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("batcher: output folder: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return nil, fmt.Errorf("batcher: output folder %s is not writable: %w", dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return &ShardWriter{dir: dir, create: func(name string) (io.WriteCloser, error) { return os.Create(name) }}, nil
+}
+
+// Write writes r as the next shard and returns its path.
+func (w *ShardWriter) Write(r *Rollout) (string, error) {
+	path := filepath.Join(w.dir, fmt.Sprintf("shard-%06d.npz", w.next))
+	tmp := path + ".tmp"
+	f, err := w.create(tmp)
+	if err != nil {
+		return "", fmt.Errorf("batcher: creating shard: %w", err)
+	}
+	err = w.encode(f, r)
+	if s, ok := f.(interface{ Sync() error }); ok && err == nil {
+		err = s.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("batcher: writing shard %s (nothing of it is left): %w", path, err)
+	}
+	w.next++
+	return path, nil
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+func (w *ShardWriter) encode(out io.Writer, r *Rollout) error {
+	z := zip.NewWriter(out)
+	rows := r.T * r.N
+	obsShape := append([]int{rows}, r.ObsShape...)
+	put := func(name string, write func(io.Writer) error) error {
+		// numpy.load reads stored (uncompressed) members, as numpy.savez writes them.
+		f, err := z.CreateHeader(&zip.FileHeader{Name: name + ".npy", Method: zip.Store})
+		if err != nil {
+			return err
+		}
+		return write(f)
+	}
+	// envMajor copies a time-major [T×N×width] column into env-major order.
+	envMajor := func(dst, src []float32, width int) []float32 {
+		dst = grow(dst, rows*width)
+		for i := range r.N {
+			for t := range r.T {
+				copy(dst[(i*r.T+t)*width:(i*r.T+t+1)*width], src[(t*r.N+i)*width:(t*r.N+i+1)*width])
+			}
+		}
+		return dst
+	}
+	w.f32 = envMajor(w.f32, r.Obs, r.ObsDim)
+	if err := put("observations", func(f io.Writer) error { return npy.Write(f, obsShape, w.f32) }); err != nil {
+		return err
+	}
+	w.f32b = grow(w.f32b, rows*r.ObsDim)
+	for i := range r.N {
+		for t := range r.T {
+			copy(w.f32b[(i*r.T+t)*r.ObsDim:], r.NextObs(t, i))
+		}
+	}
+	if err := put("next_observations", func(f io.Writer) error { return npy.Write(f, obsShape, w.f32b) }); err != nil {
+		return err
+	}
+	if r.Discrete {
+		w.f32 = envMajor(w.f32, r.EnvActions, 1)
+		w.i64 = grow(w.i64, rows)
+		for k, a := range w.f32[:rows] {
+			w.i64[k] = int64(a)
+		}
+		if err := put("actions", func(f io.Writer) error { return npy.Write(f, []int{rows}, w.i64) }); err != nil {
+			return err
+		}
+	} else {
+		w.f32 = envMajor(w.f32, r.EnvActions, r.ActDim)
+		if err := put("actions", func(f io.Writer) error { return npy.Write(f, []int{rows, r.ActDim}, w.f32) }); err != nil {
+			return err
+		}
+	}
+	for _, col := range []struct {
+		name string
+		src  []float32
+	}{{"rewards", r.Rewards}, {"logp", r.LogP}, {"values", r.Values}} {
+		w.f32 = envMajor(w.f32, col.src, 1)
+		if err := put(col.name, func(f io.Writer) error { return npy.Write(f, []int{rows}, w.f32[:rows]) }); err != nil {
+			return err
+		}
+	}
+	w.b1, w.b2, w.i64 = grow(w.b1, rows), grow(w.b2, rows), grow(w.i64, rows)
+	for i := range r.N {
+		for t := range r.T {
+			src, dst := t*r.N+i, i*r.T+t
+			w.b1[dst], w.b2[dst], w.i64[dst] = r.Terminated[src] != 0, r.Truncated[src] != 0, r.Version[src]
+		}
+	}
+	for _, col := range []struct {
+		name  string
+		write func(io.Writer) error
+	}{
+		{"terminals", func(f io.Writer) error { return npy.Write(f, []int{rows}, w.b1) }},
+		{"timeouts", func(f io.Writer) error { return npy.Write(f, []int{rows}, w.b2) }},
+		{"policy_version", func(f io.Writer) error { return npy.Write(f, []int{rows}, w.i64) }},
+	} {
+		if err := put(col.name, col.write); err != nil {
+			return err
+		}
+	}
+	return z.Close()
+}
