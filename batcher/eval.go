@@ -74,34 +74,38 @@ func Evaluate(ctx context.Context, cfg EvalConfig, policy *Policy) (EvalResult, 
 		res.Returns = append(res.Returns, returns[i]...)
 		res.Lengths = append(res.Lengths, lengths[i]...)
 	}
-	res.ReturnMean, res.ReturnStd = meanStd(res.Returns)
-	for _, l := range res.Lengths {
-		res.LengthMean += float64(l)
+	var ret, length Stats
+	for i, r := range res.Returns {
+		ret.Add(r)
+		length.Add(float64(res.Lengths[i]))
 	}
-	res.LengthMean /= float64(len(res.Lengths))
+	res.ReturnMean, res.ReturnStd, res.LengthMean = ret.Mean(), ret.Std(), length.Mean()
 	return res, nil
 }
 
-// meanStd returns the mean and population standard deviation of xs (0, 0 when empty).
-func meanStd(xs []float64) (mean, std float64) {
-	if len(xs) == 0 {
-		return 0, 0
-	}
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= float64(len(xs))
-	for _, x := range xs {
-		std += (x - mean) * (x - mean)
-	}
-	return mean, math.Sqrt(std / float64(len(xs)))
+// Stats accumulates the mean and population standard deviation of a stream of values
+// (Welford's algorithm) without keeping them. The zero value is empty.
+type Stats struct {
+	N    int
+	mean float64
+	m2   float64
 }
 
-// ReturnStats returns the mean and population standard deviation of the episodes' returns.
-func ReturnStats(eps []Episode) (mean, std float64) {
-	xs := make([]float64, len(eps))
-	for i, e := range eps {
-		xs[i] = e.Return
+// Add adds x.
+func (s *Stats) Add(x float64) {
+	s.N++
+	d := x - s.mean
+	s.mean += d / float64(s.N)
+	s.m2 += d * (x - s.mean)
+}
+
+// Mean is the mean of the values added, 0 when none.
+func (s *Stats) Mean() float64 { return s.mean }
+
+// Std is their population standard deviation, 0 when none.
+func (s *Stats) Std() float64 {
+	if s.N == 0 {
+		return 0
 	}
-	return meanStd(xs)
+	return math.Sqrt(s.m2 / float64(s.N))
 }

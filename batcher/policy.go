@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 
 	"github.com/towerrl/towerrl/envs"
@@ -140,4 +141,25 @@ func (p *Policy) agent(ctx context.Context, n int, rngs []*rand.Rand, determinis
 		}
 	}
 	return a, nil
+}
+
+// LoadPolicy reads an ONNX policy file and checks it against the environment envID (see NewPolicy).
+// The version is the file's towerrl.version metadata when it has one, else 0.
+func LoadPolicy(ctx context.Context, path, envID string, cfg PolicyConfig) (*Policy, error) {
+	env, err := envs.Lookup(envID)
+	if err != nil {
+		return nil, err
+	}
+	model, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("batcher: loading policy: %w", err)
+	}
+	p, err := NewPolicy(ctx, model, 0, env, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("loading policy %q: %w", path, err)
+	}
+	if cfg.Spec == nil {
+		p.version = p.spec.Version
+	}
+	return p, nil
 }
