@@ -1,0 +1,148 @@
+package models
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/towerrl/towerrl/models/head"
+)
+
+// Policy is one architecture built into one gorgonia graph for a fixed batch size, reading
+// its parameters from a shared Params. It owns its graph, its input buffers and (after
+// Compile) its tape machine, and belongs to one goroutine at a time.
+//
+// The exported nodes are the forward outputs the learner's loss is built from; the graph may
+// be extended with more nodes (LogProb, Entropy, Input, any gorgonia op) until Compile.
+type Policy struct {
+	// Graph is the gorgonia graph the policy was built into.
+	Graph *G.ExprGraph
+	// Obs is the observation input, [batch, obs_shape...]; write it through ObsData.
+	Obs *G.Node
+	// Logits are the categorical head's unnormalised log-probabilities, [batch, n]; nil for a
+	// Gaussian head.
+	Logits *G.Node
+	// Mean and LogStd are the Gaussian head's mean and log standard deviation, [batch, d] each
+	// (LogStd is the state-independent parameter broadcast over the batch); nil for a
+	// categorical head.
+	Mean, LogStd *G.Node
+	// Value is the critic's state value, [batch, 1].
+	Value *G.Node
+	// Params are the parameter nodes, in the layout order of the Params the policy reads.
+	Params G.Nodes
+
+	params  *Params
+	spec    head.Spec
+	batch   int
+	obs     []float32
+	action  *G.Node // categorical: one-hot [batch, n]; Gaussian: [batch, d]
+	actData []float32
+	logp    *G.Node
+	logSM   *G.Node
+	entropy *G.Node
+	grads   bool // Backward was called
+	vm      G.VM
+	closed  bool
+}
+
+// Build adds params' architecture to g for a fixed batch size and returns its nodes. The
+// parameter nodes read params' memory in place (see Params), so any number of policies, each in
+// its own graph, can be built over one Params. g must be a fresh graph owned by the caller.
+func Build(g *G.ExprGraph, params *Params, batch int) (p *Policy, err error) {
+	if g == nil || params == nil {
+		return nil, fmt.Errorf("%w: Build needs a graph and parameters", ErrConfig)
+	}
+	if batch < 1 {
+		return nil, fmt.Errorf("%w: batch is %d; it must be positive", ErrConfig, batch)
+	}
+	defer guard(&err, "building the policy graph")
+	a := params.arch
+	p = &Policy{Graph: g, params: params, spec: a.cfg.Spec, batch: batch}
+	nodes := make(map[string]*G.Node, params.Len())
+	for i, name := range params.names {
+		shape := params.shapes[i]
+		v := params.view(name)
+		if len(shape) == 1 { // a bias: shaped for broadcasting against its layer's output
+			if isConvBias(a.trunk, name) {
+				v = params.view(name, 1, shape[0], 1, 1)
+			} else {
+				v = params.view(name, 1, shape[0])
+			}
+		}
+		n := G.NewTensor(g, tensor.Float32, v.Dims(), G.WithShape(v.Shape()...), G.WithName(name), G.WithValue(v))
+		nodes[name] = n
+		p.Params = append(p.Params, n)
+	}
+
+	obsShape := append([]int{batch}, a.cfg.Spec.ObsShape...)
+	p.obs = make([]float32, product(obsShape))
+	obsT := tensor.New(tensor.WithShape(obsShape...), tensor.WithBacking(p.obs))
+	p.Obs = G.NewTensor(g, tensor.Float32, len(obsShape), G.WithShape(obsShape...), G.WithName("obs"), G.WithValue(obsT))
+
+	x, err := p.path(a.trunk, p.Obs, nodes)
+	if err != nil {
+		return nil, err
+	}
+	out, err := p.path(a.policy, x, nodes)
+	if err != nil {
+		return nil, err
+	}
+	if p.Value, err = p.path(a.value, x, nodes); err != nil {
+		return nil, err
+	}
+	if !a.logStd {
+		p.Logits = out
+		return p, nil
+	}
+	p.Mean = out
+	d := a.cfg.Spec.ActionDim()
+	zeros := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, d), G.WithName("log_std.zeros"),
+		G.WithValue(tensor.New(tensor.WithShape(batch, d), tensor.Of(tensor.Float32))))
+	if p.LogStd, err = G.BroadcastAdd(zeros, nodes["actor_logstd"], nil, []byte{0}); err != nil {
+		return nil, fmt.Errorf("%w: log_std: %w", ErrGraph, err)
+	}
+	return p, nil
+}
+
+func isConvBias(ops []op, name string) bool {
+	for _, o := range ops {
+		if o.kind == opConv && o.name+".bias" == name {
+			return true
+		}
+	}
+	return false
+}
+
+// path applies ops to x.
+func (p *Policy) path(ops []op, x *G.Node, nodes map[string]*G.Node) (*G.Node, error) {
+	var err error
+	for _, o := range ops {
+		switch o.kind {
+		case opScale:
+			x, err = G.HadamardDiv(x, G.NewConstant(float32(255), G.WithName("255")))
+		case opFlatten:
+			s := x.Shape()
+			x, err = G.Reshape(x, tensor.Shape{s[0], product(s[1:])})
+		case opLinear:
+			if x, err = G.Mul(x, nodes[o.name+".weight"]); err == nil {
+				x, err = G.BroadcastAdd(x, nodes[o.name+".bias"], nil, []byte{0})
+			}
+		case opConv:
+			w := nodes[o.name+".weight"]
+			if x, err = G.Conv2d(x, w, tensor.Shape{o.k, o.k}, []int{0, 0}, []int{o.s, o.s}, []int{1, 1}); err == nil {
+				x, err = G.BroadcastAdd(x, nodes[o.name+".bias"], nil, []byte{0, 2, 3})
+			}
+		case opAct:
+			if o.act == Tanh {
+				x, err = G.Tanh(x)
+			} else {
+				x, err = G.Rectify(x)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: layer %q: %w", ErrGraph, o.name, err)
+		}
+	}
+	return x, nil
+}
