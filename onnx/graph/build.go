@@ -1,0 +1,438 @@
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/towerrl/towerrl/onnx/onnxpb"
+)
+
+// Graph is one gorgonia expression graph built from a [Model] for a fixed batch size, whose
+// parameter nodes are bound to the tensors of a shared [Params].
+//
+// A Graph belongs to one goroutine (with the tape machine that runs it); build one Graph per
+// tower over the same Params.
+type Graph struct {
+	model   *Model
+	params  *Params
+	g       *G.ExprGraph
+	batch   int
+	inputs  G.Nodes // in model input order
+	outputs G.Nodes // in model output order
+	learn   G.Nodes // parameter nodes, in Params order
+}
+
+// Import parses a serialized ONNX model, makes fresh float32 parameters and builds a graph
+// for batch rows on a new gorgonia graph: the one-call path when no other graph shares the
+// parameters. For several towers, call [Parse], [Model.NewParams] once and [Model.Build] per
+// tower.
+func Import(data []byte, batch int) (*Graph, error) {
+	m, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	return m.Build(G.NewGraph(), m.NewParams(), batch)
+}
+
+// Build adds the model's computation for batch rows to g and returns the graph's handles.
+// Parameter nodes are bound to p's tensors (no copy), so graphs built over the same p share
+// one set of weights; the graph computes in p's element type (float32, or float64 after
+// [Params.As]). Input nodes have no value: bind one with gorgonia.Let before each run.
+//
+// Shape-only subgraphs (Shape, Gather, Unsqueeze, Concat of shapes, Constant...) are
+// evaluated here, since shapes are static once the batch is fixed. On error g may hold a
+// partial graph and should be dropped. Bad models and shapes are errors, never panics.
+func (m *Model) Build(g *G.ExprGraph, p *Params, batch int) (gr *Graph, err error) {
+	if g == nil {
+		return nil, fmt.Errorf("%w: nil gorgonia graph", ErrModel)
+	}
+	if batch <= 0 {
+		return nil, fmt.Errorf("%w: batch %d, must be positive", ErrShape, batch)
+	}
+	if err := m.checkParams(p); err != nil {
+		return nil, err
+	}
+	b := &builder{m: m, g: g, dt: p.dt, batch: batch, env: map[string]value{}, refs: map[string]*G.Node{}}
+	defer func() {
+		if r := recover(); r != nil {
+			gr, err = nil, fmt.Errorf("%w: gorgonia refused node %q (op %s): %v", ErrShape, b.at.name, b.at.op, r)
+		}
+	}()
+	gr = &Graph{model: m, params: p, g: g, batch: batch}
+	for name, c := range m.consts {
+		b.env[name] = value{c: c}
+	}
+	for _, pa := range m.params {
+		b.at = nodeRef{name: pa.name, op: "parameter"}
+		n := G.NewTensor(g, b.dt, len(pa.shape), G.WithShape(pa.shape...), G.WithName(pa.name), G.WithValue(p.vals[pa.name]))
+		b.env[pa.name] = value{n: n}
+		gr.learn = append(gr.learn, n)
+	}
+	for _, in := range m.inputs {
+		b.at = nodeRef{name: in.Name, op: "input"}
+		shape, err := concreteShape(in, batch)
+		if err != nil {
+			return nil, err
+		}
+		n := G.NewTensor(g, b.dt, len(shape), G.WithShape(shape...), G.WithName(in.Name))
+		b.env[in.Name] = value{n: n}
+		gr.inputs = append(gr.inputs, n)
+	}
+	for k, pn := range m.nodes {
+		if err := b.node(pn, k); err != nil {
+			return nil, err
+		}
+	}
+	for _, out := range m.outputs {
+		b.at = nodeRef{name: out, op: "output"}
+		v := b.env[out]
+		n, err := b.toNode(v)
+		if err != nil {
+			return nil, err
+		}
+		gr.outputs = append(gr.outputs, n)
+	}
+	return gr, nil
+}
+
+func concreteShape(in Input, batch int) ([]int, error) {
+	if len(in.Shape) == 0 {
+		return nil, fmt.Errorf("%w: input %q is a scalar; inputs need a batch dimension", ErrShape, in.Name)
+	}
+	shape := slices.Clone(in.Shape)
+	switch {
+	case shape[0] < 0:
+		shape[0] = batch
+	case shape[0] != batch:
+		return nil, fmt.Errorf("%w: input %q has a fixed batch of %d, asked for %d", ErrShape, in.Name, shape[0], batch)
+	}
+	for k, d := range shape[1:] {
+		if d < 0 {
+			return nil, fmt.Errorf("%w: input %q has dynamic dimension %d besides the batch; only dimension 0 may be dynamic", ErrShape, in.Name, k+1)
+		}
+	}
+	return shape, nil
+}
+
+// ExprGraph is the gorgonia graph the nodes live in.
+func (gr *Graph) ExprGraph() *G.ExprGraph { return gr.g }
+
+// Batch is the batch size the graph was built for.
+func (gr *Graph) Batch() int { return gr.batch }
+
+// Model is the model the graph was built from.
+func (gr *Graph) Model() *Model { return gr.model }
+
+// Params is the parameter set the graph's parameter nodes are bound to.
+func (gr *Graph) Params() *Params { return gr.params }
+
+// Inputs returns the input nodes, in [Model.Inputs] order; bind each a value with gorgonia.Let.
+func (gr *Graph) Inputs() G.Nodes { return slices.Clone(gr.inputs) }
+
+// Outputs returns the output nodes, in [Model.Outputs] order.
+func (gr *Graph) Outputs() G.Nodes { return slices.Clone(gr.outputs) }
+
+// Learnables returns the parameter nodes in [Params.Names] order: the nodes to differentiate
+// with gorgonia.Grad and to bind dual values for.
+func (gr *Graph) Learnables() G.Nodes { return slices.Clone(gr.learn) }
+
+// Input returns the input node called name.
+func (gr *Graph) Input(name string) (*G.Node, error) {
+	for k, in := range gr.model.inputs {
+		if in.Name == name {
+			return gr.inputs[k], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: the model has no input %q", ErrModel, name)
+}
+
+// Output returns the output node called name.
+func (gr *Graph) Output(name string) (*G.Node, error) {
+	for k, out := range gr.model.outputs {
+		if out == name {
+			return gr.outputs[k], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: the model has no output %q", ErrModel, name)
+}
+
+// Param returns the node of the named parameter.
+func (gr *Graph) Param(name string) (*G.Node, error) {
+	for k, pa := range gr.model.params {
+		if pa.name == name {
+			return gr.learn[k], nil
+		}
+	}
+	return nil, fmt.Errorf("%w: the model has no parameter %q", ErrParams, name)
+}
+
+// value is what a tensor name stands for while building: a gorgonia node, or a constant
+// known at import time. Exactly one is set.
+type value struct {
+	n *G.Node
+	c *constant
+}
+
+func (v value) shape() []int {
+	if v.c != nil {
+		return v.c.shape
+	}
+	return []int(v.n.Shape())
+}
+
+type builder struct {
+	m      *Model
+	g      *G.ExprGraph
+	dt     tensor.Dtype
+	batch  int
+	env    map[string]value
+	refs   map[string]*G.Node // constant tensors of ones by shape, the size references of Expand
+	at     nodeRef            // the node being built, for errors
+	nconst int                // constants made so far, for unique names
+}
+
+// onode is an ONNX node being built, with its inputs resolved.
+type onode struct {
+	*onnxpb.NodeProto
+	ref nodeRef
+	in  []value // absent optional inputs are the zero value
+}
+
+func (n *onode) has(k int) bool { return k < len(n.in) && (n.in[k].n != nil || n.in[k].c != nil) }
+
+func (n *onode) attr(name string) *onnxpb.AttributeProto {
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == name {
+			return a
+		}
+	}
+	return nil
+}
+
+func (n *onode) attrInt(name string, def int64) int64 {
+	if a := n.attr(name); a != nil {
+		return a.GetI()
+	}
+	return def
+}
+
+func (n *onode) attrFloat(name string, def float32) float32 {
+	if a := n.attr(name); a != nil {
+		return a.GetF()
+	}
+	return def
+}
+
+func (n *onode) attrInts(name string) ([]int64, bool) {
+	if a := n.attr(name); a != nil {
+		return a.GetInts(), true
+	}
+	return nil, false
+}
+
+func (n *onode) attrString(name, def string) string {
+	if a := n.attr(name); a != nil {
+		return string(a.GetS())
+	}
+	return def
+}
+
+func (b *builder) node(pn *onnxpb.NodeProto, index int) error {
+	n := &onode{NodeProto: pn, ref: refOf(pn, index)}
+	b.at = n.ref
+	for _, name := range pn.GetInput() {
+		n.in = append(n.in, b.env[name]) // "" (absent) maps to the zero value
+	}
+	outs, err := ops[pn.GetOpType()].build(b, n)
+	if err != nil {
+		var ue *UnsupportedError
+		if errors.As(err, &ue) {
+			return err
+		}
+		return nodeError(n.ref, err)
+	}
+	for k, name := range pn.GetOutput() {
+		if name == "" || k >= len(outs) {
+			continue
+		}
+		b.env[name] = outs[k]
+	}
+	return nil
+}
+
+// toNode returns v as a node, making a gorgonia constant of a constant (in the graph's
+// element type; a rank-0 constant becomes a scalar).
+func (b *builder) toNode(v value) (*G.Node, error) {
+	if v.n != nil {
+		return v.n, nil
+	}
+	if v.c == nil {
+		return nil, fmt.Errorf("%w: a required input is missing", ErrModel)
+	}
+	if len(v.c.shape) == 0 {
+		return b.scalar(v.c.floats()[0]), nil
+	}
+	// gorgonia merges constants of the same name, so each gets its own.
+	b.nconst++
+	name := fmt.Sprintf("%s/const%d", b.at.name, b.nconst)
+	return G.NewConstant(newDense(b.dt, tensor.Shape(v.c.shape), v.c.floats()), G.WithName(name), G.In(b.g)), nil
+}
+
+func (b *builder) scalar(x float64) *G.Node {
+	if b.dt == tensor.Float64 {
+		return G.NewConstant(x, G.In(b.g))
+	}
+	return G.NewConstant(float32(x), G.In(b.g))
+}
+
+// reshape returns x with a new shape of the same size (x itself when unchanged).
+func reshape(x *G.Node, shape []int) (*G.Node, error) {
+	if slices.Equal([]int(x.Shape()), shape) {
+		return x, nil
+	}
+	if product([]int(x.Shape())) != product(shape) {
+		return nil, fmt.Errorf("%w: cannot reshape %v to %v", ErrShape, x.Shape(), shape)
+	}
+	return G.Reshape(x, tensor.Shape(slices.Clone(shape)))
+}
+
+// broadcastShape is numpy's (and ONNX's multidirectional) broadcast of two shapes.
+func broadcastShape(a, b []int) ([]int, error) {
+	r := max(len(a), len(b))
+	out := make([]int, r)
+	for k := range r {
+		da, db := 1, 1
+		if i := k - (r - len(a)); i >= 0 {
+			da = a[i]
+		}
+		if i := k - (r - len(b)); i >= 0 {
+			db = b[i]
+		}
+		switch {
+		case da == db, db == 1:
+			out[k] = da
+		case da == 1:
+			out[k] = db
+		default:
+			return nil, fmt.Errorf("%w: shapes %v and %v do not broadcast", ErrShape, a, b)
+		}
+	}
+	return out, nil
+}
+
+func padShape(s []int, rank int) []int {
+	out := make([]int, rank-len(s), rank)
+	for k := range out {
+		out[k] = 1
+	}
+	return append(out, s...)
+}
+
+// broadcastPair makes a and b the same shape following numpy's rules (a gorgonia scalar stays
+// a scalar: gorgonia's element-wise ops take it as it is).
+func (b *builder) broadcastPair(x, y *G.Node) (*G.Node, *G.Node, error) {
+	sx, sy := []int(x.Shape()), []int(y.Shape())
+	if slices.Equal(sx, sy) || x.IsScalar() || y.IsScalar() {
+		return x, y, nil
+	}
+	out, err := broadcastShape(sx, sy)
+	if err != nil {
+		return nil, nil, err
+	}
+	if x, err = reshape(x, padShape(sx, len(out))); err != nil {
+		return nil, nil, err
+	}
+	if y, err = reshape(y, padShape(sy, len(out))); err != nil {
+		return nil, nil, err
+	}
+	var left, right []byte
+	for k, d := range out {
+		if d == 1 {
+			continue
+		}
+		if x.Shape()[k] == 1 {
+			left = append(left, byte(k))
+		}
+		if y.Shape()[k] == 1 {
+			right = append(right, byte(k))
+		}
+	}
+	if len(left)+len(right) == 0 {
+		return x, y, nil
+	}
+	if err := checkBroadcastAxes(left, right); err != nil {
+		return nil, nil, err
+	}
+	return G.Broadcast(x, y, G.NewBroadcastPattern(left, right))
+}
+
+func checkBroadcastAxes(axes ...[]byte) error {
+	for _, as := range axes {
+		for _, a := range as {
+			if a >= 4 {
+				return fmt.Errorf("%w: broadcasting along axis %d; gorgonia broadcasts along axes 0-3 only", ErrShape, a)
+			}
+		}
+	}
+	return nil
+}
+
+// broadcastTo repeats x along its size-1 axes (after left-padding its shape) to shape out.
+func (b *builder) broadcastTo(x *G.Node, out []int) (*G.Node, error) {
+	sx := []int(x.Shape())
+	if slices.Equal(sx, out) {
+		return x, nil
+	}
+	if len(sx) > len(out) {
+		return nil, fmt.Errorf("%w: cannot broadcast %v to %v", ErrShape, sx, out)
+	}
+	var err error
+	if x.IsScalar() {
+		sx = nil
+		if x, err = G.Reshape(x, tensor.Shape(padShape(nil, len(out)))); err != nil {
+			return nil, err
+		}
+	} else if x, err = reshape(x, padShape(sx, len(out))); err != nil {
+		return nil, err
+	}
+	var left []byte
+	for k, d := range out {
+		switch xd := x.Shape()[k]; {
+		case xd == d:
+		case xd == 1:
+			left = append(left, byte(k))
+		default:
+			return nil, fmt.Errorf("%w: cannot broadcast %v to %v", ErrShape, sx, out)
+		}
+	}
+	if err := checkBroadcastAxes(left); err != nil {
+		return nil, err
+	}
+	key := fmt.Sprint(out)
+	ref, ok := b.refs[key]
+	if !ok {
+		ones := make([]float64, product(out))
+		for k := range ones {
+			ones[k] = 1
+		}
+		ref = G.NewConstant(newDense(b.dt, tensor.Shape(out), ones), G.WithName("ones"+key), G.In(b.g))
+		b.refs[key] = ref
+	}
+	x, _, err = G.Broadcast(x, ref, G.NewBroadcastPattern(left, nil))
+	return x, err
+}
+
+// axis normalises a possibly negative axis against rank.
+func axis(a int64, rank int) (int, error) {
+	if a < 0 {
+		a += int64(rank)
+	}
+	if a < 0 || a >= int64(rank) {
+		return 0, fmt.Errorf("%w: axis %d out of range for rank %d", ErrShape, a, rank)
+	}
+	return int(a), nil
+}
