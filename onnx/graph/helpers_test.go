@@ -123,3 +123,5 @@ func maxAbsDiff(a []float64, b []float32) float64 {
 	}
 	return worst
 }
+
+func newGraph() *G.ExprGraph { return G.NewGraph() }
