@@ -40,6 +40,7 @@ type Policy struct {
 	actData []float32
 	logp    *G.Node
 	logSM   *G.Node
+	watched map[*G.Node]*G.Value // nodes copied out by Read nodes, for Read
 	entropy *G.Node
 	grads   bool // Backward was called
 	vm      G.VM
@@ -93,14 +94,21 @@ func Build(g *G.ExprGraph, params *Params, batch int) (p *Policy, err error) {
 	}
 	if !a.logStd {
 		p.Logits = out
-		return p, nil
+	} else {
+		p.Mean = out
+		d := a.cfg.Spec.ActionDim()
+		zeros := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, d), G.WithName("log_std.zeros"),
+			G.WithValue(tensor.New(tensor.WithShape(batch, d), tensor.Of(tensor.Float32))))
+		if p.LogStd, err = G.BroadcastAdd(zeros, nodes["actor_logstd"], nil, []byte{0}); err != nil {
+			return nil, fmt.Errorf("%w: log_std: %w", ErrGraph, err)
+		}
 	}
-	p.Mean = out
-	d := a.cfg.Spec.ActionDim()
-	zeros := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, d), G.WithName("log_std.zeros"),
-		G.WithValue(tensor.New(tensor.WithShape(batch, d), tensor.Of(tensor.Float32))))
-	if p.LogStd, err = G.BroadcastAdd(zeros, nodes["actor_logstd"], nil, []byte{0}); err != nil {
-		return nil, fmt.Errorf("%w: log_std: %w", ErrGraph, err)
+	for _, n := range []*G.Node{p.Logits, p.Mean, p.LogStd, p.Value} {
+		if n != nil {
+			if err := p.Watch(n); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return p, nil
 }

@@ -3,7 +3,9 @@ package models
 import (
 	"math/rand/v2"
 
-	"gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/lapack/lapack64"
 )
 
 // orthogonal fills dst with a (semi-)orthogonal rows×cols matrix scaled by gain, as
@@ -19,41 +21,45 @@ func orthogonal(dst []float32, rows, cols int, gain float64, rng *rand.Rand, tra
 	if rows < cols {
 		m, n = cols, rows
 	}
-	// a is m×n with m ≥ n.
-	a := mat.NewDense(m, n, nil)
-	for i := range m {
-		for j := range n {
-			a.Set(i, j, rng.NormFloat64())
-		}
+	// a is m×n with m ≥ n: Householder QR (LAPACK dgeqrf), then the thin Q = Q·I[m×n]
+	// (dormqr), never the full m×m Q.
+	a := blas64.General{Rows: m, Cols: n, Stride: n, Data: make([]float64, m*n)}
+	for i := range a.Data {
+		a.Data[i] = rng.NormFloat64()
 	}
-	var qr mat.QR
-	qr.Factorize(a)
-	var q, r mat.Dense
-	qr.QTo(&q) // m×m
-	qr.RTo(&r) // m×n
-	// q[:, :n] · diag(sign(r_jj)) · gain is m×n with orthonormal columns (times gain).
-	val := func(i, j int) float64 {
-		s := 1.0
-		if r.At(j, j) < 0 {
-			s = -1
-		}
-		return q.At(i, j) * s * gain
+	tau := make([]float64, n)
+	work := make([]float64, 1)
+	lapack64.Geqrf(a, tau, work, -1)
+	work = make([]float64, max(int(work[0]), m))
+	lapack64.Geqrf(a, tau, work, len(work))
+	q := blas64.General{Rows: m, Cols: n, Stride: n, Data: make([]float64, m*n)}
+	for j := range n {
+		q.Data[j*n+j] = 1
 	}
-	// Element (row, col) of the rows×cols result: q[row][col] when rows ≥ cols, else the
-	// transpose q[col][row].
-	at := func(row, col int) float64 {
-		if rows >= cols {
-			return val(row, col)
+	lapack64.Ormqr(blas.Left, blas.NoTrans, a, tau, q, work, -1)
+	work = make([]float64, max(int(work[0]), n))
+	lapack64.Ormqr(blas.Left, blas.NoTrans, a, tau, q, work, len(work))
+	// Column j of Q times sign(R_jj) times gain.
+	scale := make([]float64, n)
+	for j := range n {
+		scale[j] = gain
+		if a.Data[j*n+j] < 0 {
+			scale[j] = -gain
 		}
-		return val(col, row)
 	}
 	for i := range rows {
 		for j := range cols {
-			v := float32(at(i, j))
-			if transposed {
-				dst[j*rows+i] = v
+			// Element (i, j) of the rows×cols result: Q[i][j] when rows ≥ cols, else Q[j][i].
+			var v float64
+			if rows >= cols {
+				v = q.Data[i*n+j] * scale[j]
 			} else {
-				dst[i*cols+j] = v
+				v = q.Data[j*n+i] * scale[i]
+			}
+			if transposed {
+				dst[j*rows+i] = float32(v)
+			} else {
+				dst[i*cols+j] = float32(v)
 			}
 		}
 	}

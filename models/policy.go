@@ -71,7 +71,7 @@ func (p *Policy) LogProb() (logp *G.Node, err error) {
 	if p.Logits != nil {
 		ls := p.logSoftmax()
 		p.logp = G.Must(G.Sum(G.Must(G.HadamardProd(ls, p.action)), 1))
-		return p.logp, nil
+		return p.logp, p.Watch(p.logp)
 	}
 	d := float64(p.spec.ActionDim())
 	z := G.Must(G.HadamardDiv(G.Must(G.Sub(p.action, p.Mean)), G.Must(G.Exp(p.LogStd))))
@@ -79,7 +79,7 @@ func (p *Policy) LogProb() (logp *G.Node, err error) {
 	half := G.Must(G.HadamardProd(sq, G.NewConstant(float32(-0.5))))
 	logp = G.Must(G.Sub(half, G.Must(G.Sum(p.LogStd, 1))))
 	p.logp = G.Must(G.Sub(logp, G.NewConstant(float32(d*halfLog2Pi))))
-	return p.logp, nil
+	return p.logp, p.Watch(p.logp)
 }
 
 // Entropy adds (once) and returns the entropy of the head's distribution for each row, shape
@@ -94,13 +94,15 @@ func (p *Policy) Entropy() (ent *G.Node, err error) {
 	defer guard(&err, "adding the entropy")
 	if p.Logits != nil {
 		ls := p.logSoftmax()
-		pr := G.Must(G.SoftMax(p.Logits, 1))
+		// exp(log softmax), not G.SoftMax: gorgonia's op hash ignores softmax-vs-log, so the
+		// graph would merge the two nodes into one.
+		pr := G.Must(G.Exp(ls))
 		p.entropy = G.Must(G.Neg(G.Must(G.Sum(G.Must(G.HadamardProd(pr, ls)), 1))))
-		return p.entropy, nil
+		return p.entropy, p.Watch(p.entropy)
 	}
 	d := float64(p.spec.ActionDim())
 	p.entropy = G.Must(G.Add(G.Must(G.Sum(p.LogStd, 1)), G.NewConstant(float32(d*(0.5+halfLog2Pi)))))
-	return p.entropy, nil
+	return p.entropy, p.Watch(p.entropy)
 }
 
 // logSoftmax adds (once) log softmax(logits) over the action axis; it panics like G.Must.
@@ -224,24 +226,48 @@ func (p *Policy) Forward(obs []float32) error {
 	return p.Run()
 }
 
-// Read returns node n's values from the last Run, row-major. The slice is gorgonia's memory:
-// valid until the next Run, not to be written.
-func (p *Policy) Read(n *G.Node) ([]float32, error) {
-	if n == nil {
-		return nil, fmt.Errorf("%w: Read of a nil node", ErrState)
+// Watch makes n readable with Read after each Run. gorgonia's tape machine reuses the memory
+// of intermediate values, so a node's own Value may be overwritten later in the same run; a
+// watched node's values are copied out when they are computed. The forward outputs and the
+// LogProb and Entropy nodes are watched already. Only before Compile.
+func (p *Policy) Watch(n *G.Node) (err error) {
+	if p.vm != nil {
+		return fmt.Errorf("%w: Watch after Compile", ErrState)
 	}
-	v := n.Value()
-	if v == nil {
+	if n == nil {
+		return fmt.Errorf("%w: Watch of a nil node", ErrState)
+	}
+	if _, ok := p.watched[n]; ok {
+		return nil
+	}
+	defer guard(&err, "watching "+n.Name())
+	v := new(G.Value)
+	G.Read(n, v)
+	if p.watched == nil {
+		p.watched = map[*G.Node]*G.Value{}
+	}
+	p.watched[n] = v
+	return nil
+}
+
+// Read returns watched node n's values from the last Run, row-major (one value for a scalar).
+// The slice is the policy's copy: valid until the next Run, not to be written.
+func (p *Policy) Read(n *G.Node) ([]float32, error) {
+	v, ok := p.watched[n]
+	if !ok || n == nil {
+		return nil, fmt.Errorf("%w: Read of a node that is not watched; call Watch before Compile", ErrState)
+	}
+	if *v == nil {
 		return nil, fmt.Errorf("%w: node %q has no value; Run first", ErrState, n.Name())
 	}
-	data, ok := v.Data().([]float32)
-	if !ok {
-		if f, ok := v.Data().(float32); ok {
-			return []float32{f}, nil
-		}
-		return nil, fmt.Errorf("%w: node %q holds %T, not float32", ErrShape, n.Name(), v.Data())
+	switch d := (*v).Data().(type) {
+	case []float32:
+		return d, nil
+	case float32:
+		return []float32{d}, nil
+	default:
+		return nil, fmt.Errorf("%w: node %q holds %T, not float32", ErrShape, n.Name(), d)
 	}
-	return data, nil
 }
 
 // Grads copies the parameter gradients of the last Run into dst, in the layout of the Params
