@@ -1,4 +1,39 @@
-// Package learner trains policy graphs: sample batches, towers (one graph per device) that split
-// each minibatch, gradient averaging through a collective, optimisers, and the asynchronous
-// learner loop that keeps tower stacks loaded. It never steps environments.
+// Package learner trains policies on sample batches: columnar [SampleBatch]es, [Towers] that
+// split each minibatch over several devices and average their gradients through a
+// [Collective], optimisers ([Adam], [SGD]) with learning-rate schedules, and the asynchronous
+// [Learner] loop that keeps tower stacks loaded. It never steps environments.
+//
+// # Towers
+//
+// A [Tower] is one graph on one device, built for a fixed slice size, reading the single
+// shared flat parameter vector in place (no per-step weight copies on the CPU). Per minibatch,
+// [Towers.Update] truncates the rows to a multiple of N (an error when a tower would get
+// none), optionally standardises the advantages over the whole minibatch (so N towers compute
+// what one would), copies one slice to each tower, runs the towers in parallel on their own
+// goroutines, averages their gradients in tower order through the Collective (deterministic
+// for a seed), clips the average by global norm, and applies it once through the optimiser.
+// Recurrent data is split in whole sequences, never through time.
+//
+// # The asynchronous learner
+//
+// As RLlib's MultiGPULearnerThread: [Learner.Submit] puts a batch on a bounded inqueue; K
+// loader goroutines take a batch and an idle stack and load it (on a device, the host-to-device
+// copy); the learner goroutine takes a loaded stack, runs SGDIters shuffled passes of
+// minibatches over it without reloading, returns the stack to idle and posts a [Result] on the
+// outqueue. [Learner.Weights] reads the latest parameters and their version without stopping
+// training. [Timers] report queue wait, load, gradient and stack-wait time.
+//
+// # Ownership and threading
+//
+// Channels carry ownership: a submitted batch belongs to the learner until it comes back on
+// Released; a stack index belongs to whoever took it from the idle or ready channel. Towers
+// write only their own gradient buffers; the parameters are written only by the optimiser,
+// under a lock that Weights also takes. Close stops every goroutine and waits for them.
+// Shuffling, slicing and concatenation allocate nothing in steady state.
+//
+// # Collectives
+//
+// [Collective] is an all-reduce (mean) of a flat float32 buffer. [Local] serves towers in one
+// process; a multi-process implementation (DD-PPO) plugs in through TowersConfig.Collective
+// without touching tower code.
 package learner

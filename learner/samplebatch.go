@@ -1,0 +1,205 @@
+package learner
+
+import (
+	"fmt"
+	"math/rand/v2"
+)
+
+// SampleBatch is a columnar batch of transitions in preallocated float32 (and int64) arrays.
+// Rows 0..Len-1 are valid; capacity is fixed at construction. For recurrent policies, rows are
+// grouped into whole sequences of lengths SeqLens (summing to Len), each with its initial state
+// in State (StateDim per sequence).
+type SampleBatch struct {
+	ObsDim, ActDim, StateDim int
+
+	Obs        []float32 // [cap×ObsDim]
+	Actions    []float32 // [cap×ActDim]; a Discrete action is its index as a float32
+	Rewards    []float32 // [cap]
+	Terminated []float32 // [cap]
+	Truncated  []float32 // [cap]
+	LogP       []float32 // [cap] behaviour policy log-probability
+	Values     []float32 // [cap] behaviour value estimate
+	Advantages []float32 // [cap]
+	Returns    []float32 // [cap] value targets
+	Version    []int64   // [cap] policy version that produced the row
+
+	SeqLens []int32   // lengths of the recurrent sequences; empty for feed-forward data
+	State   []float32 // [len(SeqLens)×StateDim] initial state of each sequence
+
+	n, capacity int
+}
+
+// NewSampleBatch allocates a batch for capacity rows (and, when stateDim > 0, as many sequences).
+func NewSampleBatch(capacity, obsDim, actDim, stateDim int) *SampleBatch {
+	b := &SampleBatch{ObsDim: obsDim, ActDim: actDim, StateDim: stateDim, capacity: capacity,
+		Obs: make([]float32, capacity*obsDim), Actions: make([]float32, capacity*actDim),
+		Rewards: make([]float32, capacity), Terminated: make([]float32, capacity), Truncated: make([]float32, capacity),
+		LogP: make([]float32, capacity), Values: make([]float32, capacity), Advantages: make([]float32, capacity),
+		Returns: make([]float32, capacity), Version: make([]int64, capacity)}
+	if stateDim > 0 {
+		b.SeqLens = make([]int32, 0, capacity)
+		b.State = make([]float32, capacity*stateDim)
+	}
+	return b
+}
+
+// Len is the number of valid rows.
+func (b *SampleBatch) Len() int { return b.n }
+
+// Cap is the number of rows the batch can hold.
+func (b *SampleBatch) Cap() int { return b.capacity }
+
+// Recurrent reports whether the batch holds sequences.
+func (b *SampleBatch) Recurrent() bool { return b.StateDim > 0 }
+
+// SetLen sets the number of valid rows (after writing the columns directly).
+func (b *SampleBatch) SetLen(n int) error {
+	if n < 0 || n > b.capacity {
+		return fmt.Errorf("%w: %d rows in a batch of capacity %d", ErrBatch, n, b.capacity)
+	}
+	b.n = n
+	return nil
+}
+
+// Reset empties the batch, keeping its memory.
+func (b *SampleBatch) Reset() {
+	b.n = 0
+	if b.SeqLens != nil {
+		b.SeqLens = b.SeqLens[:0]
+	}
+}
+
+func (b *SampleBatch) sameLayout(o *SampleBatch) error {
+	if b.ObsDim != o.ObsDim || b.ActDim != o.ActDim || b.StateDim != o.StateDim {
+		return fmt.Errorf("%w: layouts differ (obs %d/%d, act %d/%d, state %d/%d)",
+			ErrBatch, b.ObsDim, o.ObsDim, b.ActDim, o.ActDim, b.StateDim, o.StateDim)
+	}
+	return nil
+}
+
+// copyRows copies rows [lo, lo+n) of src to rows [at, at+n) of b.
+func (b *SampleBatch) copyRows(at int, src *SampleBatch, lo, n int) {
+	od, ad := b.ObsDim, b.ActDim
+	copy(b.Obs[at*od:(at+n)*od], src.Obs[lo*od:(lo+n)*od])
+	copy(b.Actions[at*ad:(at+n)*ad], src.Actions[lo*ad:(lo+n)*ad])
+	for _, c := range [][2][]float32{{b.Rewards, src.Rewards}, {b.Terminated, src.Terminated}, {b.Truncated, src.Truncated},
+		{b.LogP, src.LogP}, {b.Values, src.Values}, {b.Advantages, src.Advantages}, {b.Returns, src.Returns}} {
+		copy(c[0][at:at+n], c[1][lo:lo+n])
+	}
+	copy(b.Version[at:at+n], src.Version[lo:lo+n])
+}
+
+// Append copies src's rows (and sequences) after b's. It allocates nothing.
+func (b *SampleBatch) Append(src *SampleBatch) error {
+	if err := b.sameLayout(src); err != nil {
+		return err
+	}
+	if b.n+src.n > b.capacity {
+		return fmt.Errorf("%w: appending %d rows to %d exceeds the capacity %d", ErrBatch, src.n, b.n, b.capacity)
+	}
+	b.copyRows(b.n, src, 0, src.n)
+	if b.Recurrent() {
+		s := len(b.SeqLens)
+		copy(b.State[s*b.StateDim:], src.State[:len(src.SeqLens)*b.StateDim])
+		b.SeqLens = append(b.SeqLens, src.SeqLens...)
+	}
+	b.n += src.n
+	return nil
+}
+
+// CopyRange makes dst hold rows [lo, hi) of b (for recurrent data, sequences [lo, hi)). It
+// allocates nothing when dst has the capacity.
+func (b *SampleBatch) CopyRange(dst *SampleBatch, lo, hi int) error {
+	if err := b.sameLayout(dst); err != nil {
+		return err
+	}
+	dst.Reset()
+	if b.Recurrent() {
+		if lo < 0 || hi > len(b.SeqLens) || lo > hi {
+			return fmt.Errorf("%w: sequences [%d, %d) of %d", ErrBatch, lo, hi, len(b.SeqLens))
+		}
+		start := 0
+		for _, l := range b.SeqLens[:lo] {
+			start += int(l)
+		}
+		rows := 0
+		for _, l := range b.SeqLens[lo:hi] {
+			rows += int(l)
+		}
+		if rows > dst.capacity {
+			return fmt.Errorf("%w: %d rows into a batch of capacity %d", ErrBatch, rows, dst.capacity)
+		}
+		dst.copyRows(0, b, start, rows)
+		dst.SeqLens = append(dst.SeqLens, b.SeqLens[lo:hi]...)
+		copy(dst.State, b.State[lo*b.StateDim:hi*b.StateDim])
+		dst.n = rows
+		return nil
+	}
+	if lo < 0 || hi > b.n || lo > hi {
+		return fmt.Errorf("%w: rows [%d, %d) of %d", ErrBatch, lo, hi, b.n)
+	}
+	if hi-lo > dst.capacity {
+		return fmt.Errorf("%w: %d rows into a batch of capacity %d", ErrBatch, hi-lo, dst.capacity)
+	}
+	dst.copyRows(0, b, lo, hi-lo)
+	dst.n = hi - lo
+	return nil
+}
+
+// Shuffler permutes batches in place with preallocated scratch space.
+type Shuffler struct {
+	perm    []int
+	scratch *SampleBatch
+	offsets []int
+}
+
+// NewShuffler makes a shuffler for batches shaped like b.
+func NewShuffler(b *SampleBatch) *Shuffler {
+	return &Shuffler{perm: make([]int, b.capacity), scratch: NewSampleBatch(b.capacity, b.ObsDim, b.ActDim, b.StateDim),
+		offsets: make([]int, b.capacity+1)}
+}
+
+// Shuffle permutes b's rows uniformly at random (for recurrent data, its whole sequences),
+// drawing from rng. It allocates nothing.
+func (s *Shuffler) Shuffle(rng *rand.Rand, b *SampleBatch) error {
+	if err := s.scratch.sameLayout(b); err != nil {
+		return err
+	}
+	if b.capacity > s.scratch.capacity {
+		return fmt.Errorf("%w: shuffler of capacity %d for a batch of %d", ErrBatch, s.scratch.capacity, b.capacity)
+	}
+	units := b.n
+	if b.Recurrent() {
+		units = len(b.SeqLens)
+	}
+	perm := s.perm[:units]
+	for i := range perm {
+		perm[i] = i
+	}
+	rng.Shuffle(units, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	if !b.Recurrent() {
+		for i, p := range perm {
+			s.scratch.copyRows(i, b, p, 1)
+		}
+		b.copyRows(0, s.scratch, 0, b.n)
+		return nil
+	}
+	s.offsets[0] = 0
+	for i, l := range b.SeqLens {
+		s.offsets[i+1] = s.offsets[i] + int(l)
+	}
+	at := 0
+	sd := b.StateDim
+	s.scratch.SeqLens = s.scratch.SeqLens[:0]
+	for i, p := range perm {
+		l := int(b.SeqLens[p])
+		s.scratch.copyRows(at, b, s.offsets[p], l)
+		copy(s.scratch.State[i*sd:(i+1)*sd], b.State[p*sd:(p+1)*sd])
+		s.scratch.SeqLens = append(s.scratch.SeqLens, int32(l))
+		at += l
+	}
+	b.copyRows(0, s.scratch, 0, b.n)
+	copy(b.SeqLens, s.scratch.SeqLens)
+	copy(b.State, s.scratch.State[:units*sd])
+	return nil
+}

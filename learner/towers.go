@@ -1,0 +1,305 @@
+package learner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/towerrl/towerrl/device"
+)
+
+// Tower computes gradients on its slice of each minibatch. A tower is built for a fixed
+// number of rows (sequences, for recurrent data) and belongs to one goroutine; it reads the
+// shared parameters in place and must not write them.
+type Tower interface {
+	// Grad computes the gradient of the mean loss over mb's rows, writes it into grads (one
+	// value per parameter, in the flat parameter order), and writes its statistics
+	// (StatNames order) into stats.
+	Grad(mb *SampleBatch, grads []float32, stats []float64) error
+	// StatNames names the statistics Grad reports; every tower of a set reports the same.
+	StatNames() []string
+	Close() error
+}
+
+// TowerFactory builds tower i on dev for slices of rows rows (sequences, for recurrent
+// data), reading the shared flat parameter vector params.
+type TowerFactory func(i int, dev device.Device, rows int, params []float32) (Tower, error)
+
+// TowersConfig configures a set of towers. The zero value is one CPU tower.
+type TowersConfig struct {
+	// N is the number of towers. Default: len(Devices), or 1.
+	N int
+	// Devices places tower i on Devices[i]. Default: the CPU for every tower.
+	Devices []device.Device
+	// Minibatch is the number of rows (sequences for recurrent data) of each minibatch; it
+	// is truncated to a multiple of N. Required.
+	Minibatch int
+	// MaxGradNorm clips the averaged gradient's global L2 norm. Default 0: no clipping.
+	MaxGradNorm float64
+	// NormalizeAdvantages standardises the advantages of each minibatch (over the whole
+	// minibatch, before it is split, so that N towers compute the same update as one).
+	NormalizeAdvantages bool
+	// Collective averages the towers' gradients. Default: an in-process Local group.
+	Collective Collective
+}
+
+// Towers splits each minibatch evenly over N towers, computes their gradients in parallel,
+// averages them in tower order through a Collective, clips the result by global norm and
+// applies it once through the optimiser to the one shared parameter vector. Update calls
+// must not overlap; Weights may be called concurrently with Update.
+type Towers struct {
+	cfg    TowersConfig
+	towers []Tower
+	per    int // rows (or sequences) per tower
+	params []float32
+	opt    Optimizer
+	coll   Collective
+	grads  [][]float32
+	stats  [][]float64
+	slices []*SampleBatch
+	names  []string
+	norm   float64
+
+	mu      sync.RWMutex // guards params against Weights reading during opt.Step, and version
+	version int64
+
+	work []chan towerJob // per tower: its slice to compute; closed to stop
+	done chan towerResult
+	wg   sync.WaitGroup
+	avg  []float64 // averaged statistics, returned in UpdateStats
+}
+
+type towerJob struct {
+	ctx context.Context
+	mb  *SampleBatch
+}
+
+type towerResult struct {
+	i   int
+	err error
+}
+
+// UpdateStats reports one update.
+type UpdateStats struct {
+	Rows     int       // rows trained (after truncation to a multiple of N)
+	GradNorm float64   // global norm of the averaged gradient before clipping
+	LR       float64   // learning rate applied
+	Stats    []float64 // the towers' statistics averaged, in StatNames order; valid until the next Update
+	Grad     time.Duration
+}
+
+// NewTowers builds cfg.N towers over params (the shared flat parameter vector, owned by the
+// Towers from now on) with layout describing the batches they will take.
+func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *SampleBatch, factory TowerFactory) (*Towers, error) {
+	if cfg.N == 0 {
+		cfg.N = max(len(cfg.Devices), 1)
+	}
+	switch {
+	case cfg.N < 0:
+		return nil, fmt.Errorf("%w: N = %d towers", ErrConfig, cfg.N)
+	case len(cfg.Devices) != 0 && len(cfg.Devices) != cfg.N:
+		return nil, fmt.Errorf("%w: %d Devices for %d towers", ErrConfig, len(cfg.Devices), cfg.N)
+	case cfg.Minibatch < 1:
+		return nil, fmt.Errorf("%w: Minibatch = %d", ErrConfig, cfg.Minibatch)
+	case opt == nil:
+		return nil, fmt.Errorf("%w: no optimiser", ErrConfig)
+	}
+	per := cfg.Minibatch / cfg.N
+	if per == 0 {
+		return nil, fmt.Errorf("%w: a minibatch of %d over %d towers leaves a tower nothing", ErrSplit, cfg.Minibatch, cfg.N)
+	}
+	if cfg.Collective == nil {
+		cfg.Collective = NewLocal(cfg.N)
+	}
+	if cfg.Collective.Members() != cfg.N {
+		return nil, fmt.Errorf("%w: a collective of %d members for %d towers", ErrConfig, cfg.Collective.Members(), cfg.N)
+	}
+	t := &Towers{cfg: cfg, per: per, params: params, opt: opt, coll: cfg.Collective, done: make(chan towerResult)}
+	rowsPer := per
+	if layout.Recurrent() {
+		rowsPer = layout.Cap() // whole sequences of unknown length: room for any
+	}
+	for i := range cfg.N {
+		dev := device.CPU()
+		if len(cfg.Devices) > 0 {
+			dev = cfg.Devices[i]
+		}
+		tw, err := factory(i, dev, per, params)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("learner: tower %d on %s: %w", i, dev, err), t.closeTowers())
+		}
+		t.towers = append(t.towers, tw)
+		t.grads = append(t.grads, make([]float32, len(params)))
+		t.slices = append(t.slices, NewSampleBatch(rowsPer, layout.ObsDim, layout.ActDim, layout.StateDim))
+	}
+	t.names = t.towers[0].StatNames()
+	for range t.towers {
+		t.stats = append(t.stats, make([]float64, len(t.names)))
+	}
+	t.avg = make([]float64, len(t.names))
+	t.work = make([]chan towerJob, cfg.N)
+	for i := range t.towers {
+		t.work[i] = make(chan towerJob)
+		t.wg.Add(1)
+		go t.run(i)
+	}
+	return t, nil
+}
+
+func (t *Towers) run(i int) {
+	defer t.wg.Done()
+	for job := range t.work[i] {
+		err := t.towers[i].Grad(job.mb, t.grads[i], t.stats[i])
+		if err != nil {
+			err = fmt.Errorf("learner: tower %d: %w", i, err)
+			// Still take part in the round so the others do not wait forever; the error wins.
+			clear(t.grads[i])
+		}
+		if rerr := t.coll.AllReduce(job.ctx, i, t.grads[i]); err == nil {
+			err = rerr
+		}
+		t.done <- towerResult{i, err}
+	}
+}
+
+// StatNames names UpdateStats.Stats.
+func (t *Towers) StatNames() []string { return t.names }
+
+// N is the number of towers.
+func (t *Towers) N() int { return len(t.towers) }
+
+// Params is the shared flat parameter vector. Read it only between updates, or use Weights.
+func (t *Towers) Params() []float32 { return t.params }
+
+// Optimizer is the optimiser applying the updates.
+func (t *Towers) Optimizer() Optimizer { return t.opt }
+
+// Version counts the updates applied.
+func (t *Towers) Version() int64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.version
+}
+
+// Weights copies the parameters into dst (len(dst) must be len(Params())) and returns their
+// version. It may run while the towers train: it never sees a half-applied update.
+func (t *Towers) Weights(dst []float32) (int64, error) {
+	if len(dst) != len(t.params) {
+		return 0, fmt.Errorf("%w: Weights into %d values, the model has %d", ErrConfig, len(dst), len(t.params))
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	copy(dst, t.params)
+	return t.version, nil
+}
+
+// Update trains on rows [lo, hi) of b (sequences, for recurrent data): the range is truncated
+// to a multiple of N, split evenly, one slice per tower, and the averaged gradient applied once.
+// With NormalizeAdvantages, b's advantages in the range are standardised in place first.
+func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (UpdateStats, error) {
+	n := len(t.towers)
+	units := hi - lo
+	per := min(units/n, t.per)
+	if per == 0 {
+		return UpdateStats{}, fmt.Errorf("%w: %d rows over %d towers leaves a tower nothing", ErrSplit, units, n)
+	}
+	hi = lo + per*n
+	if t.cfg.NormalizeAdvantages {
+		r0, r1 := lo, hi
+		if b.Recurrent() {
+			r0, r1 = seqRows(b.SeqLens, lo), seqRows(b.SeqLens, hi)
+		}
+		normalize(b.Advantages[r0:r1])
+	}
+	for i, s := range t.slices {
+		if err := b.CopyRange(s, lo+i*per, lo+(i+1)*per); err != nil {
+			return UpdateStats{}, err
+		}
+	}
+	start := time.Now()
+	for i, s := range t.slices {
+		t.work[i] <- towerJob{ctx, s}
+	}
+	var errs []error
+	for range n {
+		if r := <-t.done; r.err != nil {
+			errs = append(errs, r.err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return UpdateStats{}, err
+	}
+	grad := time.Since(start)
+	norm := ClipGlobalNorm(t.grads[0], t.cfg.MaxGradNorm)
+	lr := t.opt.CurrentLR()
+	t.mu.Lock()
+	err := t.opt.Step(t.params, t.grads[0])
+	if err == nil {
+		t.version++
+	}
+	t.mu.Unlock()
+	if err != nil {
+		return UpdateStats{}, err
+	}
+	clear(t.avg)
+	for _, s := range t.stats {
+		for k, v := range s {
+			t.avg[k] += v / float64(n)
+		}
+	}
+	return UpdateStats{Rows: per * n, GradNorm: norm, LR: lr, Grad: grad, Stats: t.avg}, nil
+}
+
+// seqRows is the row at which sequence k starts.
+func seqRows(lens []int32, k int) int {
+	r := 0
+	for _, l := range lens[:k] {
+		r += int(l)
+	}
+	return r
+}
+
+// normalize standardises x in place: (x − mean)/(std + 1e-8), std with Bessel's correction as
+// torch.std, which CleanRL's PPO uses.
+func normalize(x []float32) {
+	if len(x) < 2 {
+		return
+	}
+	var mean float64
+	for _, v := range x {
+		mean += float64(v)
+	}
+	mean /= float64(len(x))
+	var ss float64
+	for _, v := range x {
+		ss += (float64(v) - mean) * (float64(v) - mean)
+	}
+	std := math.Sqrt(ss / float64(len(x)-1))
+	for i, v := range x {
+		x[i] = float32((float64(v) - mean) / (std + 1e-8))
+	}
+}
+
+func (t *Towers) closeTowers() error {
+	var errs []error
+	for _, tw := range t.towers {
+		errs = append(errs, tw.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the tower goroutines and closes the towers. Not concurrent with Update.
+func (t *Towers) Close() error {
+	if t.work == nil {
+		return nil
+	}
+	for _, w := range t.work {
+		close(w)
+	}
+	t.wg.Wait()
+	t.work = nil
+	return t.closeTowers()
+}
