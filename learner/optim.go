@@ -103,7 +103,9 @@ func (a *Adam) CurrentLR() float64 { return a.LR.LR(a.t) }
 func (a *Adam) SetSteps(n int) { a.t = n }
 
 // State returns the moment vectors "adam.m" and "adam.v".
-func (a *Adam) State() map[string][]float32 { return map[string][]float32{"adam.m": a.m, "adam.v": a.v} }
+func (a *Adam) State() map[string][]float32 {
+	return map[string][]float32{"adam.m": a.m, "adam.v": a.v}
+}
 
 // SGD is stochastic gradient descent with optional (PyTorch-style) momentum:
 // b ← μ·b + g; p ← p − lr·b.
