@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	G "gorgonia.org/gorgonia"
 	"google.golang.org/protobuf/proto"
+	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/towerrl/towerrl/onnx/onnxpb"
