@@ -57,6 +57,8 @@ func Build(g *G.ExprGraph, params *Params, batch int) (p *Policy, err error) {
 	if batch < 1 {
 		return nil, fmt.Errorf("%w: batch is %d; it must be positive", ErrConfig, batch)
 	}
+	graphMu.Lock()
+	defer graphMu.Unlock()
 	defer guard(&err, "building the policy graph")
 	a := params.arch
 	p = &Policy{Graph: g, params: params, spec: a.cfg.Spec, batch: batch}
@@ -105,7 +107,7 @@ func Build(g *G.ExprGraph, params *Params, batch int) (p *Policy, err error) {
 	}
 	for _, n := range []*G.Node{p.Logits, p.Mean, p.LogStd, p.Value} {
 		if n != nil {
-			if err := p.Watch(n); err != nil {
+			if err := p.watch(n); err != nil {
 				return nil, err
 			}
 		}

@@ -57,7 +57,11 @@
 // through their own tensor headers (no copies), so any number of them may Run concurrently
 // while nobody writes the parameters, and every write to Params.Data (an optimiser step, Load)
 // is seen by all of them on their next Run. Params does no locking: the learner must not
-// update parameters while a tower runs. gorgonia's tape machine reuses memory between nodes,
+// update parameters while a tower runs. gorgonia shares some package-level nodes between graphs,
+// so this package serialises its own graph construction (Build, Input, LogProb, Entropy, Watch,
+// Backward, Compile) behind one lock; towers may be built from their own goroutines, and the
+// caller's own loss ops on different graphs have shown no race in tests, but building all towers
+// before starting them is the safest. gorgonia's tape machine reuses memory between nodes,
 // so read node values only through Read on watched nodes. Build, Compile and Run turn gorgonia
 // panics into errors wrapping [ErrGraph]; panics inside gorgonia's run goroutine cannot be
 // recovered, which is why shapes are checked when the graph is built.

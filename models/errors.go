@@ -3,7 +3,13 @@ package models
 import (
 	"errors"
 	"fmt"
+	"sync"
 )
+
+// graphMu serialises graph construction and compilation across all graphs: gorgonia shares
+// package-level constant nodes (such as the gradient seed of G.Grad) between graphs and caches
+// their hashes lazily, which races when two goroutines build at once.
+var graphMu sync.Mutex
 
 var (
 	// ErrConfig is wrapped by every error about an invalid Config; the message names the field.

@@ -34,6 +34,8 @@ func (p *Policy) Input(name string, shape ...int) (n *G.Node, data []float32, er
 	if len(shape) == 0 || product(shape) < 1 {
 		return nil, nil, fmt.Errorf("%w: input %q of shape %v", ErrShape, name, shape)
 	}
+	graphMu.Lock()
+	defer graphMu.Unlock()
 	defer guard(&err, "adding input "+name)
 	data = make([]float32, product(shape))
 	t := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(data))
@@ -67,11 +69,13 @@ func (p *Policy) LogProb() (logp *G.Node, err error) {
 	if err := p.actionInput(); err != nil {
 		return nil, err
 	}
+	graphMu.Lock()
+	defer graphMu.Unlock()
 	defer guard(&err, "adding the log-probability")
 	if p.Logits != nil {
 		ls := p.logSoftmax()
 		p.logp = G.Must(G.Sum(G.Must(G.HadamardProd(ls, p.action)), 1))
-		return p.logp, p.Watch(p.logp)
+		return p.logp, p.watch(p.logp)
 	}
 	d := float64(p.spec.ActionDim())
 	z := G.Must(G.HadamardDiv(G.Must(G.Sub(p.action, p.Mean)), G.Must(G.Exp(p.LogStd))))
@@ -79,7 +83,7 @@ func (p *Policy) LogProb() (logp *G.Node, err error) {
 	half := G.Must(G.HadamardProd(sq, G.NewConstant(float32(-0.5))))
 	logp = G.Must(G.Sub(half, G.Must(G.Sum(p.LogStd, 1))))
 	p.logp = G.Must(G.Sub(logp, G.NewConstant(float32(d*halfLog2Pi))))
-	return p.logp, p.Watch(p.logp)
+	return p.logp, p.watch(p.logp)
 }
 
 // Entropy adds (once) and returns the entropy of the head's distribution for each row, shape
@@ -91,6 +95,8 @@ func (p *Policy) Entropy() (ent *G.Node, err error) {
 	if p.vm != nil {
 		return nil, fmt.Errorf("%w: Entropy after Compile", ErrState)
 	}
+	graphMu.Lock()
+	defer graphMu.Unlock()
 	defer guard(&err, "adding the entropy")
 	if p.Logits != nil {
 		ls := p.logSoftmax()
@@ -98,11 +104,11 @@ func (p *Policy) Entropy() (ent *G.Node, err error) {
 		// graph would merge the two nodes into one.
 		pr := G.Must(G.Exp(ls))
 		p.entropy = G.Must(G.Neg(G.Must(G.Sum(G.Must(G.HadamardProd(pr, ls)), 1))))
-		return p.entropy, p.Watch(p.entropy)
+		return p.entropy, p.watch(p.entropy)
 	}
 	d := float64(p.spec.ActionDim())
 	p.entropy = G.Must(G.Add(G.Must(G.Sum(p.LogStd, 1)), G.NewConstant(float32(d*(0.5+halfLog2Pi)))))
-	return p.entropy, p.Watch(p.entropy)
+	return p.entropy, p.watch(p.entropy)
 }
 
 // logSoftmax adds (once) log softmax(logits) over the action axis; it panics like G.Must.
@@ -165,6 +171,8 @@ func (p *Policy) Backward(loss *G.Node) (err error) {
 	if loss == nil || !loss.IsScalar() {
 		return fmt.Errorf("%w: the loss must be a scalar node", ErrShape)
 	}
+	graphMu.Lock()
+	defer graphMu.Unlock()
 	defer guard(&err, "differentiating the loss")
 	if _, err := G.Grad(loss, p.Params...); err != nil {
 		return fmt.Errorf("%w: differentiating the loss: %w", ErrGraph, err)
@@ -181,6 +189,8 @@ func (p *Policy) Compile() (err error) {
 	if p.vm != nil {
 		return fmt.Errorf("%w: Compile called twice", ErrState)
 	}
+	graphMu.Lock()
+	defer graphMu.Unlock()
 	defer guard(&err, "compiling the graph")
 	var opts []G.VMOpt
 	if p.grads {
@@ -230,7 +240,14 @@ func (p *Policy) Forward(obs []float32) error {
 // of intermediate values, so a node's own Value may be overwritten later in the same run; a
 // watched node's values are copied out when they are computed. The forward outputs and the
 // LogProb and Entropy nodes are watched already. Only before Compile.
-func (p *Policy) Watch(n *G.Node) (err error) {
+func (p *Policy) Watch(n *G.Node) error {
+	graphMu.Lock()
+	defer graphMu.Unlock()
+	return p.watch(n)
+}
+
+// watch is Watch with graphMu held.
+func (p *Policy) watch(n *G.Node) (err error) {
 	if p.vm != nil {
 		return fmt.Errorf("%w: Watch after Compile", ErrState)
 	}

@@ -531,3 +531,24 @@ func logSumExp(row []float32) float64 {
 	}
 	return m + math.Log(s)
 }
+
+// TestConcurrentTowers: towers built, compiled and run from their own goroutines over one
+// Params (run it with -race).
+func TestConcurrentTowers(t *testing.T) {
+	params := newParams(t, cartPole, 1)
+	var wg sync.WaitGroup
+	losses := make([]float64, 4)
+	for i := range losses {
+		wg.Go(func() {
+			tr := newTrainer(t, params, 8)
+			tr.fill(t, 1, 0)
+			losses[i] = tr.lossValue(t)
+		})
+	}
+	wg.Wait()
+	for _, l := range losses[1:] {
+		if l != losses[0] {
+			t.Errorf("towers on the same data computed losses %v", losses)
+		}
+	}
+}
