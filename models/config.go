@@ -25,8 +25,8 @@ const (
 type Activation string
 
 const (
-	Tanh Activation = "tanh"
-	ReLU Activation = "relu"
+	Tanh Activation = "tanh" // hyperbolic tangent (CleanRL's MLP agents)
+	ReLU Activation = "relu" // rectified linear unit (the Nature CNN)
 )
 
 // Config describes a policy architecture. The zero value plus a Spec is a CleanRL-style
