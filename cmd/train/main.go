@@ -1,0 +1,119 @@
+// Command train trains a policy with PPO and exports it as ONNX.
+//
+//	train --env ID [--algo ppo] [--config file.json] [--out DIR] [--towers N] [--workers W]
+//	      [--envs M] [--total-steps N] [--seed S] [--init-policy P] [--resume DIR]
+//
+// Flags override the config file's fields; unset fields take CleanRL's defaults. A progress
+// line per iteration goes to stderr; one JSON object to stdout: eval_return_mean, env_steps,
+// wall_seconds, policy (the exported ONNX), and more.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+
+	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/internal/cli"
+	"github.com/towerrl/towerrl/onnx"
+	"go.uber.org/zap"
+)
+
+func main() {
+	fs := flag.CommandLine
+	var (
+		env        = fs.String("env", "", "Gymnasium environment id (required unless in --config)")
+		algo       = fs.String("algo", "", "algorithm: ppo (default)")
+		configPath = fs.String("config", "", "JSON file of engine.Config fields")
+		out        = fs.String("out", "", "run directory (default runs/<env>-<seed>)")
+		towers     = fs.Int("towers", 0, "learner towers (default 1)")
+		workers    = fs.Int("workers", 0, "batcher workers (default 1)")
+		envs       = fs.Int("envs", 0, "envs per worker (default 4 for Discrete actions, 1 for Box)")
+		total      = fs.Int64("total-steps", 0, "env steps to train for (default 500000 Discrete, 1000000 Box)")
+		seed       = fs.Uint64("seed", 0, "seed")
+		initPolicy = fs.String("init-policy", "", "pretrained ONNX policy to fine-tune")
+		resume     = fs.String("resume", "", "run directory to resume")
+		library    = fs.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
+		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn or error")
+		logJSON    = fs.Bool("log-json", false, "log JSON lines instead of console text")
+	)
+	flag.Parse()
+	log, err := cli.Logger(*logLevel, *logJSON)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "train:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var cfg engine.Config
+	if *configPath != "" {
+		b, err := os.ReadFile(*configPath)
+		if err == nil {
+			err = json.Unmarshal(b, &cfg)
+		}
+		if err != nil {
+			log.Error("reading --config", zap.Error(err))
+			os.Exit(2)
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["env"] {
+		cfg.Env = *env
+	}
+	if set["algo"] {
+		cfg.Algo = *algo
+	}
+	if set["towers"] {
+		cfg.Towers = *towers
+	}
+	if set["workers"] {
+		cfg.Workers = *workers
+	}
+	if set["envs"] {
+		cfg.Envs = *envs
+	}
+	if set["total-steps"] {
+		cfg.TotalSteps = *total
+	}
+	if set["seed"] {
+		cfg.Seed = *seed
+	}
+	if set["init-policy"] {
+		cfg.InitPolicy = *initPolicy
+	}
+	dir := *out
+	if dir == "" && *resume == "" {
+		dir = fmt.Sprintf("runs/%s-%d", cfg.Env, cfg.Seed)
+	}
+	if err := run(ctx, os.Stdout, log, cfg, dir, *resume, *library); err != nil {
+		log.Error("train failed", zap.Error(err))
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, stdout io.Writer, log *zap.Logger, cfg engine.Config, dir, resume, library string) error {
+	if resume != "" {
+		return errors.New("--resume is not implemented yet")
+	}
+	progress := func(m engine.Metrics) {
+		ret := "-"
+		if !math.IsNaN(float64(m.ReturnMean)) {
+			ret = fmt.Sprintf("%.1f", float64(m.ReturnMean))
+		}
+		log.Info(fmt.Sprintf("iter %d  steps %d  return %s  pg %.4f  v %.4f  ent %.3f  kl %.4f  clip %.3f  ev %.2f  collect %.0f/s  learn %.0f/s",
+			m.Iteration, m.EnvSteps, ret, float64(m.PolicyLoss), float64(m.ValueLoss), float64(m.Entropy), float64(m.ApproxKL),
+			float64(m.ClipFrac), float64(m.ExplainedVar), float64(m.CollectSPS), float64(m.LearnSPS)))
+	}
+	res, err := engine.Train(ctx, cfg, engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}})
+	if err != nil {
+		return err
+	}
+	return cli.Summary(stdout, res)
+}

@@ -1,0 +1,481 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/learner"
+	"github.com/towerrl/towerrl/models"
+	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/onnx"
+)
+
+// Metrics describe one training iteration; they are the lines of metrics.jsonl.
+type Metrics struct {
+	Iteration    int   `json:"iteration"`
+	EnvSteps     int64 `json:"env_steps"`
+	Episodes     int   `json:"episodes"` // finished during this iteration
+	EpisodesAll  int64 `json:"episodes_total"`
+	ReturnMean   Float `json:"return_mean"` // of the episodes finished this iteration (NaN: none)
+	ReturnMin    Float `json:"return_min"`
+	ReturnMax    Float `json:"return_max"`
+	LengthMean   Float `json:"length_mean"`
+	PolicyLoss   Float `json:"policy_loss"`
+	ValueLoss    Float `json:"value_loss"`
+	Entropy      Float `json:"entropy"`
+	ApproxKL     Float `json:"approx_kl"`
+	ClipFrac     Float `json:"clip_frac"`
+	ExplainedVar Float `json:"explained_variance"`
+	LR           Float `json:"lr"`
+	CollectSPS   Float `json:"collect_steps_per_sec"`
+	LearnSPS     Float `json:"learn_samples_per_sec"`
+	Version      int64 `json:"policy_version"`
+	WallSeconds  Float `json:"wall_seconds"`
+}
+
+// Float is a float64 whose JSON form is null for NaN and ±Inf (an iteration in which no
+// episode ended has no return statistics).
+type Float float64
+
+// MarshalJSON writes null for NaN and ±Inf.
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads null as NaN.
+func (f *Float) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = Float(math.NaN())
+		return nil
+	}
+	var v float64
+	err := json.Unmarshal(b, &v)
+	*f = Float(v)
+	return err
+}
+
+// Result summarises a finished run.
+type Result struct {
+	EvalReturnMean float64 `json:"eval_return_mean"`
+	EvalReturnStd  float64 `json:"eval_return_std"`
+	EvalEpisodes   int     `json:"eval_episodes"`
+	EnvSteps       int64   `json:"env_steps"`
+	Iterations     int     `json:"iterations"`
+	WallSeconds    float64 `json:"wall_seconds"`
+	TrainSeconds   float64 `json:"train_seconds"` // collection and learning, without evaluation
+	Policy         string  `json:"policy"`        // path of the exported ONNX policy ("" without Out)
+	Dir            string  `json:"dir,omitempty"`
+}
+
+// Options are what Train needs besides the Config: where to write, and whom to tell.
+type Options struct {
+	// Out is the run directory (config.json, policy.onnx, checkpoint/, metrics.jsonl). Empty:
+	// write nothing.
+	Out string
+	// Progress, when set, is called after every iteration on Train's goroutine.
+	Progress func(Metrics)
+	// Session configures the ONNX Runtime sessions of the batchers (library, threads).
+	Session onnx.Config
+}
+
+// Train runs synchronous PPO: the batchers collect with policy version v, GAE turns the
+// rollout into advantages, the learner's towers make Epochs passes of minibatches over it, and
+// the new weights are exported as ONNX (v+1) and hot-swapped into the batchers.
+func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error) {
+	start := time.Now()
+	if cfg, err = cfg.WithDefaults(); err != nil {
+		return res, err
+	}
+	spec, _ := envs.Lookup(cfg.Env)
+	run, err := newRunDir(opts.Out, cfg)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, run.close()) }()
+
+	hs := head.Spec{EnvID: cfg.Env, ObsShape: spec.Observation.Shape}
+	if err := hs.ParseActionSpace(spec.Action.String()); err != nil {
+		return res, err
+	}
+	mcfg := models.Config{Spec: hs, Hidden: cfg.Hidden, Activation: models.Activation(cfg.Activation), Shared: cfg.Shared, LogStdInit: cfg.LogStdInit}
+	params, err := models.NewParams(mcfg, rand.New(rand.NewPCG(cfg.Seed, 0x706172616d73)))
+	if err != nil {
+		return res, err
+	}
+	t := newTrainer(cfg, spec, params, opts.Session)
+	defer func() { err = errors.Join(err, t.close()) }()
+	if err := t.start(ctx); err != nil {
+		return res, err
+	}
+	iters := cfg.Iterations()
+	for it := range iters {
+		m, err := t.iterate(ctx, it, iters)
+		if err != nil {
+			return res, fmt.Errorf("engine: iteration %d: %w", it, err)
+		}
+		m.WallSeconds = Float(time.Since(start).Seconds())
+		if err := run.iteration(ctx, m, t.model); err != nil {
+			return res, err
+		}
+		if opts.Progress != nil {
+			opts.Progress(m)
+		}
+	}
+	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.policyPath(), Dir: opts.Out}
+	if cfg.EvalEpisodes > 0 {
+		pol, err := batcher.NewPolicy(ctx, t.model, t.version, spec, batcher.PolicyConfig{Session: opts.Session})
+		if err != nil {
+			return res, err
+		}
+		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: cfg.Env, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
+			Deterministic: true}, pol)
+		if err != nil {
+			return res, err
+		}
+		res.EvalReturnMean, res.EvalReturnStd, res.EvalEpisodes = ev.ReturnMean, ev.ReturnStd, len(ev.Returns)
+	}
+	res.WallSeconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// trainer holds one run's batcher, learner and buffers.
+type trainer struct {
+	cfg     Config
+	spec    envs.Spec
+	params  *models.Params
+	session onnx.Config
+	b       *batcher.Batcher
+	l       *learner.Learner
+	batch   *learner.SampleBatch
+	value   *onnx.Session // current policy, for the values of last and final observations
+	valueAt int           // its value output
+	model   []byte        // current policy's ONNX bytes
+	version int64
+	steps   int64
+	eps     int64
+
+	final, fv, lastV, finalV []float32 // gathered final observations and their values; bootstrap values
+}
+
+func newTrainer(cfg Config, spec envs.Spec, params *models.Params, session onnx.Config) *trainer {
+	return &trainer{cfg: cfg, spec: spec, params: params, session: session}
+}
+
+func (t *trainer) start(ctx context.Context) error {
+	cfg := t.cfg
+	n := cfg.Workers * cfg.Envs
+	rows := n * cfg.RolloutSteps
+	obsDim, actDim := t.spec.Observation.Dim(), t.spec.Action.Dim()
+	if _, ok := t.spec.Action.(envs.Discrete); ok {
+		actDim = 1
+	}
+	t.batch = learner.NewSampleBatch(rows, obsDim, actDim, 0)
+	t.final, t.fv, t.lastV, t.finalV = make([]float32, n*obsDim), make([]float32, n), make([]float32, n), make([]float32, rows)
+	if err := t.export(ctx); err != nil {
+		return err
+	}
+	pol, err := batcher.NewPolicy(ctx, t.model, t.version, t.spec, batcher.PolicyConfig{Session: t.session})
+	if err != nil {
+		return err
+	}
+	if t.b, err = batcher.New(ctx, batcher.Config{Env: cfg.Env, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs,
+		Steps: cfg.RolloutSteps, Seed: cfg.Seed}, pol); err != nil {
+		return err
+	}
+	updates := cfg.Epochs * cfg.Minibatches
+	var sched learner.Schedule = learner.Constant(cfg.LR)
+	if !cfg.ConstantLR {
+		sched = iterationAnneal{lr: cfg.LR, perIter: updates, iters: cfg.Iterations()}
+	}
+	opt := learner.NewAdam(t.params.Size(), sched, 0.9, 0.999, cfg.AdamEps)
+	loss := Loss{ClipCoef: cfg.ClipCoef, ClipVLoss: !cfg.NoClipVLoss, EntCoef: cfg.EntCoef, VfCoef: cfg.VfCoef}
+	towers, err := learner.NewTowers(learner.TowersConfig{N: cfg.Towers, Minibatch: rows / cfg.Minibatches,
+		MaxGradNorm: cfg.MaxGradNorm, NormalizeAdvantages: !cfg.NoNormAdv}, t.params.Data(), opt, t.batch, ppoTowerFactory(t.params, loss))
+	if err != nil {
+		return err
+	}
+	t.l, err = learner.NewLearner(learner.Config{TrainBatch: rows, SGDIters: cfg.Epochs, Seed: cfg.Seed}, towers, t.batch)
+	return err
+}
+
+// iterationAnneal is CleanRL's schedule: constant within an iteration, lr·(1 − i/iterations).
+type iterationAnneal struct {
+	lr      float64
+	perIter int
+	iters   int
+}
+
+func (a iterationAnneal) LR(step int) float64 {
+	i := step / a.perIter
+	return a.lr * max(1-float64(i)/float64(a.iters), 0)
+}
+
+// export writes the current parameters as the next policy version and reloads the value session.
+func (t *trainer) export(ctx context.Context) error {
+	model, err := models.Export(t.params, t.version)
+	if err != nil {
+		return err
+	}
+	n := t.cfg.Workers * t.cfg.Envs
+	s, err := onnx.New(ctx, model, onnx.Config{Library: t.session.Library, MaxBatch: n})
+	if err != nil {
+		return err
+	}
+	outs, err := head.Bind(t.params.Config().Spec, s.Outputs(), head.Names{})
+	if err == nil && outs.Value < 0 {
+		err = errors.New("engine: the exported policy has no value output")
+	}
+	if err != nil {
+		return errors.Join(err, s.Close())
+	}
+	if t.value != nil {
+		t.value.Close()
+	}
+	t.value, t.valueAt, t.model = s, outs.Value, model
+	return nil
+}
+
+// values runs the value head on rows observations (rows ≤ its MaxBatch) into dst.
+func (t *trainer) values(obs []float32, rows int, dst []float32) error {
+	in, err := onnx.Input[float32](t.value, 0)
+	if err != nil {
+		return err
+	}
+	copy(in, obs[:rows*t.batch.ObsDim])
+	if err := t.value.Run(rows); err != nil {
+		return err
+	}
+	v, err := onnx.Output[float32](t.value, t.valueAt)
+	if err != nil {
+		return err
+	}
+	copy(dst[:rows], v[:rows])
+	return nil
+}
+
+func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
+	cfg := t.cfg
+	c0 := time.Now()
+	r, err := t.b.Collect(ctx, cfg.RolloutSteps)
+	if err != nil {
+		return Metrics{}, err
+	}
+	collect := time.Since(c0)
+	n, od := r.N, r.ObsDim
+	// Bootstrap values: V(last observation) per env, V(final observation) where truncated.
+	if err := t.values(r.LastObs, n, t.lastV); err != nil {
+		return Metrics{}, err
+	}
+	for s := range r.T {
+		k := 0
+		for i := range n {
+			if row := s*n + i; r.Truncated[row] != 0 && r.Terminated[row] == 0 {
+				copy(t.final[k*od:(k+1)*od], r.FinalObs[row*od:(row+1)*od])
+				k++
+			}
+		}
+		if k == 0 {
+			continue
+		}
+		if err := t.values(t.final, k, t.fv); err != nil {
+			return Metrics{}, err
+		}
+		k = 0
+		for i := range n {
+			if row := s*n + i; r.Truncated[row] != 0 && r.Terminated[row] == 0 {
+				t.finalV[row] = t.fv[k]
+				k++
+			}
+		}
+	}
+	rows := r.T * n
+	b := t.batch
+	if err := GAE(r.Rewards, r.Values, r.Terminated, r.Truncated, t.finalV, t.lastV, r.T, n, cfg.Gamma, cfg.Lambda, b.Advantages, b.Returns); err != nil {
+		return Metrics{}, err
+	}
+	copy(b.Obs, r.Obs[:rows*od])
+	copy(b.Actions, r.Actions[:rows*r.ActDim])
+	copy(b.Rewards, r.Rewards[:rows])
+	copy(b.Terminated, r.Terminated[:rows])
+	copy(b.Truncated, r.Truncated[:rows])
+	copy(b.LogP, r.LogP[:rows])
+	copy(b.Values, r.Values[:rows])
+	copy(b.Version, r.Version[:rows])
+	if err := b.SetLen(rows); err != nil {
+		return Metrics{}, err
+	}
+	ev := explainedVariance(b.Values[:rows], b.Returns[:rows])
+	l0 := time.Now()
+	lr := t.lrAt(it)
+	if err := t.l.Submit(ctx, b); err != nil {
+		return Metrics{}, err
+	}
+	var res learner.Result
+	select {
+	case res = <-t.l.Results():
+	case <-ctx.Done():
+		return Metrics{}, ctx.Err()
+	}
+	if res.Err != nil {
+		return Metrics{}, res.Err
+	}
+	<-t.l.Released()
+	learn := time.Since(l0)
+	t.steps += int64(rows)
+	t.version++
+	if err := t.export(ctx); err != nil {
+		return Metrics{}, err
+	}
+	pol, err := batcher.NewPolicy(ctx, t.model, t.version, t.spec, batcher.PolicyConfig{Session: t.session})
+	if err != nil {
+		return Metrics{}, err
+	}
+	if err := t.b.UpdatePolicy(ctx, pol); err != nil {
+		return Metrics{}, err
+	}
+	nan := Float(math.NaN())
+	m := Metrics{Iteration: it + 1, EnvSteps: t.steps, Episodes: len(r.Episodes), ReturnMean: nan, ReturnMin: nan,
+		ReturnMax: nan, LengthMean: nan, PolicyLoss: Float(res.Stats[1]), ValueLoss: Float(res.Stats[2]), Entropy: Float(res.Stats[3]),
+		ApproxKL: Float(res.Stats[4]), ClipFrac: Float(res.Stats[5]), ExplainedVar: Float(ev), LR: Float(lr),
+		CollectSPS: Float(float64(rows) / collect.Seconds()), LearnSPS: Float(float64(res.Trained) / learn.Seconds()), Version: t.version}
+	if len(r.Episodes) > 0 {
+		var ret, length batcher.Stats
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, e := range r.Episodes {
+			ret.Add(e.Return)
+			length.Add(float64(e.Length))
+			lo, hi = math.Min(lo, e.Return), math.Max(hi, e.Return)
+		}
+		m.ReturnMean, m.ReturnMin, m.ReturnMax, m.LengthMean = Float(ret.Mean()), Float(lo), Float(hi), Float(length.Mean())
+	}
+	t.eps += int64(len(r.Episodes))
+	m.EpisodesAll = t.eps
+	return m, nil
+}
+
+func (t *trainer) lrAt(it int) float64 {
+	if t.cfg.ConstantLR {
+		return t.cfg.LR
+	}
+	return t.cfg.LR * max(1-float64(it)/float64(t.cfg.Iterations()), 0)
+}
+
+// explainedVariance is 1 − Var(returns − values)/Var(returns), NaN when the returns are constant.
+func explainedVariance(values, returns []float32) float64 {
+	var y, d batcher.Stats
+	for i, v := range values {
+		y.Add(float64(returns[i]))
+		d.Add(float64(returns[i] - v))
+	}
+	vy := y.Std() * y.Std()
+	if vy == 0 {
+		return math.NaN()
+	}
+	return 1 - d.Std()*d.Std()/vy
+}
+
+func (t *trainer) close() error {
+	var errs []error
+	if t.l != nil {
+		errs = append(errs, t.l.Close())
+	}
+	if t.b != nil {
+		errs = append(errs, t.b.Close())
+	}
+	if t.value != nil {
+		errs = append(errs, t.value.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// runDir writes a run directory: config.json at the start, then after every iteration a line of
+// metrics.jsonl and the latest policy.onnx (written under a temporary name, then renamed).
+type runDir struct {
+	dir     string
+	metrics *os.File
+}
+
+func newRunDir(dir string, cfg Config) (*runDir, error) {
+	if dir == "" {
+		return &runDir{}, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("engine: run directory: %w", err)
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(filepath.Join(dir, "config.json"), append(b, '\n')); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "metrics.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("engine: run directory: %w", err)
+	}
+	return &runDir{dir: dir, metrics: f}, nil
+}
+
+func (r *runDir) policyPath() string {
+	if r.dir == "" {
+		return ""
+	}
+	return filepath.Join(r.dir, "policy.onnx")
+}
+
+func (r *runDir) iteration(_ context.Context, m Metrics, model []byte) error {
+	if r.dir == "" {
+		return nil
+	}
+	line, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := r.metrics.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("engine: writing metrics: %w", err)
+	}
+	return writeAtomic(r.policyPath(), model)
+}
+
+func (r *runDir) close() error {
+	if r.metrics == nil {
+		return nil
+	}
+	return r.metrics.Close()
+}
+
+// writeAtomic writes data to path through a temporary file in the same folder and a rename.
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("engine: writing %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("engine: writing %s: %w", path, err)
+	}
+	return nil
+}
