@@ -13,9 +13,9 @@ setup:
 test: setup lint
 	$(GO) test -race -count=1 ./...
 
-## demo: the main job (for now: run the bundled PyTorch-exported CartPole policy with cmd/infer)
+## demo: the main job: train PPO on CartPole-v1, evaluate the ONNX policy over 100 episodes
 demo: setup
-	$(GO) run ./cmd/infer --model testdata/mlp_tanh.onnx --input testdata/mlp_tanh.input.npy --out out/demo
+	@bash scripts/demo.sh
 
 ## bench: the performance figures quoted in the issues
 bench: setup

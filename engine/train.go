@@ -77,6 +77,7 @@ type Result struct {
 	WallSeconds    float64 `json:"wall_seconds"`
 	TrainSeconds   float64 `json:"train_seconds"` // collection and learning, without evaluation
 	Policy         string  `json:"policy"`        // path of the exported ONNX policy ("" without Out)
+	Curve          string  `json:"curve,omitempty"`
 	Dir            string  `json:"dir,omitempty"`
 }
 
@@ -135,6 +136,9 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 		}
 	}
 	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.policyPath(), Dir: opts.Out}
+	if res.Curve, err = run.curve(fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
+		return res, err
+	}
 	if cfg.EvalEpisodes > 0 {
 		pol, err := batcher.NewPolicy(ctx, t.model, t.version, spec, batcher.PolicyConfig{Session: opts.Session})
 		if err != nil {
@@ -406,6 +410,7 @@ func (t *trainer) close() error {
 type runDir struct {
 	dir     string
 	metrics *os.File
+	history []Metrics // for the learning curve
 }
 
 func newRunDir(dir string, cfg Config) (*runDir, error) {
@@ -447,7 +452,17 @@ func (r *runDir) iteration(_ context.Context, m Metrics, model []byte) error {
 	if _, err := r.metrics.Write(append(line, '\n')); err != nil {
 		return fmt.Errorf("engine: writing metrics: %w", err)
 	}
+	r.history = append(r.history, m)
 	return writeAtomic(r.policyPath(), model)
+}
+
+// curve writes curve.png from the iterations of this process.
+func (r *runDir) curve(title string) (string, error) {
+	if r.dir == "" {
+		return "", nil
+	}
+	path := filepath.Join(r.dir, "curve.png")
+	return path, WriteCurve(path, title, r.history)
 }
 
 func (r *runDir) close() error {

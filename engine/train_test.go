@@ -1,0 +1,97 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/onnx"
+)
+
+// TestTrainCartPoleLearns trains for 40k steps (a few seconds) and checks that the policy is
+// far better than random (CartPole's random policy averages about 22 steps), and the run
+// directory's contract: config.json, one metrics line per iteration, a loadable policy.onnx
+// with the towerrl metadata, and curve.png.
+func TestTrainCartPoleLearns(t *testing.T) {
+	dir := t.TempDir()
+	var seen []Metrics
+	res, err := Train(context.Background(), Config{Env: "CartPole-v1", TotalSteps: 40960, Seed: 3, EvalEpisodes: 20},
+		Options{Out: dir, Progress: func(m Metrics) { seen = append(seen, m) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Iterations != 80 || res.EnvSteps != 40960 || len(seen) != 80 || seen[79].Version != 80 {
+		t.Fatalf("result %+v, %d progress calls", res, len(seen))
+	}
+	if res.EvalReturnMean < 150 {
+		t.Fatalf("evaluation return %.1f after 40k steps; a learning PPO is well above 150", res.EvalReturnMean)
+	}
+	// metrics.jsonl: one JSON object per iteration, steps increasing.
+	f, err := os.Open(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	lines := 0
+	for sc.Scan() {
+		var m Metrics
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("line %d: %v", lines+1, err)
+		}
+		lines++
+		if m.Iteration != lines || m.EnvSteps != int64(lines*512) || math.IsNaN(float64(m.LR)) {
+			t.Fatalf("line %d: %+v", lines, m)
+		}
+	}
+	if lines != 80 {
+		t.Fatalf("%d metrics lines", lines)
+	}
+	var cfg Config
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil || json.Unmarshal(b, &cfg) != nil || cfg.Env != "CartPole-v1" || cfg.Epochs != 4 || cfg.LR != 2.5e-4 {
+		t.Fatalf("config.json: %v %+v", err, cfg)
+	}
+	for _, name := range []string{"policy.onnx", "curve.png"} {
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	s, err := onnx.Open(context.Background(), res.Policy, onnx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Metadata()["towerrl.version"] != "80" || s.Metadata()["towerrl.env_id"] != "CartPole-v1" || s.Inputs()[0].Name != "obs" {
+		t.Fatalf("metadata %v inputs %v", s.Metadata(), s.Inputs())
+	}
+	// The exported file is what batchers and cmd/eval load.
+	if _, err := batcher.LoadPolicy(context.Background(), res.Policy, "CartPole-v1", batcher.PolicyConfig{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want error
+	}{
+		{Config{}, ErrConfig},
+		{Config{Env: "Nope-v0"}, envs.ErrUnknownEnv},
+		{Config{Env: "CartPole-v1", Algo: "dqn"}, ErrConfig},
+		{Config{Env: "CartPole-v1", Gamma: 2}, ErrConfig},
+		{Config{Env: "CartPole-v1", TotalSteps: 100}, ErrConfig},
+		{Config{Env: "CartPole-v1", Towers: 200}, ErrConfig},
+	} {
+		if _, err := Train(context.Background(), tc.cfg, Options{}); !errors.Is(err, tc.want) {
+			t.Errorf("%+v: %v, want %v", tc.cfg, err, tc.want)
+		}
+	}
+}
