@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/towerrl/towerrl/learner"
+	"github.com/towerrl/towerrl/models"
+	"github.com/towerrl/towerrl/models/head"
+)
+
+// TestPPOTowersEquivalence: N gorgonia PPO towers averaging their gradients update the
+// parameters as one tower on the whole minibatch does, to 1e-5 after several Adam steps, for
+// N = 2, 3 and a minibatch (130) that 3 does not divide (both sides then train on 129 rows).
+func TestPPOTowersEquivalence(t *testing.T) {
+	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
+	rng := rand.New(rand.NewPCG(8, 8))
+	const rows = 520
+	data := learner.NewSampleBatch(rows, 4, 1, 0)
+	for i := range rows {
+		for j := range 4 {
+			data.Obs[i*4+j] = float32(rng.NormFloat64())
+		}
+		data.Actions[i] = float32(rng.IntN(2))
+		data.Advantages[i] = float32(rng.NormFloat64())
+		data.Returns[i] = float32(rng.NormFloat64())
+		data.Values[i] = float32(rng.NormFloat64() * 0.1)
+		data.LogP[i] = float32(math.Log(0.5) + rng.NormFloat64()*0.05)
+	}
+	data.SetLen(rows)
+	loss := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	train := func(n, mb, use int) []float32 {
+		params, err := models.NewParams(models.Config{Spec: spec}, rand.New(rand.NewPCG(1, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: use, MaxGradNorm: 0.5, NormalizeAdvantages: true},
+			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0, 0, 1e-5), data, ppoTowerFactory(params, loss))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tw.Close()
+		b := learner.NewSampleBatch(rows, 4, 1, 0)
+		b.Append(data)
+		for lo := 0; lo+mb <= rows; lo += mb {
+			if _, err := tw.Update(context.Background(), b, lo, lo+use); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return params.Data()
+	}
+	for _, tc := range []struct{ n, mb int }{{2, 130}, {3, 130}, {3, 129}} {
+		use := tc.mb / tc.n * tc.n
+		one := train(1, tc.mb, use)
+		many := train(tc.n, tc.mb, tc.mb)
+		worst := 0.0
+		for k := range one {
+			worst = math.Max(worst, math.Abs(float64(one[k]-many[k])))
+		}
+		if worst > 1e-5 {
+			t.Errorf("%d towers, minibatch %d: parameters differ from one tower's by %.3g", tc.n, tc.mb, worst)
+		}
+		t.Logf("%d towers, minibatch %d (%d used), 4 updates: max parameter difference %.3g", tc.n, tc.mb, use, worst)
+	}
+}
