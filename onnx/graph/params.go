@@ -18,6 +18,7 @@ type Params struct {
 	names []string                 // in model order
 	vals  map[string]*tensor.Dense // name → value
 	dt    tensor.Dtype
+	flat  []float32 // set by Flat: the buffer every tensor views
 }
 
 // Names returns the parameter names in model order (initializers first, in the order the ONNX
@@ -135,4 +136,48 @@ func floatsOf(t *tensor.Dense) []float64 {
 		return []float64{data}
 	}
 	return nil
+}
+
+// Flat moves every tensor of a float32 Params into one contiguous buffer, in Names order, and
+// returns it: the flat parameter vector a learner's optimiser updates in place. Tensors keep
+// their shapes and values; graphs must be built after Flat (they bind the tensors they find).
+// Calling it again returns the same buffer.
+func (p *Params) Flat() ([]float32, error) {
+	if p.dt != tensor.Float32 {
+		return nil, fmt.Errorf("%w: Flat needs float32 parameters, these are %v", ErrParams, p.dt)
+	}
+	total := p.Size()
+	if total == 0 {
+		return nil, fmt.Errorf("%w: no parameters", ErrParams)
+	}
+	if p.flat != nil && p.contiguous(p.flat) {
+		return p.flat, nil
+	}
+	flat := make([]float32, total)
+	off := 0
+	for _, name := range p.names {
+		v := p.vals[name]
+		if v.Shape().Dims() == 0 {
+			return nil, fmt.Errorf("%w: parameter %q is a scalar", ErrParams, name)
+		}
+		n := v.Shape().TotalSize()
+		copy(flat[off:off+n], v.Data().([]float32))
+		p.vals[name] = tensor.New(tensor.WithShape(v.Shape().Clone()...), tensor.WithBacking(flat[off:off+n:off+n]))
+		off += n
+	}
+	p.flat = flat
+	return flat, nil
+}
+
+// contiguous reports whether the tensors already lie in flat, in Names order.
+func (p *Params) contiguous(flat []float32) bool {
+	off := 0
+	for _, name := range p.names {
+		data, ok := p.vals[name].Data().([]float32)
+		if !ok || len(data) == 0 || &data[0] != &flat[off] {
+			return false
+		}
+		off += len(data)
+	}
+	return off == len(flat)
 }
