@@ -81,38 +81,8 @@ func newPPOTower(params *models.Params, rows int, c Loss) (t *ppoTower, err erro
 	if err != nil {
 		return nil, errors.Join(err, pol.Close())
 	}
-	k := func(v float64) *G.Node { return G.NewConstant(float32(v)) }
-	must := G.Must
-	// max(a, b) = (a + b + |a − b|)/2 and min(a, b) = (a + b − |a − b|)/2: gorgonia has no
-	// element-wise max of two tensors, and these have the subgradients PyTorch's max/clamp use
-	// away from ties.
-	maxOf := func(a, b *G.Node) *G.Node {
-		return must(G.HadamardProd(must(G.Add(must(G.Add(a, b)), must(G.Abs(must(G.Sub(a, b)))))), k(0.5)))
-	}
-	minOf := func(a, b *G.Node) *G.Node {
-		return must(G.HadamardProd(must(G.Sub(must(G.Add(a, b)), must(G.Abs(must(G.Sub(a, b)))))), k(0.5)))
-	}
-	clamp := func(x *G.Node, lo, hi float64) *G.Node { return minOf(maxOf(x, k(lo)), k(hi)) }
-
-	t.logr = must(G.Sub(logp, oldLogp))
-	ratio := must(G.Exp(t.logr))
-	pg1 := must(G.Neg(must(G.HadamardProd(adv, ratio))))
-	pg2 := must(G.Neg(must(G.HadamardProd(adv, clamp(ratio, 1-c.ClipCoef, 1+c.ClipCoef)))))
-	t.pg = must(G.Mean(maxOf(pg1, pg2)))
-
-	v := must(G.Reshape(pol.Value, tensor.Shape{rows}))
-	vUnclipped := must(G.Square(must(G.Sub(v, ret))))
-	vTerm := vUnclipped
-	if c.ClipVLoss {
-		vClipped := must(G.Add(oldVal, clamp(must(G.Sub(v, oldVal)), -c.ClipCoef, c.ClipCoef)))
-		vTerm = maxOf(vUnclipped, must(G.Square(must(G.Sub(vClipped, ret)))))
-	} else {
-		// old_values takes no part; keep it in the graph with a zero weight.
-		vTerm = must(G.Add(vTerm, must(G.HadamardProd(oldVal, k(0)))))
-	}
-	t.vl = must(G.HadamardProd(must(G.Mean(vTerm)), k(0.5)))
-	t.ent = must(G.Mean(ent))
-	t.loss = must(G.Add(must(G.Sub(t.pg, must(G.HadamardProd(t.ent, k(c.EntCoef))))), must(G.HadamardProd(t.vl, k(c.VfCoef)))))
+	ln := ppoLoss(logp, ent, pol.Value, adv, ret, oldLogp, oldVal, rows, c)
+	t.loss, t.pg, t.vl, t.ent, t.logr = ln.loss, ln.pg, ln.vl, ln.ent, ln.logr
 	for _, n := range []*G.Node{t.loss, t.pg, t.vl, t.ent, t.logr} {
 		if err := pol.Watch(n); err != nil {
 			return nil, errors.Join(err, pol.Close())
@@ -179,4 +149,47 @@ func (t *ppoTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float6
 	}
 	stats[4], stats[5] = kl/float64(n), clipped/float64(n)
 	return nil
+}
+
+// lossNodes are the PPO loss and its parts, as graph nodes.
+type lossNodes struct{ loss, pg, vl, ent, logr *G.Node }
+
+// ppoLoss adds CleanRL's PPO loss to the graph of logp and ent ([rows]) and value ([rows, 1] or
+// [rows]), with the minibatch's advantages, returns, old log-probabilities and old values as
+// [rows] inputs. It panics like G.Must; callers recover.
+func ppoLoss(logp, ent, value, adv, ret, oldLogp, oldVal *G.Node, rows int, c Loss) lossNodes {
+	var t lossNodes
+	k := func(v float64) *G.Node { return G.NewConstant(float32(v)) }
+	must := G.Must
+	// max(a, b) = (a + b + |a − b|)/2 and min(a, b) = (a + b − |a − b|)/2: gorgonia has no
+	// element-wise max of two tensors, and these have the subgradients PyTorch's max/clamp use
+	// away from ties.
+	maxOf := func(a, b *G.Node) *G.Node {
+		return must(G.HadamardProd(must(G.Add(must(G.Add(a, b)), must(G.Abs(must(G.Sub(a, b)))))), k(0.5)))
+	}
+	minOf := func(a, b *G.Node) *G.Node {
+		return must(G.HadamardProd(must(G.Sub(must(G.Add(a, b)), must(G.Abs(must(G.Sub(a, b)))))), k(0.5)))
+	}
+	clamp := func(x *G.Node, lo, hi float64) *G.Node { return minOf(maxOf(x, k(lo)), k(hi)) }
+
+	t.logr = must(G.Sub(logp, oldLogp))
+	ratio := must(G.Exp(t.logr))
+	pg1 := must(G.Neg(must(G.HadamardProd(adv, ratio))))
+	pg2 := must(G.Neg(must(G.HadamardProd(adv, clamp(ratio, 1-c.ClipCoef, 1+c.ClipCoef)))))
+	t.pg = must(G.Mean(maxOf(pg1, pg2)))
+
+	v := must(G.Reshape(value, tensor.Shape{rows}))
+	vUnclipped := must(G.Square(must(G.Sub(v, ret))))
+	vTerm := vUnclipped
+	if c.ClipVLoss {
+		vClipped := must(G.Add(oldVal, clamp(must(G.Sub(v, oldVal)), -c.ClipCoef, c.ClipCoef)))
+		vTerm = maxOf(vUnclipped, must(G.Square(must(G.Sub(vClipped, ret)))))
+	} else {
+		// old_values takes no part; keep it in the graph with a zero weight.
+		vTerm = must(G.Add(vTerm, must(G.HadamardProd(oldVal, k(0)))))
+	}
+	t.vl = must(G.HadamardProd(must(G.Mean(vTerm)), k(0.5)))
+	t.ent = must(G.Mean(ent))
+	t.loss = must(G.Add(must(G.Sub(t.pg, must(G.HadamardProd(t.ent, k(c.EntCoef))))), must(G.HadamardProd(t.vl, k(c.VfCoef)))))
+	return t
 }

@@ -20,6 +20,12 @@ func refLoss(t *testing.T, params *models.Params, mb *learner.SampleBatch, c Los
 	if err != nil {
 		t.Fatal(err)
 	}
+	return refLossOf(t, b, params.Config().Spec, mb, c)
+}
+
+// refLossOf is refLoss for any ONNX policy with a categorical head.
+func refLossOf(t *testing.T, b []byte, spec head.Spec, mb *learner.SampleBatch, c Loss) float64 {
+	t.Helper()
 	s, err := onnx.New(context.Background(), b, onnx.Config{MaxBatch: mb.Len()})
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +38,6 @@ func refLoss(t *testing.T, params *models.Params, mb *learner.SampleBatch, c Los
 	if err := s.Run(n); err != nil {
 		t.Fatal(err)
 	}
-	spec := params.Config().Spec
 	outs, err := head.Bind(spec, s.Outputs(), head.Names{})
 	if err != nil {
 		t.Fatal(err)

@@ -111,12 +111,26 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 	if err := hs.ParseActionSpace(spec.Action.String()); err != nil {
 		return res, err
 	}
-	mcfg := models.Config{Spec: hs, Hidden: cfg.Hidden, Activation: models.Activation(cfg.Activation), Shared: cfg.Shared, LogStdInit: cfg.LogStdInit}
-	params, err := models.NewParams(mcfg, rand.New(rand.NewPCG(cfg.Seed, 0x706172616d73)))
-	if err != nil {
-		return res, err
+	var pm policyModel
+	if cfg.InitPolicy != "" {
+		data, err := os.ReadFile(cfg.InitPolicy)
+		if err != nil {
+			return res, fmt.Errorf("engine: InitPolicy: %w", err)
+		}
+		f, err := loadForeign(ctx, data, hs, opts.Session)
+		if err != nil {
+			return res, fmt.Errorf("engine: fine-tuning %s: %w", cfg.InitPolicy, err)
+		}
+		pm = f
+	} else {
+		mcfg := models.Config{Spec: hs, Hidden: cfg.Hidden, Activation: models.Activation(cfg.Activation), Shared: cfg.Shared, LogStdInit: cfg.LogStdInit}
+		params, err := models.NewParams(mcfg, rand.New(rand.NewPCG(cfg.Seed, 0x706172616d73)))
+		if err != nil {
+			return res, err
+		}
+		pm = native{params}
 	}
-	t := newTrainer(cfg, spec, params, opts.Session)
+	t := newTrainer(cfg, spec, pm, opts.Session)
 	defer func() { err = errors.Join(err, t.close()) }()
 	if err := t.start(ctx); err != nil {
 		return res, err
@@ -159,7 +173,7 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 type trainer struct {
 	cfg     Config
 	spec    envs.Spec
-	params  *models.Params
+	pm      policyModel
 	session onnx.Config
 	b       *batcher.Batcher
 	l       *learner.Learner
@@ -174,9 +188,27 @@ type trainer struct {
 	final, fv, lastV, finalV []float32 // gathered final observations and their values; bootstrap values
 }
 
-func newTrainer(cfg Config, spec envs.Spec, params *models.Params, session onnx.Config) *trainer {
-	return &trainer{cfg: cfg, spec: spec, params: params, session: session}
+func newTrainer(cfg Config, spec envs.Spec, pm policyModel, session onnx.Config) *trainer {
+	return &trainer{cfg: cfg, spec: spec, pm: pm, session: session}
 }
+
+// policyModel is the trainable policy: our own architecture, or an imported foreign graph.
+type policyModel interface {
+	flatParams() []float32
+	headSpec() head.Spec
+	export(version int64) ([]byte, error)
+	towers(Loss) learner.TowerFactory
+}
+
+// native is one of our architectures (package models).
+type native struct{ p *models.Params }
+
+func (n native) flatParams() []float32              { return n.p.Data() }
+func (n native) headSpec() head.Spec                { return n.p.Config().Spec }
+func (n native) export(v int64) ([]byte, error)     { return models.Export(n.p, v) }
+func (n native) towers(c Loss) learner.TowerFactory { return ppoTowerFactory(n.p, c) }
+func (f *foreign) flatParams() []float32            { return f.flat }
+func (f *foreign) headSpec() head.Spec              { return f.spec }
 
 func (t *trainer) start(ctx context.Context) error {
 	cfg := t.cfg
@@ -204,10 +236,10 @@ func (t *trainer) start(ctx context.Context) error {
 	if !cfg.ConstantLR {
 		sched = iterationAnneal{lr: cfg.LR, perIter: updates, iters: cfg.Iterations()}
 	}
-	opt := learner.NewAdam(t.params.Size(), sched, 0.9, 0.999, cfg.AdamEps)
+	opt := learner.NewAdam(len(t.pm.flatParams()), sched, 0.9, 0.999, cfg.AdamEps)
 	loss := Loss{ClipCoef: cfg.ClipCoef, ClipVLoss: !cfg.NoClipVLoss, EntCoef: cfg.EntCoef, VfCoef: cfg.VfCoef}
 	towers, err := learner.NewTowers(learner.TowersConfig{N: cfg.Towers, Minibatch: rows / cfg.Minibatches,
-		MaxGradNorm: cfg.MaxGradNorm, NormalizeAdvantages: !cfg.NoNormAdv}, t.params.Data(), opt, t.batch, ppoTowerFactory(t.params, loss))
+		MaxGradNorm: cfg.MaxGradNorm, NormalizeAdvantages: !cfg.NoNormAdv}, t.pm.flatParams(), opt, t.batch, t.pm.towers(loss))
 	if err != nil {
 		return err
 	}
@@ -229,7 +261,7 @@ func (a iterationAnneal) LR(step int) float64 {
 
 // export writes the current parameters as the next policy version and reloads the value session.
 func (t *trainer) export(ctx context.Context) error {
-	model, err := models.Export(t.params, t.version)
+	model, err := t.pm.export(t.version)
 	if err != nil {
 		return err
 	}
@@ -238,7 +270,7 @@ func (t *trainer) export(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	outs, err := head.Bind(t.params.Config().Spec, s.Outputs(), head.Names{})
+	outs, err := head.Bind(t.pm.headSpec(), s.Outputs(), head.Names{})
 	if err == nil && outs.Value < 0 {
 		err = errors.New("engine: the exported policy has no value output")
 	}

@@ -1,0 +1,254 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/towerrl/towerrl/device"
+	"github.com/towerrl/towerrl/learner"
+	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/onnx/graph"
+)
+
+// foreign is a pretrained ONNX policy imported for fine-tuning: its own graph and names, with
+// its initializers as the trainable parameters, gathered in one flat vector.
+type foreign struct {
+	model  *graph.Model
+	params *graph.Params
+	flat   []float32
+	spec   head.Spec
+	input  string // observation input
+	outs   struct{ params, logStd, value string }
+}
+
+// loadForeign imports model for fine-tuning on an env whose head spec is spec. The outputs
+// carrying the head's parameters and the value are found as the batchers find them (head.Bind).
+func loadForeign(ctx context.Context, data []byte, spec head.Spec, session onnx.Config) (*foreign, error) {
+	m, err := graph.Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	sc := session
+	sc.MaxBatch = 1
+	s, err := onnx.New(ctx, data, sc)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	infos := s.Outputs()
+	o, err := head.Bind(spec, infos, head.Names{})
+	if err != nil {
+		return nil, err
+	}
+	if o.Value < 0 {
+		return nil, fmt.Errorf("engine: fine-tuning needs a value output; the model's outputs are %v", infos)
+	}
+	if len(m.Inputs()) != 1 {
+		return nil, fmt.Errorf("engine: fine-tuning needs a model with one input (the observations), this one has %d", len(m.Inputs()))
+	}
+	f := &foreign{model: m, params: m.NewParams(), spec: spec, input: m.Inputs()[0].Name}
+	f.outs.params, f.outs.value = infos[o.Params].Name, infos[o.Value].Name
+	if o.LogStd >= 0 {
+		f.outs.logStd = infos[o.LogStd].Name
+	}
+	if f.flat, err = f.params.Flat(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// export writes the foreign graph back with the current weights and towerrl.version = version.
+func (f *foreign) export(version int64) ([]byte, error) {
+	return f.model.WriteBack(f.params, graph.WriteOptions{Version: strconv.FormatInt(version, 10)})
+}
+
+// towers makes the PPO towers over the imported graph.
+func (f *foreign) towers(c Loss) learner.TowerFactory {
+	return func(_ int, dev device.Device, rows int, flat []float32) (learner.Tower, error) {
+		if dev.Kind() != device.KindCPU {
+			return nil, fmt.Errorf("engine: PPO towers run on the CPU for now, not %s", dev)
+		}
+		if &flat[0] != &f.flat[0] {
+			return nil, errors.New("engine: towers must read the model's own parameter vector")
+		}
+		return newForeignTower(f, rows, c)
+	}
+}
+
+// foreignTower computes the PPO loss's gradient on an imported graph.
+type foreignTower struct {
+	f                         *foreign
+	rows                      int
+	clip                      float64
+	vm                        G.VM
+	obsNode                   *G.Node
+	obs                       *tensor.Dense
+	act                       []float32 // one-hot (categorical) or raw actions (Gaussian)
+	adv, ret, oldLogp, oldVal []float32
+	learn                     G.Nodes
+	read                      map[*G.Node]*G.Value // watched nodes' values, copied out as computed
+	nodes                     lossNodes
+}
+
+func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) {
+	g := G.NewGraph()
+	gr, err := f.model.Build(g, f.params, rows)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("engine: building the PPO loss on the imported graph: %v", r)
+		}
+	}()
+	t = &foreignTower{f: f, rows: rows, clip: c.ClipCoef, learn: gr.Learnables(), read: map[*G.Node]*G.Value{}}
+	if t.obsNode, err = gr.Input(f.input); err != nil {
+		return nil, err
+	}
+	t.obs = tensor.New(tensor.WithShape(t.obsNode.Shape().Clone()...), tensor.WithBacking(make([]float32, t.obsNode.Shape().TotalSize())))
+	in := func(name string, shape ...int) (*G.Node, []float32) {
+		data := make([]float32, tensor.Shape(shape).TotalSize())
+		v := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(data))
+		return G.NewTensor(g, tensor.Float32, len(shape), G.WithShape(shape...), G.WithName("towerrl."+name), G.WithValue(v)), data
+	}
+	must := G.Must
+	d := f.spec.ActionDim()
+	params, err := gr.Output(f.outs.params)
+	if err != nil {
+		return nil, err
+	}
+	value, err := gr.Output(f.outs.value)
+	if err != nil {
+		return nil, err
+	}
+	var actNode, logp, ent *G.Node
+	actNode, t.act = in("action", rows, d)
+	if f.spec.Head == head.CategoricalKind {
+		ls := must(G.LogSoftMax(params, 1))
+		logp = must(G.Sum(must(G.HadamardProd(ls, actNode)), 1))
+		ent = must(G.Neg(must(G.Sum(must(G.HadamardProd(must(G.Exp(ls)), ls)), 1))))
+	} else {
+		ls, err := gr.Output(f.outs.logStd)
+		if err != nil {
+			return nil, err
+		}
+		if !ls.Shape().Eq(params.Shape()) {
+			return nil, fmt.Errorf("engine: log_std output %v and mean output %v differ in shape", ls.Shape(), params.Shape())
+		}
+		z := must(G.HadamardDiv(must(G.Sub(actNode, params)), must(G.Exp(ls))))
+		half := must(G.HadamardProd(must(G.Sum(must(G.Square(z)), 1)), G.NewConstant(float32(-0.5))))
+		logp = must(G.Sub(must(G.Sub(half, must(G.Sum(ls, 1)))), G.NewConstant(float32(float64(d)*0.5*math.Log(2*math.Pi)))))
+		ent = must(G.Add(must(G.Sum(ls, 1)), G.NewConstant(float32(float64(d)*(0.5+0.5*math.Log(2*math.Pi))))))
+	}
+	var adv, ret, oldLogp, oldVal *G.Node
+	adv, t.adv = in("advantages", rows)
+	ret, t.ret = in("returns", rows)
+	oldLogp, t.oldLogp = in("old_logp", rows)
+	oldVal, t.oldVal = in("old_values", rows)
+	t.nodes = ppoLoss(logp, ent, value, adv, ret, oldLogp, oldVal, rows, c)
+	for _, n := range []*G.Node{t.nodes.loss, t.nodes.pg, t.nodes.vl, t.nodes.ent, t.nodes.logr} {
+		v := new(G.Value)
+		G.Read(n, v)
+		t.read[n] = v
+	}
+	if _, err := G.Grad(t.nodes.loss, t.learn...); err != nil {
+		return nil, fmt.Errorf("engine: differentiating the PPO loss on the imported graph: %w", err)
+	}
+	t.vm = G.NewTapeMachine(g, G.BindDualValues(t.learn...))
+	return t, nil
+}
+
+func (t *foreignTower) StatNames() []string { return ppoStats }
+func (t *foreignTower) Close() error        { return t.vm.Close() }
+
+func (t *foreignTower) value(n *G.Node) ([]float32, error) {
+	v := *t.read[n]
+	switch x := v.(type) {
+	case *tensor.Dense:
+		return x.Data().([]float32), nil
+	case *G.F32:
+		return []float32{float32(*x)}, nil
+	}
+	return nil, fmt.Errorf("engine: node %s holds %T", n.Name(), v)
+}
+
+// Grad computes the PPO loss's gradient over mb's rows into grads (the flat parameter layout).
+func (t *foreignTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) (err error) {
+	n := mb.Len()
+	if n != t.rows {
+		return fmt.Errorf("engine: a PPO tower of %d rows got %d", t.rows, n)
+	}
+	copy(t.obs.Data().([]float32), mb.Obs[:n*mb.ObsDim])
+	if t.f.spec.Head == head.CategoricalKind {
+		clear(t.act)
+		k := t.f.spec.N
+		for i := range n {
+			a := int(mb.Actions[i])
+			if a < 0 || a >= k {
+				return fmt.Errorf("engine: action %d of row %d is outside [0, %d)", a, i, k)
+			}
+			t.act[i*k+a] = 1
+		}
+	} else {
+		copy(t.act, mb.Actions[:n*mb.ActDim])
+	}
+	copy(t.adv, mb.Advantages[:n])
+	copy(t.ret, mb.Returns[:n])
+	copy(t.oldLogp, mb.LogP[:n])
+	copy(t.oldVal, mb.Values[:n])
+	if err := G.Let(t.obsNode, t.obs); err != nil {
+		return err
+	}
+	for _, p := range t.learn {
+		if g, err := p.Grad(); err == nil {
+			if d, ok := g.(tensor.Tensor); ok {
+				d.Zero()
+			}
+		}
+	}
+	defer t.vm.Reset()
+	if err := t.vm.RunAll(); err != nil {
+		return fmt.Errorf("engine: running the imported graph: %w", err)
+	}
+	off := 0
+	for _, p := range t.learn {
+		g, err := p.Grad()
+		if err != nil {
+			return fmt.Errorf("engine: gradient of %s: %w", p.Name(), err)
+		}
+		d := g.(tensor.Tensor).Data().([]float32)
+		copy(grads[off:off+len(d)], d)
+		off += len(d)
+	}
+	if off != len(grads) {
+		return fmt.Errorf("engine: gradients of %d values for %d parameters", off, len(grads))
+	}
+	for k, node := range []*G.Node{t.nodes.loss, t.nodes.pg, t.nodes.vl, t.nodes.ent} {
+		v, err := t.value(node)
+		if err != nil {
+			return err
+		}
+		stats[k] = float64(v[0])
+	}
+	logr, err := t.value(t.nodes.logr)
+	if err != nil {
+		return err
+	}
+	var kl, clipped float64
+	for _, lr := range logr[:n] {
+		r := math.Exp(float64(lr))
+		kl += (r - 1) - float64(lr)
+		if math.Abs(r-1) > t.clip {
+			clipped++
+		}
+	}
+	stats[4], stats[5] = kl/float64(n), clipped/float64(n)
+	return nil
+}

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"testing"
+
+	"github.com/towerrl/towerrl/learner"
+	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/onnx"
+)
+
+// TestForeignTowerLossAndGradient: the PPO tower over the imported PyTorch CartPole policy
+// computes the same loss as the float64 reference on ONNX Runtime, and gradients that match
+// its finite differences, for every parameter tensor (untied biases included).
+func TestForeignTowerLossAndGradient(t *testing.T) {
+	data, err := os.ReadFile("../testdata/mlp_tanh.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
+	f, err := loadForeign(context.Background(), data, spec, onnx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range f.flat {
+		f.flat[i] += float32(rng.NormFloat64() * 0.2)
+	}
+	const n = 24
+	mb := learner.NewSampleBatch(n, 4, 1, 0)
+	for i := range n {
+		for j := range 4 {
+			mb.Obs[i*4+j] = float32(rng.NormFloat64())
+		}
+		mb.Actions[i] = float32(rng.IntN(2))
+		mb.Advantages[i] = float32(rng.NormFloat64())
+		mb.Returns[i] = float32(rng.NormFloat64() * 3)
+		mb.Values[i] = float32(rng.NormFloat64())
+		mb.LogP[i] = float32(math.Log(0.5) + rng.NormFloat64()*0.3)
+	}
+	mb.SetLen(n)
+	c := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	tw, err := newForeignTower(f, n, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tw.Close()
+	grads := make([]float32, len(f.flat))
+	stats := make([]float64, len(ppoStats))
+	if err := tw.Grad(mb, grads, stats); err != nil {
+		t.Fatal(err)
+	}
+	ref := func() float64 {
+		b, err := f.export(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return refLossOf(t, b, spec, mb, c)
+	}
+	if want := ref(); math.Abs(stats[0]-want) > 1e-5*math.Max(1, math.Abs(want)) {
+		t.Fatalf("loss %.7f, reference %.7f", stats[0], want)
+	}
+	const eps = 1e-3
+	off := 0
+	for _, name := range f.params.Names() {
+		v, _ := f.params.Value(name)
+		size := v.Shape().TotalSize()
+		for _, k := range []int{off, off + size/2, off + size - 1} {
+			old := f.flat[k]
+			f.flat[k] = old + eps
+			up := ref()
+			f.flat[k] = old - eps
+			down := ref()
+			f.flat[k] = old
+			fd := (up - down) / (2 * eps)
+			if math.Abs(fd-float64(grads[k])) > 2e-3+0.02*math.Abs(fd) {
+				t.Errorf("%s[%d]: gradient %.6f, finite difference %.6f", name, k-off, grads[k], fd)
+			}
+		}
+		off += size
+	}
+}
+
+// TestFineTuneKeepsTheForeignGraph fine-tunes the PyTorch CartPole policy briefly: the exported
+// policy keeps the original input and output names and initializer layout, carries the new
+// version, differs from the original weights, and loads in ONNX Runtime and the batcher.
+func TestFineTuneKeepsTheForeignGraph(t *testing.T) {
+	dir := t.TempDir()
+	res, err := Train(context.Background(), Config{Env: "CartPole-v1", TotalSteps: 5120, Seed: 2, EvalEpisodes: 5,
+		InitPolicy: "../testdata/mlp_tanh.onnx"}, Options{Out: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := onnx.Open(context.Background(), res.Policy, onnx.Config{MaxBatch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	outs := s.Outputs()
+	if s.Inputs()[0].Name != "obs" || len(outs) != 2 || outs[0].Name != "logits" || outs[1].Name != "value" {
+		t.Fatalf("inputs %v outputs %v", s.Inputs(), outs)
+	}
+	if s.Metadata()["towerrl.version"] != "10" || s.Metadata()["towerrl.action_space"] != "discrete:2" {
+		t.Fatalf("metadata %v", s.Metadata())
+	}
+	orig, err := onnx.Open(context.Background(), "../testdata/mlp_tanh.onnx", onnx.Config{MaxBatch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	in := make([]float32, 64)
+	for i := range in {
+		in[i] = float32(i%7) * 0.1
+	}
+	for _, sess := range []*onnx.Session{s, orig} {
+		if _, err := onnx.Feed(sess, 0, []int64{16, 4}, in); err != nil {
+			t.Fatal(err)
+		}
+		if err := sess.Run(16); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, _ := onnx.Output[float32](s, 1)
+	b, _ := onnx.Output[float32](orig, 1)
+	if a[0] == b[0] {
+		t.Fatal("fine-tuning left the value output unchanged")
+	}
+}
