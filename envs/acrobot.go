@@ -166,3 +166,5 @@ func (ac *acrobot) Step(a Actions, obs, rewards, terminated []float32) {
 		terminated[i] = b2f(done)
 	}
 }
+
+func (d *acrobot) stateFloats() []float64 { return float64s(d.s) }

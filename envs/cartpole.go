@@ -142,3 +142,5 @@ func (c *cartPole) Step(a Actions, obs, rewards, terminated []float32) {
 		terminated[i] = t
 	}
 }
+
+func (d *cartPole) stateFloats() []float64 { return float64s(d.s) }

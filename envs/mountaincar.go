@@ -155,3 +155,7 @@ func b2f(b bool) float32 {
 	}
 	return 0
 }
+
+func (d *mountainCar) stateFloats() []float64 { return float64s(d.s) }
+
+func (d *mountainCarContinuous) stateFloats() []float64 { return float64s(d.s) }

@@ -102,3 +102,5 @@ func (p *pendulum) Step(a Actions, obs, rewards, terminated []float32) {
 		terminated[i] = 0
 	}
 }
+
+func (d *pendulum) stateFloats() []float64 { return float64s(d.s) }

@@ -16,10 +16,17 @@ func splitmix64(x uint64) uint64 {
 // depends on nothing else, so an env's noise is the same however envs are
 // spread over VecEnvs and workers.
 func newStream(seed uint64, index int) *rand.Rand {
+	r, _ := newPCGStream(seed, index)
+	return r
+}
+
+// newPCGStream is newStream that also returns the PCG source, whose state snapshots save.
+func newPCGStream(seed uint64, index int) (*rand.Rand, *rand.PCG) {
 	h := splitmix64(seed)
 	hi := splitmix64(h ^ splitmix64(uint64(index)))
 	lo := splitmix64(hi ^ 0x5851f42d4c957f2d ^ uint64(index))
-	return rand.New(rand.NewPCG(hi, lo))
+	src := rand.NewPCG(hi, lo)
+	return rand.New(src), src
 }
 
 // uniform draws from [low, high) as numpy's Generator.uniform does:

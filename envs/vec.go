@@ -19,7 +19,8 @@ type vecEnv struct {
 	obsDim  int
 	limit   int32
 	rngs    []*rand.Rand
-	elapsed []int32 // steps taken in the current episode, per env
+	pcgs    []*rand.PCG // the rngs' sources, for snapshots
+	elapsed []int32     // steps taken in the current episode, per env
 	buf     Buffers
 	ready   bool // Reset has been called
 	closed  bool
@@ -39,6 +40,7 @@ func newVec(spec Spec, dyn Dynamics, cfg Config) *vecEnv {
 		obsDim:  od,
 		limit:   int32(limit),
 		rngs:    make([]*rand.Rand, n),
+		pcgs:    make([]*rand.PCG, n),
 		elapsed: make([]int32, n),
 		buf: Buffers{
 			Obs:        make([]float32, n*od),
@@ -49,7 +51,7 @@ func newVec(spec Spec, dyn Dynamics, cfg Config) *vecEnv {
 		},
 	}
 	for i := range v.rngs {
-		v.rngs[i] = newStream(cfg.Seed, cfg.Offset+i)
+		v.rngs[i], v.pcgs[i] = newPCGStream(cfg.Seed, cfg.Offset+i)
 	}
 	return v
 }
