@@ -98,6 +98,7 @@ type worker struct {
 	env      envs.VecEnv
 	agent    Agent
 	rngs     []*rand.Rand // sampling stream of each of its envs
+	pcgs     []*rand.PCG  // their sources, for snapshots
 	in       AgentInput
 	out      AgentOutput
 	acts     envs.Actions
@@ -151,16 +152,17 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 }
 
 // samplingStream seeds env i's action-sampling stream, apart from its reset stream.
-func samplingStream(seed uint64, i int) *rand.Rand {
-	return rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, uint64(i)*0x9e3779b97f4a7c15+0x632be59bd9b4e019))
+func samplingStream(seed uint64, i int) (*rand.Rand, *rand.PCG) {
+	src := rand.NewPCG(seed^0x5851f42d4c957f2d, uint64(i)*0x9e3779b97f4a7c15+0x632be59bd9b4e019)
+	return rand.New(src), src
 }
 
 func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim int, discrete bool) (*worker, error) {
 	m := b.cfg.EnvsPerWorker
-	wk := &worker{index: w, m: m, rngs: make([]*rand.Rand, m), ret: make([]float64, m), length: make([]int, m),
-		reqs: make(chan request), done: make(chan error)}
+	wk := &worker{index: w, m: m, rngs: make([]*rand.Rand, m), pcgs: make([]*rand.PCG, m), ret: make([]float64, m),
+		length: make([]int, m), reqs: make(chan request), done: make(chan error)}
 	for i := range m {
-		wk.rngs[i] = samplingStream(b.cfg.Seed, w*m+i)
+		wk.rngs[i], wk.pcgs[i] = samplingStream(b.cfg.Seed, w*m+i)
 	}
 	env, err := envs.Make(b.cfg.Env, envs.Config{NumEnvs: m, Seed: b.cfg.Seed, Offset: w * m, MaxEpisodeSteps: b.cfg.MaxEpisodeSteps})
 	if err != nil {

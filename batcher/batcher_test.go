@@ -295,7 +295,9 @@ func TestCheckDevice(t *testing.T) {
 	obs, _ := cpu.Mirror("obs", make([]float32, 8), 2, 4)
 	mk := func(name string) *device.Tensor { x, _ := cpu.Mirror(name, make([]float32, 2), 2, 1); return x }
 	out := AgentOutput{Actions: mk("actions"), EnvActions: mk("env_actions"), LogP: mk("logp"), Value: mk("value")}
-	rngs := []*rand.Rand{samplingStream(0, 0), samplingStream(0, 1)}
+	r0, _ := samplingStream(0, 0)
+	r1, _ := samplingStream(0, 1)
+	rngs := []*rand.Rand{r0, r1}
 	a := CheckDevice(&randomAgent{space: envs.Discrete{N: 2}, rngs: rngs}, cpu)
 	if err := a.Act(AgentInput{N: 2, Obs: obs}, out); err != nil {
 		t.Fatal(err)
