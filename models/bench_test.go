@@ -6,17 +6,19 @@ import (
 	G "gorgonia.org/gorgonia"
 )
 
-// BenchmarkPPOStep is the learner's unit of work: one forward, backward and Adam step of the
+// BenchmarkPPOStep is the learner's unit of work: one forward and backward pass of the
 // CleanRL CartPole actor-critic (obs 4, 2 actions, separate 64×64 tanh trunks) on a minibatch
-// of 512 with a PPO-like loss. Run it on one core:
+// of 512 with a PPO-like loss, then reading the flat gradient (Policy.Grads), which the learner
+// feeds to its own Adam on the flat parameters ("noadam"); "adam=gorgonia" adds a step of
+// gorgonia's Adam solver over the parameter nodes instead. Run it on one core:
 //
-//	go test ./models -run '^$' -bench PPOStep -cpu 1
+//	go test ./models -run '^$' -bench PPOStep -cpu 1 -count 3
 func BenchmarkPPOStep(b *testing.B) {
 	const batch = 512
-	for _, adam := range []bool{true, false} {
-		name := "adam=gorgonia"
-		if !adam {
-			name = "adam=none" // forward and backward only: where the time goes
+	for _, adam := range []bool{false, true} {
+		name := "noadam" // forward, backward and Grads: the tower's share of a PPO update
+		if adam {
+			name = "adam=gorgonia"
 		}
 		b.Run(name, func(b *testing.B) {
 			params := newParams(b, cartPole, 1)
@@ -24,6 +26,7 @@ func BenchmarkPPOStep(b *testing.B) {
 			tr.fill(b, 1, 0)
 			solver := G.NewAdamSolver(G.WithLearnRate(2.5e-4))
 			grads := G.NodesToValueGrads(tr.pol.Params)
+			flat := make([]float32, params.Size())
 			b.ReportAllocs()
 			for b.Loop() {
 				if err := tr.pol.Run(); err != nil {
@@ -33,6 +36,8 @@ func BenchmarkPPOStep(b *testing.B) {
 					if err := solver.Step(grads); err != nil {
 						b.Fatal(err)
 					}
+				} else if err := tr.pol.Grads(flat); err != nil {
+					b.Fatal(err)
 				}
 			}
 			b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "samples/s")

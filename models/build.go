@@ -83,15 +83,15 @@ func Build(g *G.ExprGraph, params *Params, batch int) (p *Policy, err error) {
 	obsT := tensor.New(tensor.WithShape(obsShape...), tensor.WithBacking(p.obs))
 	p.Obs = G.NewTensor(g, tensor.Float32, len(obsShape), G.WithShape(obsShape...), G.WithName("obs"), G.WithValue(obsT))
 
-	x, err := p.path(a.trunk, p.Obs, nodes)
+	x, data, err := p.path(a.trunk, p.Obs, true, nodes)
 	if err != nil {
 		return nil, err
 	}
-	out, err := p.path(a.policy, x, nodes)
+	out, _, err := p.path(a.policy, x, data, nodes)
 	if err != nil {
 		return nil, err
 	}
-	if p.Value, err = p.path(a.value, x, nodes); err != nil {
+	if p.Value, _, err = p.path(a.value, x, data, nodes); err != nil {
 		return nil, err
 	}
 	if !a.logStd {
@@ -124,10 +124,13 @@ func isConvBias(ops []op, name string) bool {
 	return false
 }
 
-// path applies ops to x.
-func (p *Policy) path(ops []op, x *G.Node, nodes map[string]*G.Node) (*G.Node, error) {
+// path applies ops to x. data says x is the observations or a rescaling or reshaping of them
+// (no gradient is made for data); so does the returned flag for the path's output. A linear
+// layer followed by its activation becomes one fused Linear op (see linear.go).
+func (p *Policy) path(ops []op, x *G.Node, data bool, nodes map[string]*G.Node) (*G.Node, bool, error) {
 	var err error
-	for _, o := range ops {
+	for i := 0; i < len(ops); i++ {
+		o := ops[i]
 		switch o.kind {
 		case opScale:
 			x, err = G.HadamardDiv(x, G.NewConstant(float32(255), G.WithName("255")))
@@ -135,14 +138,19 @@ func (p *Policy) path(ops []op, x *G.Node, nodes map[string]*G.Node) (*G.Node, e
 			s := x.Shape()
 			x, err = G.Reshape(x, tensor.Shape{s[0], product(s[1:])})
 		case opLinear:
-			if x, err = G.Mul(x, nodes[o.name+".weight"]); err == nil {
-				x, err = G.BroadcastAdd(x, nodes[o.name+".bias"], nil, []byte{0})
+			var act Activation
+			if i+1 < len(ops) && ops[i+1].kind == opAct {
+				act = ops[i+1].act
+				i++
 			}
+			x, err = linear(x, nodes[o.name+".weight"], nodes[o.name+".bias"], act, data)
+			data = false
 		case opConv:
 			w := nodes[o.name+".weight"]
 			if x, err = G.Conv2d(x, w, tensor.Shape{o.k, o.k}, []int{0, 0}, []int{o.s, o.s}, []int{1, 1}); err == nil {
 				x, err = G.BroadcastAdd(x, nodes[o.name+".bias"], nil, []byte{0, 2, 3})
 			}
+			data = false
 		case opAct:
 			if o.act == Tanh {
 				x, err = G.Tanh(x)
@@ -151,8 +159,8 @@ func (p *Policy) path(ops []op, x *G.Node, nodes map[string]*G.Node) (*G.Node, e
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: layer %q: %w", ErrGraph, o.name, err)
+			return nil, false, fmt.Errorf("%w: layer %q: %w", ErrGraph, o.name, err)
 		}
 	}
-	return x, nil
+	return x, data, nil
 }

@@ -1,0 +1,21 @@
+#ifndef TOWERRL_KERNELS_H
+#define TOWERRL_KERNELS_H
+
+// Activations (kernels.Act).
+#define ACT_NONE 0
+#define ACT_TANH 1
+#define ACT_RELU 2
+
+// Instruction-set levels (kernels.cpuLevel); LEVEL_REF is the plain reference loops.
+#define LEVEL_REF 0
+#define LEVEL_SSE2 1
+#define LEVEL_AVX2 2
+#define LEVEL_AVX512 3
+
+int twk_cpu_level(void);
+int twk_gemm(int level, int ta, int tb, long m, long n, long k, const float *a, long lda,
+	     const float *b, long ldb, float *c, long ldc, int acc, const float *bias, int act);
+void twk_act_grad(int level, long n, const float *y, const float *dy, float *dz, int act);
+void twk_col_sum(int level, long m, long n, const float *a, float *dst, int acc);
+
+#endif

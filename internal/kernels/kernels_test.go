@@ -1,0 +1,293 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// levels are the kernel copies this CPU can run, each tested against the float64 reference.
+func levels(t testing.TB) []int {
+	var out []int
+	for _, l := range []int{levelRef, levelSSE2, levelAVX2, levelAVX512} {
+		if l <= cpuLevel() {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// withLevel runs f with the kernels of level l.
+func withLevel(l int, f func()) {
+	old := level
+	level = l
+	defer func() { level = old }()
+	f()
+}
+
+func randSlice(rng *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(rng.NormFloat64())
+	}
+	return s
+}
+
+func actRef(x float64, act Act) float64 {
+	switch act {
+	case Tanh:
+		return math.Tanh(x)
+	case ReLU:
+		return math.Max(x, 0)
+	}
+	return x
+}
+
+// gemmRef is Gemm in float64 loops.
+func gemmRef(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
+	c []float32, ldc int, acc bool, bias []float32, act Act) []float64 {
+	out := make([]float64, m*n)
+	for i := range m {
+		for j := range n {
+			s := 0.0
+			for p := range k {
+				var av, bv float32
+				if transA {
+					av = a[p*lda+i]
+				} else {
+					av = a[i*lda+p]
+				}
+				if transB {
+					bv = b[j*ldb+p]
+				} else {
+					bv = b[p*ldb+j]
+				}
+				s += float64(av) * float64(bv)
+			}
+			if acc {
+				s += float64(c[i*ldc+j])
+			}
+			if bias != nil {
+				s += float64(bias[j])
+			}
+			out[i*n+j] = actRef(s, act)
+		}
+	}
+	return out
+}
+
+// TestGemm checks every transpose, activation, accumulation and bias combination on shapes
+// with odd sizes, padded leading dimensions and the policy layers' own shapes, at every
+// instruction-set level the CPU has.
+func TestGemm(t *testing.T) {
+	shapes := [][3]int{
+		{1, 1, 1}, {3, 3, 3}, {1, 257, 3}, {257, 1, 3}, {3, 1, 257}, {257, 257, 1}, {17, 33, 65},
+		{512, 64, 4}, {512, 64, 64}, {512, 2, 64}, {512, 1, 64}, {64, 64, 512}, {4, 64, 512},
+		{64, 2, 512}, {64, 1, 512}, {512, 64, 2}, {512, 64, 1}, {33, 7, 300}, {7, 19, 0}, {5, 3, 600},
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, l := range levels(t) {
+		for _, s := range shapes {
+			m, n, k := s[0], s[1], s[2]
+			for _, ta := range []bool{false, true} {
+				for _, tb := range []bool{false, true} {
+					for ci, act := range []Act{None, Tanh, ReLU} {
+						acc := ci == 0 && rng.IntN(2) == 0
+						pad := rng.IntN(3)
+						ar, ac := m, k
+						if ta {
+							ar, ac = k, m
+						}
+						br, bc := k, n
+						if tb {
+							br, bc = n, k
+						}
+						lda, ldb, ldc := max(ac, 1)+pad, max(bc, 1)+pad, max(n, 1)+pad
+						a := randSlice(rng, ar*lda)
+						b := randSlice(rng, br*ldb)
+						c := randSlice(rng, m*ldc)
+						var bias []float32
+						if rng.IntN(2) == 0 {
+							bias = randSlice(rng, n)
+						}
+						want := gemmRef(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act)
+						name := fmt.Sprintf("level %d %dx%dx%d ta=%v tb=%v act=%d acc=%v bias=%v pad=%d",
+							l, m, n, k, ta, tb, act, acc, bias != nil, pad)
+						before := append([]float32(nil), c...)
+						withLevel(l, func() { Gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act) })
+						checkMatrix(t, name, c, before, want, m, n, ldc, k)
+					}
+				}
+			}
+		}
+	}
+}
+
+// checkMatrix compares C with the reference to 1e-5 relative (against the size of the terms
+// summed) and checks that the padding columns were left alone.
+func checkMatrix(t *testing.T, name string, c, before []float32, want []float64, m, n, ldc, k int) {
+	t.Helper()
+	tol := 1e-5 * math.Sqrt(float64(max(k, 1))) * 3
+	for i := range m {
+		for j := range ldc {
+			got := float64(c[i*ldc+j])
+			if j >= n {
+				if c[i*ldc+j] != before[i*ldc+j] {
+					t.Fatalf("%s: padding C[%d][%d] changed", name, i, j)
+				}
+				continue
+			}
+			w := want[i*n+j]
+			if math.Abs(got-w) > tol*math.Max(1, math.Abs(w)) {
+				t.Fatalf("%s: C[%d][%d] = %g, want %g", name, i, j, got, w)
+			}
+		}
+	}
+}
+
+func TestTanhAccuracy(t *testing.T) {
+	x := make([]float32, 0, 20001)
+	for i := -10000; i <= 10000; i++ {
+		x = append(x, float32(i)*1e-3)
+	}
+	x = append(x, 1e-8, -1e-8, 30, -30, float32(math.Inf(1)), float32(math.Inf(-1)))
+	one := []float32{1}
+	for _, l := range levels(t) {
+		y := make([]float32, len(x))
+		withLevel(l, func() {
+			for i := range x { // one column at a time: the scalar path
+				Gemm(false, false, 1, 1, 1, x[i:i+1], 1, one, 1, y[i:i+1], 1, false, nil, Tanh)
+			}
+		})
+		yv := make([]float32, len(x))
+		withLevel(l, func() { Gemm(false, false, len(x), 1, 1, x, 1, one, 1, yv, 1, false, nil, Tanh) })
+		row := make([]float32, len(x))
+		withLevel(l, func() { Gemm(false, false, 1, len(x), 1, one, 1, x, len(x), row, len(x), false, nil, Tanh) })
+		for i, xi := range x {
+			w := math.Tanh(float64(xi))
+			for _, got := range []float32{y[i], yv[i], row[i]} {
+				if e := math.Abs(float64(got) - w); e > 4e-7*math.Abs(w) {
+					t.Fatalf("level %d: tanh(%g) = %g, want %g", l, xi, got, w)
+				}
+			}
+		}
+	}
+	nan := []float32{float32(math.NaN())}
+	out := []float32{0}
+	Gemm(false, false, 1, 1, 1, nan, 1, one, 1, out, 1, false, nil, Tanh)
+	if !math.IsNaN(float64(out[0])) {
+		t.Errorf("tanh(NaN) = %g", out[0])
+	}
+}
+
+func TestActGradColSum(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, l := range levels(t) {
+		for _, n := range []int{0, 1, 3, 17, 257, 512 * 64} {
+			y, dy := randSlice(rng, n), randSlice(rng, n)
+			for _, act := range []Act{None, Tanh, ReLU} {
+				dz := make([]float32, n)
+				withLevel(l, func() { ActGrad(act, y, dy, dz) })
+				for i := range n {
+					w := float64(dy[i])
+					switch act {
+					case Tanh:
+						w *= 1 - float64(y[i])*float64(y[i])
+					case ReLU:
+						if y[i] <= 0 {
+							w = 0
+						}
+					}
+					if math.Abs(float64(dz[i])-w) > 1e-6*math.Max(1, math.Abs(w)) {
+						t.Fatalf("level %d act %d n %d: dz[%d] = %g, want %g", l, act, n, i, dz[i], w)
+					}
+				}
+			}
+		}
+		for _, s := range [][2]int{{1, 1}, {3, 3}, {257, 1}, {1, 257}, {512, 64}, {513, 17}, {0, 5}} {
+			m, n := s[0], s[1]
+			a := randSlice(rng, m*n)
+			for _, acc := range []bool{false, true} {
+				dst := randSlice(rng, n)
+				want := make([]float64, n)
+				for j := range n {
+					if acc {
+						want[j] = float64(dst[j])
+					}
+					for i := range m {
+						want[j] += float64(a[i*n+j])
+					}
+				}
+				withLevel(l, func() { ColSum(m, n, a, dst, acc) })
+				for j := range n {
+					if math.Abs(float64(dst[j])-want[j]) > 1e-5*math.Sqrt(float64(m+1))*math.Max(1, math.Abs(want[j])) {
+						t.Fatalf("level %d %dx%d acc=%v: sum[%d] = %g, want %g", l, m, n, acc, j, dst[j], want[j])
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestShapePanics(t *testing.T) {
+	for name, f := range map[string]func(){
+		"short A": func() {
+			Gemm(false, false, 2, 2, 2, make([]float32, 3), 2, make([]float32, 4), 2, make([]float32, 4), 2, false, nil, None)
+		},
+		"short C": func() {
+			Gemm(false, false, 2, 2, 2, make([]float32, 4), 2, make([]float32, 4), 2, make([]float32, 3), 2, false, nil, None)
+		},
+		"bad ld": func() {
+			Gemm(false, false, 2, 2, 2, make([]float32, 4), 1, make([]float32, 4), 2, make([]float32, 4), 2, false, nil, None)
+		},
+		"short bias": func() {
+			Linear(2, 2, 2, make([]float32, 4), make([]float32, 4), make([]float32, 1), make([]float32, 4), None)
+		},
+		"act grad": func() { ActGrad(Tanh, make([]float32, 2), make([]float32, 3), make([]float32, 2)) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+// BenchmarkLinear is the hidden layer of the CartPole policy: 512×64 by 64×64 with tanh.
+func BenchmarkLinear(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, s := range [][3]int{{512, 64, 64}, {512, 64, 4}, {512, 2, 64}} {
+		m, n, k := s[0], s[1], s[2]
+		x, w, bias, y := randSlice(rng, m*k), randSlice(rng, k*n), randSlice(rng, n), make([]float32, m*n)
+		b.Run(fmt.Sprintf("%dx%dx%d", m, n, k), func(b *testing.B) {
+			for b.Loop() {
+				Linear(m, n, k, x, w, bias, y, Tanh)
+			}
+			b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkGemmBackward is the weight gradient (Aᵀ·B) and input gradient (A·Bᵀ) of the hidden
+// layer.
+func BenchmarkGemmBackward(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	x, dz, w := randSlice(rng, 512*64), randSlice(rng, 512*64), randSlice(rng, 64*64)
+	dw, dx := make([]float32, 64*64), make([]float32, 512*64)
+	b.Run("dW", func(b *testing.B) {
+		for b.Loop() {
+			Gemm(true, false, 64, 64, 512, x, 64, dz, 64, dw, 64, false, nil, None)
+		}
+		b.ReportMetric(2*512*64*64*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("dX", func(b *testing.B) {
+		for b.Loop() {
+			Gemm(false, true, 512, 64, 64, dz, 64, w, 64, dx, 64, false, nil, None)
+		}
+		b.ReportMetric(2*512*64*64*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+}
