@@ -42,9 +42,10 @@ type Config struct {
 	Shared     bool    `json:"shared_trunk"` // one trunk for actor and critic
 	LogStdInit float32 `json:"logstd_init"`  // Gaussian log_std start; default 0
 
-	Seed         uint64 `json:"seed"`
-	EvalEpisodes int    `json:"eval_episodes"` // evaluation at the end; default 10; negative: none
-	InitPolicy   string `json:"init_policy,omitempty"`
+	Seed            uint64 `json:"seed"`
+	CheckpointEvery int    `json:"checkpoint_every"` // iterations between checkpoints; default 10 (and always the last)
+	EvalEpisodes    int    `json:"eval_episodes"`    // evaluation at the end; default 10; negative: none
+	InitPolicy      string `json:"init_policy,omitempty"`
 }
 
 // WithDefaults fills zero fields and validates the result; errors name the field.
@@ -86,6 +87,7 @@ func (c Config) WithDefaults() (Config, error) {
 	setInt(&c.Minibatches, pick(4, 32))
 	setInt(&c.Epochs, pick(4, 10))
 	setInt(&c.EvalEpisodes, 10)
+	setInt(&c.CheckpointEvery, 10)
 	if discrete {
 		setF(&c.LR, 2.5e-4)
 		setF(&c.EntCoef, 0.01)
@@ -110,6 +112,8 @@ func (c Config) WithDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Algo %q; only ppo is implemented", ErrConfig, c.Algo)
 	case c.TotalSteps < 0:
 		return c, fmt.Errorf("%w: TotalSteps = %d", ErrConfig, c.TotalSteps)
+	case c.CheckpointEvery < 0:
+		return c, fmt.Errorf("%w: CheckpointEvery = %d", ErrConfig, c.CheckpointEvery)
 	case c.Workers < 0 || c.Envs < 0 || c.RolloutSteps < 0 || c.Towers < 0 || c.Minibatches < 0 || c.Epochs < 0:
 		return c, fmt.Errorf("%w: Workers, Envs, RolloutSteps, Towers, Minibatches and Epochs must be positive", ErrConfig)
 	case c.Gamma < 0 || c.Gamma > 1:

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -95,18 +96,53 @@ type Options struct {
 // Train runs synchronous PPO: the batchers collect with policy version v, GAE turns the
 // rollout into advantages, the learner's towers make Epochs passes of minibatches over it, and
 // the new weights are exported as ONNX (v+1) and hot-swapped into the batchers.
-func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error) {
-	start := time.Now()
-	if cfg, err = cfg.WithDefaults(); err != nil {
-		return res, err
+func Train(ctx context.Context, cfg Config, opts Options) (Result, error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return Result{}, err
 	}
-	spec, _ := envs.Lookup(cfg.Env)
 	run, err := newRunDir(opts.Out, cfg)
 	if err != nil {
-		return res, err
+		return Result{}, err
 	}
-	defer func() { err = errors.Join(err, run.close()) }()
+	return train(ctx, cfg, opts, run, nil)
+}
 
+// Resume continues the run in dir from its last checkpoint with the configuration in its
+// config.json: same iteration, parameters, optimiser state, environment states and random
+// streams, so it finishes with the metrics an uninterrupted run would have had. metrics.jsonl
+// lines written after the checkpoint are dropped (they are produced again). opts.Out is dir.
+func Resume(ctx context.Context, dir string, opts Options) (Result, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err)
+	}
+	var cfg Config
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return Result{}, fmt.Errorf("engine: resuming %s: config.json: %w", dir, err)
+	}
+	if cfg, err = cfg.WithDefaults(); err != nil {
+		return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err)
+	}
+	ckpt, err := models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
+	if err != nil {
+		return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err)
+	}
+	run, err := openRunDir(dir, int(ckpt.Ints["iteration"]))
+	if err != nil {
+		return Result{}, err
+	}
+	opts.Out = dir
+	return train(ctx, cfg, opts, run, ckpt)
+}
+
+// checkpointFile is the checkpoint's path inside a run directory.
+var checkpointFile = filepath.Join("checkpoint", "state.ckpt")
+
+func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *models.Checkpoint) (res Result, err error) {
+	start := time.Now()
+	defer func() { err = errors.Join(err, run.close()) }()
+	spec, _ := envs.Lookup(cfg.Env)
 	hs := head.Spec{EnvID: cfg.Env, ObsShape: spec.Observation.Shape}
 	if err := hs.ParseActionSpace(spec.Action.String()); err != nil {
 		return res, err
@@ -132,11 +168,20 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 	}
 	t := newTrainer(cfg, spec, pm, opts.Session)
 	defer func() { err = errors.Join(err, t.close()) }()
-	if err := t.start(ctx); err != nil {
+	first := 0
+	if ckpt != nil {
+		first = int(ckpt.Ints["iteration"])
+	}
+	if err := t.start(ctx, first); err != nil {
 		return res, err
 	}
+	if ckpt != nil {
+		if err := t.restore(ctx, ckpt); err != nil {
+			return res, err
+		}
+	}
 	iters := cfg.Iterations()
-	for it := range iters {
+	for it := first; it < iters; it++ {
 		m, err := t.iterate(ctx, it, iters)
 		if err != nil {
 			return res, fmt.Errorf("engine: iteration %d: %w", it, err)
@@ -145,11 +190,16 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 		if err := run.iteration(ctx, m, t.model); err != nil {
 			return res, err
 		}
+		if run.dir != "" && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters) {
+			if err := t.checkpoint(ctx, filepath.Join(run.dir, checkpointFile), it+1); err != nil {
+				return res, err
+			}
+		}
 		if opts.Progress != nil {
 			opts.Progress(m)
 		}
 	}
-	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.policyPath(), Dir: opts.Out}
+	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.policyPath(), Dir: run.dir}
 	if res.Curve, err = run.curve(fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
 		return res, err
 	}
@@ -169,6 +219,55 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 	return res, nil
 }
 
+// checkpoint saves what Resume needs after iteration iterations.
+func (t *trainer) checkpoint(ctx context.Context, path string, iteration int) error {
+	snap, err := t.b.Snapshot()
+	if err != nil {
+		return err
+	}
+	c := &models.Checkpoint{
+		Ints: map[string]int64{"iteration": int64(iteration), "env_steps": t.steps, "episodes": t.eps,
+			"version": t.version, "adam_steps": int64(t.opt.Steps())},
+		Bytes: map[string][]byte{"batcher": snap},
+	}
+	flat := t.pm.flatParams()
+	st := t.opt.State()
+	for name, v := range map[string][]float32{"params": flat, "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
+		if err := c.Put(name, []int{len(v)}, v); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("engine: checkpoint: %w", err)
+	}
+	return models.SaveCheckpoint(ctx, path, c)
+}
+
+// restore sets the trainer to a checkpoint's state (after start built it afresh).
+func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {
+	st := t.opt.State()
+	for name, dst := range map[string][]float32{"params": t.pm.flatParams(), "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
+		v, ok := c.Tensor(name)
+		if !ok || len(v.Data) != len(dst) {
+			return fmt.Errorf("engine: the checkpoint's %q does not fit this model (%d values, want %d)", name, len(v.Data), len(dst))
+		}
+		copy(dst, v.Data)
+	}
+	t.opt.SetSteps(int(c.Ints["adam_steps"]))
+	t.steps, t.eps, t.version = c.Ints["env_steps"], c.Ints["episodes"], c.Ints["version"]
+	if err := t.export(ctx); err != nil {
+		return err
+	}
+	pol, err := batcher.NewPolicy(ctx, t.model, t.version, t.spec, batcher.PolicyConfig{Session: t.session})
+	if err != nil {
+		return err
+	}
+	if err := t.b.UpdatePolicy(ctx, pol); err != nil {
+		return err
+	}
+	return t.b.Restore(c.Bytes["batcher"])
+}
+
 // trainer holds one run's batcher, learner and buffers.
 type trainer struct {
 	cfg     Config
@@ -177,6 +276,7 @@ type trainer struct {
 	session onnx.Config
 	b       *batcher.Batcher
 	l       *learner.Learner
+	opt     learner.Optimizer
 	batch   *learner.SampleBatch
 	value   *onnx.Session // current policy, for the values of last and final observations
 	valueAt int           // its value output
@@ -210,7 +310,7 @@ func (n native) towers(c Loss) learner.TowerFactory { return ppoTowerFactory(n.p
 func (f *foreign) flatParams() []float32            { return f.flat }
 func (f *foreign) headSpec() head.Spec              { return f.spec }
 
-func (t *trainer) start(ctx context.Context) error {
+func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	cfg := t.cfg
 	n := cfg.Workers * cfg.Envs
 	rows := n * cfg.RolloutSteps
@@ -237,13 +337,15 @@ func (t *trainer) start(ctx context.Context) error {
 		sched = iterationAnneal{lr: cfg.LR, perIter: updates, iters: cfg.Iterations()}
 	}
 	opt := learner.NewAdam(len(t.pm.flatParams()), sched, 0.9, 0.999, cfg.AdamEps)
+	t.opt = opt
 	loss := Loss{ClipCoef: cfg.ClipCoef, ClipVLoss: !cfg.NoClipVLoss, EntCoef: cfg.EntCoef, VfCoef: cfg.VfCoef}
 	towers, err := learner.NewTowers(learner.TowersConfig{N: cfg.Towers, Minibatch: rows / cfg.Minibatches,
 		MaxGradNorm: cfg.MaxGradNorm, NormalizeAdvantages: !cfg.NoNormAdv}, t.pm.flatParams(), opt, t.batch, t.pm.towers(loss))
 	if err != nil {
 		return err
 	}
-	t.l, err = learner.NewLearner(learner.Config{TrainBatch: rows, SGDIters: cfg.Epochs, Seed: cfg.Seed}, towers, t.batch)
+	t.l, err = learner.NewLearner(learner.Config{TrainBatch: rows, SGDIters: cfg.Epochs, Seed: cfg.Seed,
+		FirstBatch: uint64(firstIteration)}, towers, t.batch)
 	return err
 }
 
@@ -452,6 +554,9 @@ func newRunDir(dir string, cfg Config) (*runDir, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("engine: run directory: %w", err)
 	}
+	if st, err := os.Stat(filepath.Join(dir, "metrics.jsonl")); err == nil && st.Size() > 0 {
+		return nil, fmt.Errorf("engine: %s already holds a run (metrics.jsonl); resume it or choose another folder", dir)
+	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return nil, err
@@ -464,6 +569,39 @@ func newRunDir(dir string, cfg Config) (*runDir, error) {
 		return nil, fmt.Errorf("engine: run directory: %w", err)
 	}
 	return &runDir{dir: dir, metrics: f}, nil
+}
+
+// openRunDir reopens a run directory to resume after iteration iterations: metrics.jsonl keeps
+// its first iteration lines (later ones are dropped) and they seed the learning curve.
+func openRunDir(dir string, iterations int) (*runDir, error) {
+	path := filepath.Join(dir, "metrics.jsonl")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("engine: resuming: %w", err)
+	}
+	r := &runDir{dir: dir}
+	keep := 0
+	for line := range bytes.Lines(data) {
+		if len(r.history) == iterations {
+			break
+		}
+		var m Metrics
+		if err := json.Unmarshal(line, &m); err != nil {
+			return nil, fmt.Errorf("engine: resuming: %s line %d: %w", path, len(r.history)+1, err)
+		}
+		r.history = append(r.history, m)
+		keep += len(line)
+	}
+	if len(r.history) < iterations {
+		return nil, fmt.Errorf("engine: resuming: %s has %d lines, the checkpoint is at iteration %d", path, len(r.history), iterations)
+	}
+	if err := os.Truncate(path, int64(keep)); err != nil {
+		return nil, fmt.Errorf("engine: resuming: %w", err)
+	}
+	if r.metrics, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return nil, fmt.Errorf("engine: resuming: %w", err)
+	}
+	return r, nil
 }
 
 func (r *runDir) policyPath() string {

@@ -24,8 +24,11 @@ type Config struct {
 	Inqueue int
 	// Outqueue bounds the results waiting to be read; the learner blocks beyond it. Default 16.
 	Outqueue int
-	// Seed seeds the shuffling of minibatches.
+	// Seed seeds the shuffling of minibatches: batch k is shuffled from the stream (Seed, k).
 	Seed uint64
+	// FirstBatch is the index k of the first batch submitted; a resumed run passes the number
+	// of batches trained before, so that shuffles continue as they would have. Default 0.
+	FirstBatch uint64
 	// Load copies a submitted batch into a stack (on a device, this is the host-to-device
 	// transfer). Default: copy the rows.
 	Load func(ctx context.Context, stack, batch *SampleBatch) error
@@ -114,7 +117,7 @@ func NewLearner(cfg Config, towers *Towers, layout *SampleBatch) (*Learner, erro
 		go l.loader(ctx)
 	}
 	l.wg.Add(1)
-	go l.learn(ctx, rand.New(rand.NewPCG(cfg.Seed, 0x6c6561726e6572)))
+	go l.learn(ctx)
 	return l, nil
 }
 
@@ -196,11 +199,14 @@ func (l *Learner) post(r Result) {
 	}
 }
 
-func (l *Learner) learn(ctx context.Context, rng *rand.Rand) {
+func (l *Learner) learn(ctx context.Context) {
 	defer l.wg.Done()
 	shuffler := NewShuffler(l.stacks[0])
 	mb := l.towers.cfg.Minibatch
-	for {
+	src := rand.NewPCG(0, 0)
+	rng := rand.New(src)
+	for k := l.cfg.FirstBatch; ; k++ {
+		src.Seed(l.cfg.Seed, k^0x6c6561726e6572)
 		t0 := time.Now()
 		var s int
 		select {

@@ -99,9 +99,6 @@ func main() {
 }
 
 func run(ctx context.Context, stdout io.Writer, log *zap.Logger, cfg engine.Config, dir, resume, library string) error {
-	if resume != "" {
-		return errors.New("--resume is not implemented yet")
-	}
 	progress := func(m engine.Metrics) {
 		ret := "-"
 		if !math.IsNaN(float64(m.ReturnMean)) {
@@ -111,7 +108,21 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, cfg engine.Conf
 			m.Iteration, m.EnvSteps, ret, float64(m.PolicyLoss), float64(m.ValueLoss), float64(m.Entropy), float64(m.ApproxKL),
 			float64(m.ClipFrac), float64(m.ExplainedVar), float64(m.CollectSPS), float64(m.LearnSPS)))
 	}
-	res, err := engine.Train(ctx, cfg, engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}})
+	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}}
+	var res engine.Result
+	var err error
+	if resume != "" {
+		if cfg.Env != "" || cfg.TotalSteps != 0 || cfg.Seed != 0 || cfg.InitPolicy != "" {
+			log.Warn("--resume takes the run's own config.json; the other flags are ignored")
+		}
+		log.Info("resuming", zap.String("dir", resume))
+		res, err = engine.Resume(ctx, resume, opts)
+	} else {
+		if cfg.Env == "" {
+			return errors.New("--env is required (or --config with an env, or --resume DIR)")
+		}
+		res, err = engine.Train(ctx, cfg, opts)
+	}
 	if err != nil {
 		return err
 	}
