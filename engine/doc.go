@@ -1,4 +1,35 @@
-// Package engine holds the algorithms (losses, advantage estimators) and the training loop that
-// wires batchers to the learner: collect with policy version v, learn, export v+1, hot-swap.
-// It also owns run directories, checkpoints and metrics. It holds no device code.
+// Package engine holds the algorithms (PPO's loss, GAE) and the training loop that wires
+// batchers to the learner, with run directories, checkpoints and metrics. It holds no device
+// code.
+//
+// # The loop
+//
+// [Train] runs synchronous PPO (Schulman et al. 2017, with CleanRL's ppo.py and
+// ppo_continuous_action.py as the reference for behaviour and defaults): the batchers collect
+// Workers×Envs×RolloutSteps steps with policy version v; [GAE] computes advantages, bootstrapping
+// from the final observation's value at truncation and not at termination; the learner's
+// towers make Epochs passes of Minibatches shuffled minibatches (advantages standardised per
+// minibatch, gradients averaged over towers and clipped by global norm, Adam with the learning
+// rate annealed linearly per iteration); the new weights are exported as ONNX version v+1 and
+// hot-swapped into the batchers. The loss is CleanRL's: clipped surrogate, value loss clipped
+// around the old values, entropy bonus.
+//
+// With Config.InitPolicy, a foreign ONNX policy (PyTorch, SB3, CleanRL exports) is imported
+// with package onnx/graph and trained in its own graph; the exported policy.onnx keeps its
+// graph, names and opset with new weights.
+//
+// # Run directory
+//
+// Options.Out receives config.json (the full Config, defaults filled), metrics.jsonl (one
+// [Metrics] object per iteration), policy.onnx (the latest policy, replaced atomically each
+// iteration), checkpoint/state.ckpt (parameters, Adam state, counters and the batchers' env and
+// random-stream snapshots, every CheckpointEvery iterations and at the end) and curve.png.
+// Train refuses a folder that already holds a run; [Resume] continues one from its checkpoint
+// and finishes with exactly the metrics and policy an uninterrupted run would have.
+//
+// # Threading
+//
+// Train and Resume block until the run ends or ctx is cancelled; Options.Progress is called on
+// their goroutine. The batchers' workers and the learner's towers and loaders run on goroutines
+// owned by the run and stopped before Train returns.
 package engine
