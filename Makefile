@@ -9,8 +9,10 @@ all: test
 setup:
 	@bash scripts/setup-ort.sh
 
-## test: lint, then the whole suite under the race detector
+## test: lint, the whole suite, then the whole suite again under the race detector (some
+## numerical checks too slow for -race run only in the first pass)
 test: setup lint
+	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 ./...
 
 ## demo: the main job: train PPO on CartPole-v1, evaluate the ONNX policy over 100 episodes
