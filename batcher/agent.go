@@ -98,6 +98,19 @@ func host(t *device.Tensor) ([]float32, error) {
 	return h, nil
 }
 
+// host returns the host memory of the output tensors, for agents that compute on the CPU.
+func (o AgentOutput) host() (acts, envActs, logp, value []float32, err error) {
+	for _, p := range []struct {
+		dst *[]float32
+		t   *device.Tensor
+	}{{&acts, o.Actions}, {&envActs, o.EnvActions}, {&logp, o.LogP}, {&value, o.Value}} {
+		if *p.dst, err = host(p.t); err != nil {
+			return nil, nil, nil, nil, err
+		}
+	}
+	return acts, envActs, logp, value, nil
+}
+
 // timed is implemented by agents that measure their inference time apart from sampling.
 type timed interface{ inferenceTime() time.Duration }
 
@@ -129,19 +142,7 @@ func (a *onnxAgent) Act(in AgentInput, out AgentOutput) error {
 	if err != nil {
 		return err
 	}
-	acts, err := host(out.Actions)
-	if err != nil {
-		return err
-	}
-	envActs, err := host(out.EnvActions)
-	if err != nil {
-		return err
-	}
-	logp, err := host(out.LogP)
-	if err != nil {
-		return err
-	}
-	value, err := host(out.Value)
+	acts, envActs, logp, value, err := out.host()
 	if err != nil {
 		return err
 	}
@@ -204,19 +205,7 @@ func (a *randomAgent) Version() int64                        { return 0 }
 func (a *randomAgent) Close() error                          { return nil }
 
 func (a *randomAgent) Act(in AgentInput, out AgentOutput) error {
-	acts, err := host(out.Actions)
-	if err != nil {
-		return err
-	}
-	envActs, err := host(out.EnvActions)
-	if err != nil {
-		return err
-	}
-	logp, err := host(out.LogP)
-	if err != nil {
-		return err
-	}
-	value, err := host(out.Value)
+	acts, envActs, logp, value, err := out.host()
 	if err != nil {
 		return err
 	}
