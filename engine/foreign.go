@@ -153,7 +153,7 @@ func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) 
 	oldLogp, t.oldLogp = in("old_logp", rows)
 	oldVal, t.oldVal = in("old_values", rows)
 	t.nodes = ppoLoss(logp, ent, value, adv, ret, oldLogp, oldVal, rows, c)
-	for _, n := range []*G.Node{t.nodes.loss, t.nodes.pg, t.nodes.vl, t.nodes.ent, t.nodes.logr} {
+	for _, n := range t.nodes.all() {
 		v := new(G.Value)
 		G.Read(n, v)
 		t.read[n] = v
@@ -230,25 +230,5 @@ func (t *foreignTower) Grad(mb *learner.SampleBatch, grads []float32, stats []fl
 	if off != len(grads) {
 		return fmt.Errorf("engine: gradients of %d values for %d parameters", off, len(grads))
 	}
-	for k, node := range []*G.Node{t.nodes.loss, t.nodes.pg, t.nodes.vl, t.nodes.ent} {
-		v, err := t.value(node)
-		if err != nil {
-			return err
-		}
-		stats[k] = float64(v[0])
-	}
-	logr, err := t.value(t.nodes.logr)
-	if err != nil {
-		return err
-	}
-	var kl, clipped float64
-	for _, lr := range logr[:n] {
-		r := math.Exp(float64(lr))
-		kl += (r - 1) - float64(lr)
-		if math.Abs(r-1) > t.clip {
-			clipped++
-		}
-	}
-	stats[4], stats[5] = kl/float64(n), clipped/float64(n)
-	return nil
+	return t.nodes.stats(n, t.clip, t.value, stats)
 }

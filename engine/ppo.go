@@ -33,7 +33,7 @@ type ppoTower struct {
 	clip                      float64
 	adv, ret, oldLogp, oldVal []float32
 	acts                      []int32
-	loss, pg, vl, ent, logr   *G.Node
+	nodes                     lossNodes
 }
 
 // ppoTowerFactory builds towers computing the PPO loss over params' architecture.
@@ -81,14 +81,13 @@ func newPPOTower(params *models.Params, rows int, c Loss) (t *ppoTower, err erro
 	if err != nil {
 		return nil, errors.Join(err, pol.Close())
 	}
-	ln := ppoLoss(logp, ent, pol.Value, adv, ret, oldLogp, oldVal, rows, c)
-	t.loss, t.pg, t.vl, t.ent, t.logr = ln.loss, ln.pg, ln.vl, ln.ent, ln.logr
-	for _, n := range []*G.Node{t.loss, t.pg, t.vl, t.ent, t.logr} {
+	t.nodes = ppoLoss(logp, ent, pol.Value, adv, ret, oldLogp, oldVal, rows, c)
+	for _, n := range t.nodes.all() {
 		if err := pol.Watch(n); err != nil {
 			return nil, errors.Join(err, pol.Close())
 		}
 	}
-	if err := pol.Backward(t.loss); err != nil {
+	if err := pol.Backward(t.nodes.loss); err != nil {
 		return nil, errors.Join(err, pol.Close())
 	}
 	if err := pol.Compile(); err != nil {
@@ -127,32 +126,41 @@ func (t *ppoTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float6
 	if err := t.pol.Grads(grads); err != nil {
 		return err
 	}
-	for k, node := range []*G.Node{t.loss, t.pg, t.vl, t.ent} {
-		v, err := t.pol.Read(node)
+	return t.nodes.stats(n, t.clip, t.pol.Read, stats)
+}
+
+// lossNodes are the PPO loss and its parts, as graph nodes.
+type lossNodes struct{ loss, pg, vl, ent, logr *G.Node }
+
+// all lists the nodes a tower reads after each run.
+func (ln lossNodes) all() []*G.Node { return []*G.Node{ln.loss, ln.pg, ln.vl, ln.ent, ln.logr} }
+
+// stats fills stats (ppoStats order) from the nodes' values after a run over n rows, read
+// through read: the loss and its parts, then CleanRL's diagnostics, approx_kl =
+// mean((r − 1) − log r) and the clip fraction mean(|r − 1| > ε), from the log-ratios.
+func (ln lossNodes) stats(n int, clip float64, read func(*G.Node) ([]float32, error), stats []float64) error {
+	for k, node := range ln.all()[:4] {
+		v, err := read(node)
 		if err != nil {
 			return err
 		}
 		stats[k] = float64(v[0])
 	}
-	logr, err := t.pol.Read(t.logr)
+	logr, err := read(ln.logr)
 	if err != nil {
 		return err
 	}
-	// CleanRL's diagnostics: approx_kl = mean((r − 1) − log r), clip fraction = mean(|r − 1| > ε).
 	var kl, clipped float64
 	for _, lr := range logr[:n] {
 		r := math.Exp(float64(lr))
 		kl += (r - 1) - float64(lr)
-		if math.Abs(r-1) > t.clip {
+		if math.Abs(r-1) > clip {
 			clipped++
 		}
 	}
 	stats[4], stats[5] = kl/float64(n), clipped/float64(n)
 	return nil
 }
-
-// lossNodes are the PPO loss and its parts, as graph nodes.
-type lossNodes struct{ loss, pg, vl, ent, logr *G.Node }
 
 // ppoLoss adds CleanRL's PPO loss to the graph of logp and ent ([rows]) and value ([rows, 1] or
 // [rows]), with the minibatch's advantages, returns, old log-probabilities and old values as
