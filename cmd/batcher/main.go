@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -71,20 +70,12 @@ func main() {
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for env resets and action sampling")
 	fs.BoolVar(&o.deterministic, "deterministic", false, "take the most probable action instead of sampling")
 	o.flags.Register(fs)
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logJSON := fs.Bool("log-json", false, "log JSON lines instead of console text")
+	var lf cli.LogFlags
+	lf.Register(fs)
 	flag.Parse()
-	log, err := cli.Logger(*logLevel, *logJSON)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "batcher:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Stdout, os.Stderr, log, o); err != nil {
-		log.Error("batcher failed", zap.Error(err))
-		os.Exit(1)
-	}
+	cli.Main("batcher", lf, func(ctx context.Context, log *zap.Logger) error {
+		return run(ctx, os.Stdout, os.Stderr, log, o)
+	})
 }
 
 func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o options) error {

@@ -11,10 +11,8 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
 
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/internal/cli"
@@ -50,20 +48,10 @@ func main() {
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for env resets and action sampling")
 	fs.BoolVar(&o.sample, "sample", false, "sample actions instead of taking the most probable one")
 	o.flags.Register(fs)
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
-	logJSON := fs.Bool("log-json", false, "log JSON lines instead of console text")
+	var lf cli.LogFlags
+	lf.Register(fs)
 	flag.Parse()
-	log, err := cli.Logger(*logLevel, *logJSON)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "eval:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Stdout, log, o); err != nil {
-		log.Error("eval failed", zap.Error(err))
-		os.Exit(1)
-	}
+	cli.Main("eval", lf, func(ctx context.Context, log *zap.Logger) error { return run(ctx, os.Stdout, log, o) })
 }
 
 func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) error {

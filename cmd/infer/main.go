@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -62,29 +61,21 @@ func main() {
 		library   = flag.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
 		cast      = flag.Bool("cast", false, "convert inputs whose element type differs from the model's instead of refusing them")
 		allowNaN  = flag.Bool("allow-nan", false, "pass NaN observations to the model instead of refusing them")
-		logLevel  = flag.String("log-level", "info", "log level: debug, info, warn or error")
-		logJSON   = flag.Bool("log-json", false, "log JSON lines instead of console text")
 		inputList inputs
+		lf        cli.LogFlags
 	)
 	flag.Var(&inputList, "input", "observations as .npy: PATH, or NAME=PATH (repeatable)")
+	lf.Register(flag.CommandLine)
 	flag.Parse()
-	log, err := cli.Logger(*logLevel, *logJSON)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "infer:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	p, err := onnx.ParseProvider(*provider)
-	if err == nil {
-		err = run(ctx, os.Stdout, log, *model, inputList, *inName, *out, onnx.Config{
+	cli.Main("infer", lf, func(ctx context.Context, log *zap.Logger) error {
+		p, err := onnx.ParseProvider(*provider)
+		if err != nil {
+			return err
+		}
+		return run(ctx, os.Stdout, log, *model, inputList, *inName, *out, onnx.Config{
 			Library: *library, Provider: p, IntraOpThreads: *threads, AllowNaN: *allowNaN, Logger: log,
 		}, *cast)
-	}
-	if err != nil {
-		log.Error("infer failed", zap.Error(err))
-		os.Exit(1)
-	}
+	})
 }
 
 func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, ins []string, inName, out string, cfg onnx.Config, cast bool) error {

@@ -17,7 +17,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/signal"
 
 	"github.com/towerrl/towerrl/engine"
 	"github.com/towerrl/towerrl/internal/cli"
@@ -40,62 +39,43 @@ func main() {
 		initPolicy = fs.String("init-policy", "", "pretrained ONNX policy to fine-tune")
 		resume     = fs.String("resume", "", "run directory to resume")
 		library    = fs.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
-		logLevel   = fs.String("log-level", "info", "log level: debug, info, warn or error")
-		logJSON    = fs.Bool("log-json", false, "log JSON lines instead of console text")
+		lf         cli.LogFlags
 	)
+	lf.Register(fs)
 	flag.Parse()
-	log, err := cli.Logger(*logLevel, *logJSON)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "train:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	var cfg engine.Config
-	if *configPath != "" {
-		b, err := os.ReadFile(*configPath)
-		if err == nil {
-			err = json.Unmarshal(b, &cfg)
+	cli.Main("train", lf, func(ctx context.Context, log *zap.Logger) error {
+		var cfg engine.Config
+		if *configPath != "" {
+			b, err := os.ReadFile(*configPath)
+			if err == nil {
+				err = json.Unmarshal(b, &cfg)
+			}
+			if err != nil {
+				return fmt.Errorf("--config: %w", err)
+			}
 		}
-		if err != nil {
-			log.Error("reading --config", zap.Error(err))
-			os.Exit(2)
+		// Flags given on the command line override the config file's fields.
+		override := map[string]func(){
+			"env":         func() { cfg.Env = *env },
+			"algo":        func() { cfg.Algo = *algo },
+			"towers":      func() { cfg.Towers = *towers },
+			"workers":     func() { cfg.Workers = *workers },
+			"envs":        func() { cfg.Envs = *envs },
+			"total-steps": func() { cfg.TotalSteps = *total },
+			"seed":        func() { cfg.Seed = *seed },
+			"init-policy": func() { cfg.InitPolicy = *initPolicy },
 		}
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if set["env"] {
-		cfg.Env = *env
-	}
-	if set["algo"] {
-		cfg.Algo = *algo
-	}
-	if set["towers"] {
-		cfg.Towers = *towers
-	}
-	if set["workers"] {
-		cfg.Workers = *workers
-	}
-	if set["envs"] {
-		cfg.Envs = *envs
-	}
-	if set["total-steps"] {
-		cfg.TotalSteps = *total
-	}
-	if set["seed"] {
-		cfg.Seed = *seed
-	}
-	if set["init-policy"] {
-		cfg.InitPolicy = *initPolicy
-	}
-	dir := *out
-	if dir == "" && *resume == "" {
-		dir = fmt.Sprintf("runs/%s-%d", cfg.Env, cfg.Seed)
-	}
-	if err := run(ctx, os.Stdout, log, cfg, dir, *resume, *library); err != nil {
-		log.Error("train failed", zap.Error(err))
-		os.Exit(1)
-	}
+		fs.Visit(func(f *flag.Flag) {
+			if set, ok := override[f.Name]; ok {
+				set()
+			}
+		})
+		dir := *out
+		if dir == "" && *resume == "" {
+			dir = fmt.Sprintf("runs/%s-%d", cfg.Env, cfg.Seed)
+		}
+		return run(ctx, os.Stdout, log, cfg, dir, *resume, *library)
+	})
 }
 
 func run(ctx context.Context, stdout io.Writer, log *zap.Logger, cfg engine.Config, dir, resume, library string) error {
