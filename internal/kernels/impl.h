@@ -195,15 +195,36 @@ static TGT void CAT(bcast_, SFX)(long m, long n, long k, const float *a, long rs
 			 bias ? bias + nfull : NULL, act);
 }
 
+// hsum is the sum of v's lanes, by halving.
+INLINE float CAT(hsum_, SFX)(V v) {
+#if VL == 16
+	v += __builtin_shuffle(v, (VI){8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+	v += __builtin_shuffle(v, (VI){4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+	v += __builtin_shuffle(v, (VI){2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+	v += __builtin_shuffle(v, (VI){1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+#elif VL == 8
+	v += __builtin_shuffle(v, (VI){4, 5, 6, 7, 0, 1, 2, 3});
+	v += __builtin_shuffle(v, (VI){2, 3, 0, 1, 6, 7, 4, 5});
+	v += __builtin_shuffle(v, (VI){1, 0, 3, 2, 5, 4, 7, 6});
+#elif VL == 4
+	v += __builtin_shuffle(v, (VI){2, 3, 0, 1});
+	v += __builtin_shuffle(v, (VI){1, 0, 3, 2});
+#else
+#error "unsupported VL"
+#endif
+	return v[0];
+}
+
 // dot is C = A·Bᵀ (+C) for row-contiguous A [m, k] and B [n, k] (C[i][j] = A[i]·B[j]):
-// the shape of a layer with few outputs, where vectors run along k.
+// the shape of a layer with few outputs, or of few rows against a transposed B, where vectors
+// run along k. Each row of B is reused across all rows of A while it is in cache.
 static TGT void CAT(dot_, SFX)(long m, long n, long k, const float *a, long lda, const float *b,
 			       long ldb, float *c, long ldc, int acc, const float *bias, int act) {
 	long kfull = k - k % VL;
-	for (long i = 0; i < m; i++) {
-		const float *ai = a + i * lda;
-		for (long j = 0; j < n; j++) {
-			const float *bj = b + j * ldb;
+	for (long j = 0; j < n; j++) {
+		const float *bj = b + j * ldb;
+		for (long i = 0; i < m; i++) {
+			const float *ai = a + i * lda;
 			V s0 = (V){0}, s1 = (V){0};
 			long p = 0;
 			for (; p + 2 * VL <= kfull; p += 2 * VL) {
@@ -212,10 +233,7 @@ static TGT void CAT(dot_, SFX)(long m, long n, long k, const float *a, long lda,
 			}
 			if (p < kfull)
 				s0 += CAT(ld_, SFX)(ai + p) * CAT(ld_, SFX)(bj + p);
-			s0 += s1;
-			float y = 0;
-			for (int l = 0; l < VL; l++)
-				y += s0[l];
+			float y = CAT(hsum_, SFX)(s0 + s1);
 			for (p = kfull; p < k; p++)
 				y += ai[p] * bj[p];
 			float *cp = c + i * ldc + j;
@@ -267,6 +285,11 @@ static TGT int CAT(gemm_, SFX)(int ta, int tb, long m, long n, long k, const flo
 	}
 	if (!tb) {
 		CAT(bcast_, SFX)(m, n, k, a, rsa, csa, b, ldb, c, ldc, 1, acc, bias, act);
+		return 0;
+	}
+	if (!ta && m < 4 * MR) {
+		// Few rows: packing op(B) would cost more than the product.
+		CAT(dot_, SFX)(m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act);
 		return 0;
 	}
 	float *bp = malloc(sizeof(float) * n * k);
