@@ -43,14 +43,22 @@ type Policy struct {
 	watched map[*G.Node]*G.Value // nodes copied out by Read nodes, for Read
 	entropy *G.Node
 	grads   bool // Backward was called
-	vm      G.VM
-	closed  bool
+	// reference: built from gorgonia's own ops, not the fused ones (tests only; see build)
+	reference bool
+	vm        G.VM
+	closed    bool
 }
 
 // Build adds params' architecture to g for a fixed batch size and returns its nodes. The
 // parameter nodes read params' memory in place (see Params), so any number of policies, each in
 // its own graph, can be built over one Params. g must be a fresh graph owned by the caller.
 func Build(g *G.ExprGraph, params *Params, batch int) (p *Policy, err error) {
+	return build(g, params, batch, false)
+}
+
+// build is Build; reference builds the layers from gorgonia's own ops (matrix product,
+// broadcast add, activation, log softmax) instead of this package's fused ones, for tests.
+func build(g *G.ExprGraph, params *Params, batch int, reference bool) (p *Policy, err error) {
 	if g == nil || params == nil {
 		return nil, fmt.Errorf("%w: Build needs a graph and parameters", ErrConfig)
 	}
@@ -61,7 +69,7 @@ func Build(g *G.ExprGraph, params *Params, batch int) (p *Policy, err error) {
 	defer graphMu.Unlock()
 	defer guard(&err, "building the policy graph")
 	a := params.arch
-	p = &Policy{Graph: g, params: params, spec: a.cfg.Spec, batch: batch}
+	p = &Policy{Graph: g, params: params, spec: a.cfg.Spec, batch: batch, reference: reference}
 	nodes := make(map[string]*G.Node, params.Len())
 	for i, name := range params.names {
 		shape := params.shapes[i]
@@ -138,6 +146,12 @@ func (p *Policy) path(ops []op, x *G.Node, data bool, nodes map[string]*G.Node) 
 			s := x.Shape()
 			x, err = G.Reshape(x, tensor.Shape{s[0], product(s[1:])})
 		case opLinear:
+			if p.reference {
+				if x, err = G.Mul(x, nodes[o.name+".weight"]); err == nil {
+					x, err = G.BroadcastAdd(x, nodes[o.name+".bias"], nil, []byte{0})
+				}
+				break
+			}
 			var act Activation
 			if i+1 < len(ops) && ops[i+1].kind == opAct {
 				act = ops[i+1].act

@@ -114,7 +114,11 @@ func (p *Policy) Entropy() (ent *G.Node, err error) {
 // logSoftmax adds (once) log softmax(logits) over the action axis; it panics like G.Must.
 func (p *Policy) logSoftmax() *G.Node {
 	if p.logSM == nil {
-		p.logSM = G.Must(G.ApplyOp(&logSoftmaxOp{}, p.Logits))
+		if p.reference {
+			p.logSM = G.Must(G.LogSoftMax(p.Logits, 1))
+		} else {
+			p.logSM = G.Must(G.ApplyOp(&logSoftmaxOp{}, p.Logits))
+		}
 	}
 	return p.logSM
 }

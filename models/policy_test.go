@@ -271,7 +271,13 @@ type trainer struct {
 
 func newTrainer(t testing.TB, params *Params, batch int) *trainer {
 	t.Helper()
-	pol, err := Build(G.NewGraph(), params, batch)
+	return newTrainerWith(t, params, batch, false)
+}
+
+// newTrainerWith is newTrainer, with the layers of gorgonia's own ops when reference is set.
+func newTrainerWith(t testing.TB, params *Params, batch int, reference bool) *trainer {
+	t.Helper()
+	pol, err := build(G.NewGraph(), params, batch, reference)
 	if err != nil {
 		t.Fatal(err)
 	}
