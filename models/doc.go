@@ -44,6 +44,12 @@
 //     Read outputs and Grads(flat) (gradients of this run, in the layout of Params.Data).
 //  6. Close.
 //
+// Dense layers are not gorgonia's matrix product, broadcast add and activation but one fused
+// op per layer, act(x·W + b), whose gradient ops (activation derivative, the two products, the
+// bias's column sum) run the float32 kernels of internal/kernels (cgo, with SSE2, AVX2 and
+// AVX-512 copies picked at start-up). The first layer makes no gradient for the observations.
+// These ops, and the categorical head's log softmax, keep their output memory between runs.
+//
 // [Export] (or [ExportModel]) writes the current parameters as an ONNX model for the batchers:
 // input "obs" [batch, obs_shape...], outputs "logits" and "value" (categorical) or "mean",
 // "log_std" and "value" (Gaussian), all with a dynamic "batch" dimension, opset [Opset], and
