@@ -14,17 +14,22 @@ import (
 
 // BenchmarkTowersUpdate times one PPO update (forward, backward, averaging over towers, global
 // norm clipping, Adam) of the 64×64 tanh MLP actor-critic with CartPole shapes at minibatch 512,
-// for 1 and 2 towers, and reports samples/s. Run it with -cpu 1 for the one-core figure and
-// -cpu 2 for two towers on two cores.
+// for 1 and 2 towers, and reports samples/s (also at minibatch 4096, where the towers' fixed
+// per-graph cost matters less). Run it with -cpu 1 for the one-core figure and -cpu 2 for two
+// towers on two cores.
 func BenchmarkTowersUpdate(b *testing.B) {
-	for _, n := range []int{1, 2} {
-		b.Run(fmt.Sprintf("towers=%d", n), func(b *testing.B) {
+	for _, c := range []struct{ n, mb int }{{1, 512}, {2, 512}, {1, 4096}, {2, 4096}} {
+		n, mb := c.n, c.mb
+		name := fmt.Sprintf("towers=%d", n)
+		if mb != 512 {
+			name += fmt.Sprintf("/minibatch=%d", mb)
+		}
+		b.Run(name, func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			params, err := models.NewParams(models.Config{Spec: head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}}, rng)
 			if err != nil {
 				b.Fatal(err)
 			}
-			const mb = 512
 			batch := learner.NewSampleBatch(mb, 4, 1, 0)
 			for i := range mb {
 				for j := range 4 {

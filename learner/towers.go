@@ -72,9 +72,11 @@ type Towers struct {
 	avg  []float64 // averaged statistics, returned in UpdateStats
 }
 
+// towerJob asks a tower for the gradient of rows [lo, hi) of b (sequences, for recurrent data).
 type towerJob struct {
-	ctx context.Context
-	mb  *SampleBatch
+	ctx    context.Context
+	b      *SampleBatch
+	lo, hi int
 }
 
 type towerResult struct {
@@ -140,8 +142,9 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 		t.stats = append(t.stats, make([]float64, len(t.names)))
 	}
 	t.avg = make([]float64, len(t.names))
+	// Tower 0 runs on the goroutine calling Update; towers 1..N-1 on their own.
 	t.work = make([]chan towerJob, cfg.N)
-	for i := range t.towers {
+	for i := 1; i < cfg.N; i++ {
 		t.work[i] = make(chan towerJob)
 		t.wg.Add(1)
 		go t.run(i)
@@ -152,17 +155,25 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 func (t *Towers) run(i int) {
 	defer t.wg.Done()
 	for job := range t.work[i] {
-		err := t.towers[i].Grad(job.mb, t.grads[i], t.stats[i])
-		if err != nil {
-			err = fmt.Errorf("learner: tower %d: %w", i, err)
-			// Still take part in the round so the others do not wait forever; the error wins.
-			clear(t.grads[i])
-		}
-		if rerr := t.coll.AllReduce(job.ctx, i, t.grads[i]); err == nil {
-			err = rerr
-		}
-		t.done <- towerResult{i, err}
+		t.done <- towerResult{i, t.compute(i, job)}
 	}
+}
+
+// compute copies tower i's slice, computes its gradient and takes part in the averaging.
+func (t *Towers) compute(i int, job towerJob) error {
+	err := job.b.CopyRange(t.slices[i], job.lo, job.hi)
+	if err == nil {
+		err = t.towers[i].Grad(t.slices[i], t.grads[i], t.stats[i])
+	}
+	if err != nil {
+		err = fmt.Errorf("learner: tower %d: %w", i, err)
+		// Still take part in the round so the others do not wait forever; the error wins.
+		clear(t.grads[i])
+	}
+	if rerr := t.coll.AllReduce(job.ctx, i, t.grads[i]); err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // StatNames names UpdateStats.Stats.
@@ -214,17 +225,15 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 		}
 		normalize(b.Advantages[r0:r1])
 	}
-	for i, s := range t.slices {
-		if err := b.CopyRange(s, lo+i*per, lo+(i+1)*per); err != nil {
-			return UpdateStats{}, err
-		}
-	}
 	start := time.Now()
-	for i, s := range t.slices {
-		t.work[i] <- towerJob{ctx, s}
+	for i := 1; i < n; i++ {
+		t.work[i] <- towerJob{ctx, b, lo + i*per, lo + (i+1)*per}
 	}
 	var errs []error
-	for range n {
+	if err := t.compute(0, towerJob{ctx, b, lo, lo + per}); err != nil {
+		errs = append(errs, err)
+	}
+	for i := 1; i < n; i++ {
 		if r := <-t.done; r.err != nil {
 			errs = append(errs, r.err)
 		}
@@ -296,7 +305,7 @@ func (t *Towers) Close() error {
 	if t.work == nil {
 		return nil
 	}
-	for _, w := range t.work {
+	for _, w := range t.work[1:] {
 		close(w)
 	}
 	t.wg.Wait()
