@@ -86,14 +86,12 @@ func (f *foreign) towers(c Loss) learner.TowerFactory {
 type foreignTower struct {
 	f                         *foreign
 	rows                      int
-	clip                      float64
 	vm                        G.VM
 	obsNode                   *G.Node
 	obs                       *tensor.Dense
 	act                       []float32 // one-hot (categorical) or raw actions (Gaussian)
 	adv, ret, oldLogp, oldVal []float32
 	learn                     G.Nodes
-	read                      map[*G.Node]*G.Value // watched nodes' values, copied out as computed
 	nodes                     lossNodes
 }
 
@@ -108,7 +106,7 @@ func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) 
 			err = fmt.Errorf("engine: building the PPO loss on the imported graph: %v", r)
 		}
 	}()
-	t = &foreignTower{f: f, rows: rows, clip: c.ClipCoef, learn: gr.Learnables(), read: map[*G.Node]*G.Value{}}
+	t = &foreignTower{f: f, rows: rows, learn: gr.Learnables()}
 	if t.obsNode, err = gr.Input(f.input); err != nil {
 		return nil, err
 	}
@@ -153,11 +151,6 @@ func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) 
 	oldLogp, t.oldLogp = in("old_logp", rows)
 	oldVal, t.oldVal = in("old_values", rows)
 	t.nodes = ppoLoss(logp, ent, value, adv, ret, oldLogp, oldVal, rows, c)
-	for _, n := range t.nodes.all() {
-		v := new(G.Value)
-		G.Read(n, v)
-		t.read[n] = v
-	}
 	if _, err := G.Grad(t.nodes.loss, t.learn...); err != nil {
 		return nil, fmt.Errorf("engine: differentiating the PPO loss on the imported graph: %w", err)
 	}
@@ -167,17 +160,6 @@ func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) 
 
 func (t *foreignTower) StatNames() []string { return ppoStats }
 func (t *foreignTower) Close() error        { return t.vm.Close() }
-
-func (t *foreignTower) value(n *G.Node) ([]float32, error) {
-	v := *t.read[n]
-	switch x := v.(type) {
-	case *tensor.Dense:
-		return x.Data().([]float32), nil
-	case *G.F32:
-		return []float32{float32(*x)}, nil
-	}
-	return nil, fmt.Errorf("engine: node %s holds %T", n.Name(), v)
-}
 
 // Grad computes the PPO loss's gradient over mb's rows into grads (the flat parameter layout).
 func (t *foreignTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) (err error) {
@@ -230,5 +212,6 @@ func (t *foreignTower) Grad(mb *learner.SampleBatch, grads []float32, stats []fl
 	if off != len(grads) {
 		return fmt.Errorf("engine: gradients of %d values for %d parameters", off, len(grads))
 	}
-	return t.nodes.stats(n, t.clip, t.value, stats)
+	t.nodes.stats(stats)
+	return nil
 }

@@ -3,10 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math"
 
 	G "gorgonia.org/gorgonia"
-	"gorgonia.org/tensor"
 
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/learner"
@@ -30,7 +28,6 @@ type ppoTower struct {
 	pol                       *models.Policy
 	spec                      head.Spec
 	rows                      int
-	clip                      float64
 	adv, ret, oldLogp, oldVal []float32
 	acts                      []int32
 	nodes                     lossNodes
@@ -55,7 +52,7 @@ func newPPOTower(params *models.Params, rows int, c Loss) (t *ppoTower, err erro
 	if err != nil {
 		return nil, err
 	}
-	t = &ppoTower{pol: pol, spec: pol.Spec(), rows: rows, clip: c.ClipCoef, acts: make([]int32, rows)}
+	t = &ppoTower{pol: pol, spec: pol.Spec(), rows: rows, acts: make([]int32, rows)}
 	defer func() {
 		if r := recover(); r != nil {
 			err = errors.Join(fmt.Errorf("engine: building the PPO loss: %v", r), pol.Close())
@@ -82,11 +79,6 @@ func newPPOTower(params *models.Params, rows int, c Loss) (t *ppoTower, err erro
 		return nil, errors.Join(err, pol.Close())
 	}
 	t.nodes = ppoLoss(logp, ent, pol.Value, adv, ret, oldLogp, oldVal, rows, c)
-	for _, n := range t.nodes.all() {
-		if err := pol.Watch(n); err != nil {
-			return nil, errors.Join(err, pol.Close())
-		}
-	}
 	if err := pol.Backward(t.nodes.loss); err != nil {
 		return nil, errors.Join(err, pol.Close())
 	}
@@ -126,78 +118,23 @@ func (t *ppoTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float6
 	if err := t.pol.Grads(grads); err != nil {
 		return err
 	}
-	return t.nodes.stats(n, t.clip, t.pol.Read, stats)
-}
-
-// lossNodes are the PPO loss and its parts, as graph nodes.
-type lossNodes struct{ loss, pg, vl, ent, logr *G.Node }
-
-// all lists the nodes a tower reads after each run.
-func (ln lossNodes) all() []*G.Node { return []*G.Node{ln.loss, ln.pg, ln.vl, ln.ent, ln.logr} }
-
-// stats fills stats (ppoStats order) from the nodes' values after a run over n rows, read
-// through read: the loss and its parts, then CleanRL's diagnostics, approx_kl =
-// mean((r − 1) − log r) and the clip fraction mean(|r − 1| > ε), from the log-ratios.
-func (ln lossNodes) stats(n int, clip float64, read func(*G.Node) ([]float32, error), stats []float64) error {
-	for k, node := range ln.all()[:4] {
-		v, err := read(node)
-		if err != nil {
-			return err
-		}
-		stats[k] = float64(v[0])
-	}
-	logr, err := read(ln.logr)
-	if err != nil {
-		return err
-	}
-	var kl, clipped float64
-	for _, lr := range logr[:n] {
-		r := math.Exp(float64(lr))
-		kl += (r - 1) - float64(lr)
-		if math.Abs(r-1) > clip {
-			clipped++
-		}
-	}
-	stats[4], stats[5] = kl/float64(n), clipped/float64(n)
+	t.nodes.stats(stats)
 	return nil
 }
 
-// ppoLoss adds CleanRL's PPO loss to the graph of logp and ent ([rows]) and value ([rows, 1] or
-// [rows]), with the minibatch's advantages, returns, old log-probabilities and old values as
-// [rows] inputs. It panics like G.Must; callers recover.
+// lossNodes are the PPO loss node and the fused op computing it.
+type lossNodes struct {
+	loss *G.Node
+	op   *ppoLossOp
+}
+
+// stats copies the last run's statistics (ppoStats order) into stats.
+func (ln lossNodes) stats(stats []float64) { copy(stats, ln.op.stats[:]) }
+
+// ppoLoss adds CleanRL's PPO loss, one fused op, over logp and ent ([rows]) and value
+// ([rows, 1] or [rows]), with the minibatch's advantages, returns, old log-probabilities and
+// old values as [rows] inputs. It panics like G.Must; callers recover.
 func ppoLoss(logp, ent, value, adv, ret, oldLogp, oldVal *G.Node, rows int, c Loss) lossNodes {
-	var t lossNodes
-	k := func(v float64) *G.Node { return G.NewConstant(float32(v)) }
-	must := G.Must
-	// max(a, b) = (a + b + |a − b|)/2 and min(a, b) = (a + b − |a − b|)/2: gorgonia has no
-	// element-wise max of two tensors, and these have the subgradients PyTorch's max/clamp use
-	// away from ties.
-	maxOf := func(a, b *G.Node) *G.Node {
-		return must(G.HadamardProd(must(G.Add(must(G.Add(a, b)), must(G.Abs(must(G.Sub(a, b)))))), k(0.5)))
-	}
-	minOf := func(a, b *G.Node) *G.Node {
-		return must(G.HadamardProd(must(G.Sub(must(G.Add(a, b)), must(G.Abs(must(G.Sub(a, b)))))), k(0.5)))
-	}
-	clamp := func(x *G.Node, lo, hi float64) *G.Node { return minOf(maxOf(x, k(lo)), k(hi)) }
-
-	t.logr = must(G.Sub(logp, oldLogp))
-	ratio := must(G.Exp(t.logr))
-	pg1 := must(G.Neg(must(G.HadamardProd(adv, ratio))))
-	pg2 := must(G.Neg(must(G.HadamardProd(adv, clamp(ratio, 1-c.ClipCoef, 1+c.ClipCoef)))))
-	t.pg = must(G.Mean(maxOf(pg1, pg2)))
-
-	v := must(G.Reshape(value, tensor.Shape{rows}))
-	vUnclipped := must(G.Square(must(G.Sub(v, ret))))
-	vTerm := vUnclipped
-	if c.ClipVLoss {
-		vClipped := must(G.Add(oldVal, clamp(must(G.Sub(v, oldVal)), -c.ClipCoef, c.ClipCoef)))
-		vTerm = maxOf(vUnclipped, must(G.Square(must(G.Sub(vClipped, ret)))))
-	} else {
-		// old_values takes no part; keep it in the graph with a zero weight.
-		vTerm = must(G.Add(vTerm, must(G.HadamardProd(oldVal, k(0)))))
-	}
-	t.vl = must(G.HadamardProd(must(G.Mean(vTerm)), k(0.5)))
-	t.ent = must(G.Mean(ent))
-	t.loss = must(G.Add(must(G.Sub(t.pg, must(G.HadamardProd(t.ent, k(c.EntCoef))))), must(G.HadamardProd(t.vl, k(c.VfCoef)))))
-	return t
+	op := &ppoLossOp{c: c, rows: rows, valueDims: value.Dims()}
+	return lossNodes{loss: G.Must(G.ApplyOp(op, logp, ent, value, adv, ret, oldLogp, oldVal)), op: op}
 }
