@@ -5,8 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${DEMO_OUT:-out/demo}"
 seed="${DEMO_SEED:-0}"
-steps="${DEMO_STEPS:-200000}"
+steps="${DEMO_STEPS:-500000}"
 mkdir -p bin "$(dirname "$out")"
+if [[ -e "$out" ]]; then
+	# Keep the previous demo run (one generation) instead of refusing or deleting it.
+	rm -rf "$out.previous"
+	mv "$out" "$out.previous"
+	echo "demo: moved the previous run to $out.previous" >&2
+fi
 go build -o bin/train ./cmd/train
 go build -o bin/eval ./cmd/eval
 echo "demo: training PPO on CartPole-v1 for ${steps} env steps (seed ${seed}) into ${out}" >&2
