@@ -457,7 +457,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	}
 	ev := explainedVariance(b.Values[:rows], b.Returns[:rows])
 	l0 := time.Now()
-	lr := t.lrAt(it)
+	lr := t.opt.CurrentLR() // the rate of this iteration's updates (constant within one)
 	if err := t.l.Submit(ctx, b); err != nil {
 		return Metrics{}, err
 	}
@@ -502,13 +502,6 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	t.eps += int64(len(r.Episodes))
 	m.EpisodesAll = t.eps
 	return m, nil
-}
-
-func (t *trainer) lrAt(it int) float64 {
-	if t.cfg.ConstantLR {
-		return t.cfg.LR
-	}
-	return t.cfg.LR * max(1-float64(it)/float64(t.cfg.Iterations()), 0)
 }
 
 // explainedVariance is 1 − Var(returns − values)/Var(returns), NaN when the returns are constant.
