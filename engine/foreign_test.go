@@ -7,7 +7,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx"
 )
@@ -30,18 +29,7 @@ func TestForeignTowerLossAndGradient(t *testing.T) {
 		f.flat[i] += float32(rng.NormFloat64() * 0.2)
 	}
 	const n = 24
-	mb := learner.NewSampleBatch(n, 4, 1, 0)
-	for i := range n {
-		for j := range 4 {
-			mb.Obs[i*4+j] = float32(rng.NormFloat64())
-		}
-		mb.Actions[i] = float32(rng.IntN(2))
-		mb.Advantages[i] = float32(rng.NormFloat64())
-		mb.Returns[i] = float32(rng.NormFloat64() * 3)
-		mb.Values[i] = float32(rng.NormFloat64())
-		mb.LogP[i] = float32(math.Log(0.5) + rng.NormFloat64()*0.3)
-	}
-	mb.SetLen(n)
+	mb := randomMinibatch(rng, n, 2, minibatchScales{ret: 3, value: 1, logp: 0.3})
 	c := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	tw, err := newForeignTower(f, n, c)
 	if err != nil {

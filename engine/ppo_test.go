@@ -85,18 +85,7 @@ func TestPPOLossAndGradient(t *testing.T) {
 		params.Data()[i] += float32(rng.NormFloat64() * 0.3)
 	}
 	const n = 32
-	mb := learner.NewSampleBatch(n, 4, 1, 0)
-	for i := range n {
-		for j := range 4 {
-			mb.Obs[i*4+j] = float32(rng.NormFloat64())
-		}
-		mb.Actions[i] = float32(rng.IntN(3))
-		mb.Advantages[i] = float32(rng.NormFloat64())
-		mb.Returns[i] = float32(rng.NormFloat64())
-		mb.Values[i] = float32(rng.NormFloat64() * 0.5)
-		mb.LogP[i] = float32(math.Log(1.0/3) + rng.NormFloat64()*0.4)
-	}
-	mb.SetLen(n)
+	mb := randomMinibatch(rng, n, 3, minibatchScales{ret: 1, value: 0.5, logp: 0.4})
 	c := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	tw, err := newPPOTower(params, n, c)
 	if err != nil {
@@ -140,4 +129,26 @@ func TestPPOLossAndGradient(t *testing.T) {
 		}
 	}
 	t.Logf("loss %.6f (reference %.6f), %d gradient entries checked, clip fraction %.2f", stats[0], want, checked, stats[5])
+}
+
+// minibatchScales are the standard deviations of randomMinibatch's returns, old values and old
+// log-probabilities (around log(1/actions)).
+type minibatchScales struct{ ret, value, logp float64 }
+
+// randomMinibatch makes n rows of CartPole-shaped data for PPO loss tests: standard normal
+// observations and advantages, uniform actions among actions, and the given scales.
+func randomMinibatch(rng *rand.Rand, n, actions int, sc minibatchScales) *learner.SampleBatch {
+	mb := learner.NewSampleBatch(n, 4, 1, 0)
+	for i := range n {
+		for j := range 4 {
+			mb.Obs[i*4+j] = float32(rng.NormFloat64())
+		}
+		mb.Actions[i] = float32(rng.IntN(actions))
+		mb.Advantages[i] = float32(rng.NormFloat64())
+		mb.Returns[i] = float32(rng.NormFloat64() * sc.ret)
+		mb.Values[i] = float32(rng.NormFloat64() * sc.value)
+		mb.LogP[i] = float32(math.Log(1/float64(actions)) + rng.NormFloat64()*sc.logp)
+	}
+	mb.SetLen(n)
+	return mb
 }

@@ -18,18 +18,7 @@ func TestPPOTowersEquivalence(t *testing.T) {
 	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
 	rng := rand.New(rand.NewPCG(8, 8))
 	const rows = 520
-	data := learner.NewSampleBatch(rows, 4, 1, 0)
-	for i := range rows {
-		for j := range 4 {
-			data.Obs[i*4+j] = float32(rng.NormFloat64())
-		}
-		data.Actions[i] = float32(rng.IntN(2))
-		data.Advantages[i] = float32(rng.NormFloat64())
-		data.Returns[i] = float32(rng.NormFloat64())
-		data.Values[i] = float32(rng.NormFloat64() * 0.1)
-		data.LogP[i] = float32(math.Log(0.5) + rng.NormFloat64()*0.05)
-	}
-	data.SetLen(rows)
+	data := randomMinibatch(rng, rows, 2, minibatchScales{ret: 1, value: 0.1, logp: 0.05})
 	loss := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	train := func(n, mb, use int) []float32 {
 		params, err := models.NewParams(models.Config{Spec: spec}, rand.New(rand.NewPCG(1, 1)))
