@@ -26,21 +26,12 @@ INLINE V CAT(sel_, SFX)(VI m, V a, V b) { return (V)(((VI)a & m) | ((VI)b & ~m))
 // tanh_v is tanh to about one ulp (the rational approximation of Eigen's ptanh_float, which
 // PyTorch's CPU kernels also use). NaN stays NaN.
 INLINE V CAT(tanh_, SFX)(V x) {
-	const V hi = CAT(splat_, SFX)(7.90531110763549805f);
+	const V hi = CAT(splat_, SFX)(TANH_HI);
 	x = CAT(sel_, SFX)(x > hi, hi, x);
 	x = CAT(sel_, SFX)(x < -hi, -hi, x);
-	V x2 = x * x;
-	V p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
-	p = x2 * p + -8.60467152213735e-11f;
-	p = x2 * p + 5.12229709037114e-08f;
-	p = x2 * p + 1.48572235717979e-05f;
-	p = x2 * p + 6.37261928875436e-04f;
-	p = x2 * p + 4.89352455891786e-03f;
-	p = x * p;
-	V q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
-	q = x2 * q + 2.26843463243900e-03f;
-	q = x2 * q + 4.89352518554385e-03f;
-	return p / q;
+	V y;
+	TANH_RATIONAL(V, x, y);
+	return y;
 }
 
 INLINE V CAT(act_, SFX)(V x, int act) {

@@ -12,23 +12,36 @@
 // KC is the block of the reduction dimension whose panel of B stays in cache.
 #define KC 256
 
-// tanh_s is the scalar form of impl.h's vector tanh (same coefficients, same results).
+// TANH_HI bounds tanh's argument: beyond it the approximation below is exactly ±1 in float32.
+#define TANH_HI 7.90531110763549805f
+
+// TANH_RATIONAL sets out to tanh(x) for x already clamped to [-TANH_HI, TANH_HI]: the rational
+// approximation of Eigen's ptanh_float. T is float or one of impl.h's vector types (GCC vector
+// arithmetic takes scalar operands), so the scalar and vector forms share these coefficients and
+// this order of operations, and give the same results.
+#define TANH_RATIONAL(T, x, out)                                              \
+	do {                                                                  \
+		T x2_ = (x) * (x);                                            \
+		T p_ = x2_ * -2.76076847742355e-16f + 2.00018790482477e-13f;  \
+		p_ = x2_ * p_ + -8.60467152213735e-11f;                       \
+		p_ = x2_ * p_ + 5.12229709037114e-08f;                        \
+		p_ = x2_ * p_ + 1.48572235717979e-05f;                        \
+		p_ = x2_ * p_ + 6.37261928875436e-04f;                        \
+		p_ = x2_ * p_ + 4.89352455891786e-03f;                        \
+		p_ = (x) * p_;                                                \
+		T q_ = x2_ * 1.19825839466702e-06f + 1.18534705686654e-04f;   \
+		q_ = x2_ * q_ + 2.26843463243900e-03f;                        \
+		q_ = x2_ * q_ + 4.89352518554385e-03f;                        \
+		(out) = p_ / q_;                                              \
+	} while (0)
+
+// tanh_s is the scalar form of impl.h's vector tanh.
 static inline float tanh_s(float x) {
-	const float hi = 7.90531110763549805f;
-	x = x > hi ? hi : x;
-	x = x < -hi ? -hi : x;
-	float x2 = x * x;
-	float p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
-	p = x2 * p + -8.60467152213735e-11f;
-	p = x2 * p + 5.12229709037114e-08f;
-	p = x2 * p + 1.48572235717979e-05f;
-	p = x2 * p + 6.37261928875436e-04f;
-	p = x2 * p + 4.89352455891786e-03f;
-	p = x * p;
-	float q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
-	q = x2 * q + 2.26843463243900e-03f;
-	q = x2 * q + 4.89352518554385e-03f;
-	return p / q;
+	x = x > TANH_HI ? TANH_HI : x;
+	x = x < -TANH_HI ? -TANH_HI : x;
+	float y;
+	TANH_RATIONAL(float, x, y);
+	return y;
 }
 
 static inline float act_s(float x, int act) {
