@@ -15,11 +15,12 @@ import os
 import sys
 
 import numpy as np
-import onnx
 import torch
 import torch.nn as nn
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_fixtures import OUT, export  # noqa: E402  (one exporter for every fixture)
+
 BATCH = 16
 
 
@@ -54,34 +55,12 @@ class MatMulPolicy(nn.Module):
         return torch.log_softmax(logits, dim=-1), torch.softmax(logits, dim=-1), value
 
 
-def export(name, model, x, input_name, output_names, opset):
-    model.eval()
-    path = os.path.join(OUT, name + ".onnx")
-    dyn = {input_name: {0: "batch"}}
-    for o in output_names:
-        dyn[o] = {0: "batch"}
-    torch.onnx.export(model, (x,), path, input_names=[input_name], output_names=output_names,
-                      dynamic_axes=dyn, opset_version=opset, do_constant_folding=True)
-    m = onnx.load(path)
-    p = m.metadata_props.add()
-    p.key, p.value = "towerrl.version", "0"
-    m.producer_name = "pytorch"
-    onnx.checker.check_model(m)
-    onnx.save(m, path)
-    with torch.no_grad():
-        outs = model(x)
-    np.save(os.path.join(OUT, name + ".input.npy"), x.numpy().astype(np.float32))
-    for o, y in zip(output_names, outs):
-        np.save(os.path.join(OUT, name + "." + o + ".npy"), y.detach().numpy().astype(np.float32))
-    print("wrote", path, [n.op_type for n in m.graph.node], "opset", m.opset_import[0].version,
-          file=sys.stderr)
-
-
 def main():
     torch.manual_seed(4321)
     os.makedirs(OUT, exist_ok=True)
     x = torch.randn(BATCH, 5) * 2
-    export("matmul_opset17", MatMulPolicy(), x, "state", ["logp", "probs", "value"], 17)
+    export("matmul_opset17", MatMulPolicy(), x, "state", ["logp", "probs", "value"], 17,
+           {"towerrl.version": "0"})
 
 
 if __name__ == "__main__":
