@@ -82,6 +82,15 @@ func NewPolicy(ctx context.Context, model []byte, version int64, env envs.Spec, 
 	return &Policy{model: model, version: version, spec: spec, outs: outs, cfg: cfg}, nil
 }
 
+// WithModel returns the policy for model, a version of p's graph with other weights (a trainer's
+// re-export, a fine-tuned write-back). The checks NewPolicy made for p, and its head and output
+// bindings, hold for it as they are, so no session is opened to check it again.
+func (p *Policy) WithModel(model []byte, version int64) *Policy {
+	q := *p
+	q.model, q.version = model, version
+	return &q
+}
+
 // resolveSpec picks the head spec (given, from metadata, or from the env) and checks that its
 // action space is the env's.
 func resolveSpec(meta map[string]string, env envs.Spec, given *head.Spec) (head.Spec, error) {

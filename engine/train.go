@@ -204,12 +204,8 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		return res, err
 	}
 	if cfg.EvalEpisodes > 0 {
-		pol, err := batcher.NewPolicy(ctx, t.model, t.version, spec, batcher.PolicyConfig{Session: opts.Session})
-		if err != nil {
-			return res, err
-		}
 		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: cfg.Env, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
-			Deterministic: true}, pol)
+			Deterministic: true}, t.pol.WithModel(t.model, t.version))
 		if err != nil {
 			return res, err
 		}
@@ -255,14 +251,7 @@ func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {
 	}
 	t.opt.SetSteps(int(c.Ints["adam_steps"]))
 	t.steps, t.eps, t.version = c.Ints["env_steps"], c.Ints["episodes"], c.Ints["version"]
-	if err := t.export(ctx); err != nil {
-		return err
-	}
-	pol, err := batcher.NewPolicy(ctx, t.model, t.version, t.spec, batcher.PolicyConfig{Session: t.session})
-	if err != nil {
-		return err
-	}
-	if err := t.b.UpdatePolicy(ctx, pol); err != nil {
+	if err := t.publish(ctx); err != nil {
 		return err
 	}
 	return t.b.Restore(c.Bytes["batcher"])
@@ -275,6 +264,7 @@ type trainer struct {
 	pm      policyModel
 	session onnx.Config
 	b       *batcher.Batcher
+	pol     *batcher.Policy // the policy checked against the env at the start; re-exports reuse it
 	l       *learner.Learner
 	opt     learner.Optimizer
 	batch   *learner.SampleBatch
@@ -323,12 +313,12 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if err := t.export(ctx); err != nil {
 		return err
 	}
-	pol, err := batcher.NewPolicy(ctx, t.model, t.version, t.spec, batcher.PolicyConfig{Session: t.session})
-	if err != nil {
+	var err error
+	if t.pol, err = batcher.NewPolicy(ctx, t.model, t.version, t.spec, batcher.PolicyConfig{Session: t.session}); err != nil {
 		return err
 	}
 	if t.b, err = batcher.New(ctx, batcher.Config{Env: cfg.Env, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs,
-		Steps: cfg.RolloutSteps, Seed: cfg.Seed}, pol); err != nil {
+		Steps: cfg.RolloutSteps, Seed: cfg.Seed}, t.pol); err != nil {
 		return err
 	}
 	updates := cfg.Epochs * cfg.Minibatches
@@ -384,6 +374,15 @@ func (t *trainer) export(ctx context.Context) error {
 	}
 	t.value, t.valueAt, t.model = s, outs.Value, model
 	return nil
+}
+
+// publish exports the current parameters as policy version t.version and hot-swaps it into the
+// batchers.
+func (t *trainer) publish(ctx context.Context) error {
+	if err := t.export(ctx); err != nil {
+		return err
+	}
+	return t.b.UpdatePolicy(ctx, t.pol.WithModel(t.model, t.version))
 }
 
 // values runs the value head on rows observations (rows ≤ its MaxBatch) into dst.
@@ -474,14 +473,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	learn := time.Since(l0)
 	t.steps += int64(rows)
 	t.version++
-	if err := t.export(ctx); err != nil {
-		return Metrics{}, err
-	}
-	pol, err := batcher.NewPolicy(ctx, t.model, t.version, t.spec, batcher.PolicyConfig{Session: t.session})
-	if err != nil {
-		return Metrics{}, err
-	}
-	if err := t.b.UpdatePolicy(ctx, pol); err != nil {
+	if err := t.publish(ctx); err != nil {
 		return Metrics{}, err
 	}
 	nan := Float(math.NaN())
