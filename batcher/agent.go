@@ -111,6 +111,29 @@ func (o AgentOutput) host() (acts, envActs, logp, value []float32, err error) {
 	return acts, envActs, logp, value, nil
 }
 
+// valuer is implemented by agents that can evaluate the state value of observations without
+// acting (no random draws): the batcher asks it for the values it bootstraps from.
+type valuer interface {
+	// values writes the value of the first n rows of obs (row-major, as AgentInput.Obs) to dst.
+	values(obs []float32, n int, dst []float32) error
+}
+
+// values implements valuer: one inference over the rows, the value output read.
+func (a *onnxAgent) values(obs []float32, n int, dst []float32) error {
+	if a.value == nil {
+		clear(dst[:n])
+		return nil
+	}
+	copy(a.in, obs[:len(a.in)/a.sess.MaxBatch()*n])
+	start := time.Now()
+	if err := a.sess.Run(n); err != nil {
+		return err
+	}
+	a.inference += time.Since(start)
+	copy(dst[:n], a.value[:n])
+	return nil
+}
+
 // timed is implemented by agents that measure their inference time apart from sampling.
 type timed interface{ inferenceTime() time.Duration }
 

@@ -102,6 +102,9 @@ type worker struct {
 	in       AgentInput
 	out      AgentOutput
 	acts     envs.Actions
+	fin      []float32 // final observations of truncated episodes, gathered for their values
+	finRow   []int     // their rows in the rollout
+	finV     []float32 // their values
 	ret      []float64 // running return per env
 	length   []int     // running length per env
 	episodes []Episode
@@ -159,7 +162,9 @@ func samplingStream(seed uint64, i int) (*rand.Rand, *rand.PCG) {
 
 func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim int, discrete bool) (*worker, error) {
 	m := b.cfg.EnvsPerWorker
+	od := b.spec.Observation.Dim()
 	wk := &worker{index: w, m: m, rngs: make([]*rand.Rand, m), pcgs: make([]*rand.PCG, m), ret: make([]float64, m),
+		fin: make([]float32, m*od), finRow: make([]int, 0, m), finV: make([]float32, m),
 		length: make([]int, m), reqs: make(chan request), done: make(chan error)}
 	for i := range m {
 		wk.rngs[i], wk.pcgs[i] = samplingStream(b.cfg.Seed, w*m+i)
@@ -410,13 +415,52 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 			}
 		}
 		t5 := time.Now()
+		if err := w.truncationValues(r, base, od); err != nil {
+			return err
+		}
 		w.timings.Env += t4.Sub(t3)
-		w.timings.Sampling += t2.Sub(t1) // inference is moved out below
+		w.timings.Sampling += t2.Sub(t1) + time.Since(t5) // inference is moved out below
 		w.timings.Buffers += t1.Sub(t0) + t3.Sub(t2) + t5.Sub(t4)
 		w.timings.Steps += int64(m)
 	}
-	w.accountInference(&inf0)
 	copy(r.LastObs[off*od:(off+m)*od], bufs.Obs)
+	tl := time.Now()
+	if v, ok := w.agent.(valuer); ok {
+		if err := v.values(bufs.Obs, m, r.LastValues[off:off+m]); err != nil {
+			return err
+		}
+	} else {
+		clear(r.LastValues[off : off+m])
+	}
+	w.timings.Sampling += time.Since(tl) // the inference in it is moved out next
+	w.accountInference(&inf0)
+	return nil
+}
+
+// truncationValues evaluates, with the agent that acted, the final observations of the episodes
+// of this step (rows base..base+M) that were truncated and not terminated.
+func (w *worker) truncationValues(r *Rollout, base, od int) error {
+	v, ok := w.agent.(valuer)
+	if !ok {
+		return nil
+	}
+	w.finRow = w.finRow[:0]
+	for i := range w.m {
+		if row := base + i; r.Truncated[row] != 0 && r.Terminated[row] == 0 {
+			k := len(w.finRow)
+			copy(w.fin[k*od:(k+1)*od], r.FinalObs[row*od:(row+1)*od])
+			w.finRow = append(w.finRow, row)
+		}
+	}
+	if len(w.finRow) == 0 {
+		return nil
+	}
+	if err := v.values(w.fin, len(w.finRow), w.finV); err != nil {
+		return err
+	}
+	for k, row := range w.finRow {
+		r.FinalValues[row] = w.finV[k]
+	}
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/goleak"
 )
 
@@ -318,3 +319,47 @@ type otherDevice struct{ device.Device }
 
 func (otherDevice) Ordinal() int   { return 1 }
 func (otherDevice) String() string { return "cpu:1" }
+
+// TestBootstrapValues: LastValues and, at truncations, FinalValues are the policy's value output
+// for LastObs and FinalObs, as a separate ONNX Runtime session computes them.
+func TestBootstrapValues(t *testing.T) {
+	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 4, Steps: 60, Seed: 4, MaxEpisodeSteps: 15}, p)
+	r, err := b.Collect(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := onnx.Open(context.Background(), "../testdata/mlp_tanh.onnx", onnx.Config{MaxBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	value := func(obs []float32) float32 {
+		if _, err := onnx.Feed(s, 0, []int64{1, 4}, obs); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Run(1); err != nil {
+			t.Fatal(err)
+		}
+		v, _ := onnx.Output[float32](s, 1)
+		return v[0]
+	}
+	near := func(a, b float32) bool { return math.Abs(float64(a-b)) <= 1e-6 }
+	for i := range r.N {
+		if want := value(r.LastObs[i*4 : i*4+4]); !near(r.LastValues[i], want) {
+			t.Fatalf("env %d: last value %v, want %v", i, r.LastValues[i], want)
+		}
+	}
+	truncated := 0
+	for row := range r.T * r.N {
+		if r.Truncated[row] != 0 && r.Terminated[row] == 0 {
+			truncated++
+			if want := value(r.FinalObs[row*4 : row*4+4]); !near(r.FinalValues[row], want) {
+				t.Fatalf("row %d: final value %v, want %v", row, r.FinalValues[row], want)
+			}
+		}
+	}
+	if truncated == 0 {
+		t.Fatal("no truncation in the rollout: the test checks nothing")
+	}
+}

@@ -42,6 +42,10 @@ type Policy struct {
 // Spec is the policy's head and spaces.
 func (p *Policy) Spec() head.Spec { return p.spec }
 
+// HasValue reports whether the policy has a value output (Rollout.Values and the bootstrap
+// values are zeros without one).
+func (p *Policy) HasValue() bool { return p.outs.Value >= 0 }
+
 // Version is the policy version its samples carry.
 func (p *Policy) Version() int64 { return p.version }
 

@@ -22,7 +22,11 @@ type Rollout struct {
 	Values     []float32 // [T×N]
 	Version    []int64   // [T×N] version of the policy that chose the action
 	LastObs    []float32 // [N×ObsDim] observation after the last step, to bootstrap from
-	Episodes   []Episode // episodes that ended during the rollout, in worker then step order
+	LastValues []float32 // [N] the policy's value of LastObs (0 without a value output)
+	// FinalValues [T×N] holds the value of FinalObs where an episode was truncated and not
+	// terminated (stale elsewhere): what bootstrapping at truncation needs.
+	FinalValues []float32
+	Episodes    []Episode // episodes that ended during the rollout, in worker then step order
 }
 
 // Episode is a finished episode's summary.
@@ -43,7 +47,8 @@ func newRollout(t, n int, obsShape []int, actDim int, discrete bool) *Rollout {
 		Obs: make([]float32, t*n*od), Actions: make([]float32, t*n*actDim), EnvActions: make([]float32, t*n*actDim),
 		Rewards: make([]float32, t*n), Terminated: make([]float32, t*n), Truncated: make([]float32, t*n),
 		FinalObs: make([]float32, t*n*od), LogP: make([]float32, t*n), Values: make([]float32, t*n),
-		Version: make([]int64, t*n), LastObs: make([]float32, n*od),
+		Version: make([]int64, t*n), LastObs: make([]float32, n*od), LastValues: make([]float32, n),
+		FinalValues: make([]float32, t*n),
 	}
 }
 

@@ -268,14 +268,10 @@ type trainer struct {
 	l       *learner.Learner
 	opt     learner.Optimizer
 	batch   *learner.SampleBatch
-	value   *onnx.Session // current policy, for the values of last and final observations
-	valueAt int           // its value output
-	model   []byte        // current policy's ONNX bytes
+	model   []byte // current policy's ONNX bytes
 	version int64
 	steps   int64
 	eps     int64
-
-	final, fv, lastV, finalV []float32 // gathered final observations and their values; bootstrap values
 }
 
 func newTrainer(cfg Config, spec envs.Spec, pm policyModel, session onnx.Config) *trainer {
@@ -309,13 +305,15 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		actDim = 1
 	}
 	t.batch = learner.NewSampleBatch(rows, obsDim, actDim, 0)
-	t.final, t.fv, t.lastV, t.finalV = make([]float32, n*obsDim), make([]float32, n), make([]float32, n), make([]float32, rows)
-	if err := t.export(ctx); err != nil {
+	if err := t.export(); err != nil {
 		return err
 	}
 	var err error
 	if t.pol, err = batcher.NewPolicy(ctx, t.model, t.version, t.spec, batcher.PolicyConfig{Session: t.session}); err != nil {
 		return err
+	}
+	if !t.pol.HasValue() {
+		return errors.New("engine: PPO needs a policy with a value output to bootstrap from")
 	}
 	if t.b, err = batcher.New(ctx, batcher.Config{Env: cfg.Env, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs,
 		Steps: cfg.RolloutSteps, Seed: cfg.Seed}, t.pol); err != nil {
@@ -351,56 +349,19 @@ func (a iterationAnneal) LR(step int) float64 {
 	return a.lr * max(1-float64(i)/float64(a.iters), 0)
 }
 
-// export writes the current parameters as the next policy version and reloads the value session.
-func (t *trainer) export(ctx context.Context) error {
-	model, err := t.pm.export(t.version)
-	if err != nil {
-		return err
-	}
-	n := t.cfg.Workers * t.cfg.Envs
-	s, err := onnx.New(ctx, model, onnx.Config{Library: t.session.Library, MaxBatch: n})
-	if err != nil {
-		return err
-	}
-	outs, err := head.Bind(t.pm.headSpec(), s.Outputs(), head.Names{})
-	if err == nil && outs.Value < 0 {
-		err = errors.New("engine: the exported policy has no value output")
-	}
-	if err != nil {
-		return errors.Join(err, s.Close())
-	}
-	if t.value != nil {
-		t.value.Close()
-	}
-	t.value, t.valueAt, t.model = s, outs.Value, model
-	return nil
+// export writes the current parameters as policy version t.version.
+func (t *trainer) export() (err error) {
+	t.model, err = t.pm.export(t.version)
+	return err
 }
 
 // publish exports the current parameters as policy version t.version and hot-swaps it into the
 // batchers.
 func (t *trainer) publish(ctx context.Context) error {
-	if err := t.export(ctx); err != nil {
+	if err := t.export(); err != nil {
 		return err
 	}
 	return t.b.UpdatePolicy(ctx, t.pol.WithModel(t.model, t.version))
-}
-
-// values runs the value head on rows observations (rows ≤ its MaxBatch) into dst.
-func (t *trainer) values(obs []float32, rows int, dst []float32) error {
-	in, err := onnx.Input[float32](t.value, 0)
-	if err != nil {
-		return err
-	}
-	copy(in, obs[:rows*t.batch.ObsDim])
-	if err := t.value.Run(rows); err != nil {
-		return err
-	}
-	v, err := onnx.Output[float32](t.value, t.valueAt)
-	if err != nil {
-		return err
-	}
-	copy(dst[:rows], v[:rows])
-	return nil
 }
 
 func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
@@ -412,35 +373,9 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	}
 	collect := time.Since(c0)
 	n, od := r.N, r.ObsDim
-	// Bootstrap values: V(last observation) per env, V(final observation) where truncated.
-	if err := t.values(r.LastObs, n, t.lastV); err != nil {
-		return Metrics{}, err
-	}
-	for s := range r.T {
-		k := 0
-		for i := range n {
-			if row := s*n + i; r.Truncated[row] != 0 && r.Terminated[row] == 0 {
-				copy(t.final[k*od:(k+1)*od], r.FinalObs[row*od:(row+1)*od])
-				k++
-			}
-		}
-		if k == 0 {
-			continue
-		}
-		if err := t.values(t.final, k, t.fv); err != nil {
-			return Metrics{}, err
-		}
-		k = 0
-		for i := range n {
-			if row := s*n + i; r.Truncated[row] != 0 && r.Terminated[row] == 0 {
-				t.finalV[row] = t.fv[k]
-				k++
-			}
-		}
-	}
 	rows := r.T * n
 	b := t.batch
-	if err := GAE(r.Rewards, r.Values, r.Terminated, r.Truncated, t.finalV, t.lastV, r.T, n, cfg.Gamma, cfg.Lambda, b.Advantages, b.Returns); err != nil {
+	if err := GAE(r.Rewards, r.Values, r.Terminated, r.Truncated, r.FinalValues, r.LastValues, r.T, n, cfg.Gamma, cfg.Lambda, b.Advantages, b.Returns); err != nil {
 		return Metrics{}, err
 	}
 	copy(b.Obs, r.Obs[:rows*od])
@@ -517,9 +452,6 @@ func (t *trainer) close() error {
 	}
 	if t.b != nil {
 		errs = append(errs, t.b.Close())
-	}
-	if t.value != nil {
-		errs = append(errs, t.value.Close())
 	}
 	return errors.Join(errs...)
 }
