@@ -37,5 +37,8 @@
 //
 // As in package envs, an env whose episode ends is reset in the same step; the rollout keeps
 // the episode's final observation in FinalObs, and [Rollout.NextObs] gives the observation
-// that followed any step, for bootstrapping at truncation.
+// that followed any step. For bootstrapping, each worker also evaluates, with the policy that
+// collected the rollout and without drawing random numbers, the value of every final
+// observation of a truncated episode (Rollout.FinalValues) and of the last observations
+// (Rollout.LastValues).
 package batcher
