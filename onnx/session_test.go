@@ -31,14 +31,9 @@ var allFixtures = []fixture{
 
 func readNPY(t testing.TB, path string) *npy.Array {
 	t.Helper()
-	f, err := os.Open(path)
+	a, err := npy.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	a, err := npy.Read(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
 	}
 	return a
 }

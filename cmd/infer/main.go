@@ -182,14 +182,9 @@ func readInputs(ins []string, inName string) ([]array, error) {
 		if name == "" && len(ins) > 1 {
 			return nil, fmt.Errorf("--input %s: with several inputs, write each as NAME=PATH", spec)
 		}
-		f, err := os.Open(path)
+		a, err := npy.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("--input: %w", err)
-		}
-		a, err := npy.Read(f)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("--input %s: %w", path, err)
 		}
 		out = append(out, array{Array: a, name: name, path: path})
 	}

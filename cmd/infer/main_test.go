@@ -19,12 +19,7 @@ const fixtures = "../../testdata"
 
 func readNPY(t *testing.T, path string) *npy.Array {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	a, err := npy.Read(f)
+	a, err := npy.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

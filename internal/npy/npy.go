@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -186,6 +187,21 @@ func Read(r io.Reader) (*Array, error) {
 	}
 	if err := binary.Read(br, binary.LittleEndian, dst); err != nil {
 		return nil, fmt.Errorf("%w: reading %d elements of %s for shape %v: %v", ErrFormat, n, a.Descr, a.Shape, err)
+	}
+	return a, nil
+}
+
+// ReadFile decodes the .npy file at path. Format errors name the file; a file that cannot be
+// opened gives os.Open's error, which names it too.
+func ReadFile(path string) (*Array, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	a, err := Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return a, nil
 }
