@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/towerrl/towerrl/device"
+	"github.com/towerrl/towerrl/internal/tape"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx"
@@ -86,7 +87,7 @@ func (f *foreign) towers(c Loss) learner.TowerFactory {
 type foreignTower struct {
 	f                         *foreign
 	rows                      int
-	vm                        G.VM
+	vm                        *tape.Machine
 	obsNode                   *G.Node
 	obs                       *tensor.Dense
 	act                       []float32 // one-hot (categorical) or raw actions (Gaussian)
@@ -154,7 +155,7 @@ func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) 
 	if _, err := G.Grad(t.nodes.loss, t.learn...); err != nil {
 		return nil, fmt.Errorf("engine: differentiating the PPO loss on the imported graph: %w", err)
 	}
-	t.vm = G.NewTapeMachine(g, G.BindDualValues(t.learn...))
+	t.vm = tape.New(g, G.BindDualValues(t.learn...))
 	return t, nil
 }
 
@@ -196,7 +197,7 @@ func (t *foreignTower) Grad(mb *learner.SampleBatch, grads []float32, stats []fl
 		}
 	}
 	defer t.vm.Reset()
-	if err := t.vm.RunAll(); err != nil {
+	if err := t.vm.Run(); err != nil {
 		return fmt.Errorf("engine: running the imported graph: %w", err)
 	}
 	off := 0

@@ -6,6 +6,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/towerrl/towerrl/internal/tape"
 	"github.com/towerrl/towerrl/models/head"
 )
 
@@ -45,7 +46,7 @@ type Policy struct {
 	grads   bool // Backward was called
 	// reference: built from gorgonia's own ops, not the fused ones (tests only; see build)
 	reference bool
-	vm        G.VM
+	vm        *tape.Machine
 	closed    bool
 }
 

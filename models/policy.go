@@ -8,6 +8,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/towerrl/towerrl/internal/tape"
 	"github.com/towerrl/towerrl/models/head"
 )
 
@@ -200,7 +201,7 @@ func (p *Policy) Compile() (err error) {
 	if p.grads {
 		opts = append(opts, G.BindDualValues(p.Params...))
 	}
-	p.vm = G.NewTapeMachine(p.Graph, opts...)
+	p.vm = tape.New(p.Graph, opts...)
 	return nil
 }
 
@@ -225,7 +226,7 @@ func (p *Policy) Run() (err error) {
 		}
 	}
 	defer p.vm.Reset()
-	if err := p.vm.RunAll(); err != nil {
+	if err := p.vm.Run(); err != nil {
 		return fmt.Errorf("%w: %w", ErrGraph, err)
 	}
 	return nil

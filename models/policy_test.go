@@ -355,6 +355,10 @@ func TestGradientsFiniteDifference(t *testing.T) {
 			}
 			perturb(params, rng)
 			tr := newTrainer(t, params, 3)
+			if !tr.pol.vm.Fast() {
+				// Slower, still correct: but the graphs are meant to run on the caller's goroutine.
+				t.Error("the policy's tape machine runs through RunAll, not on the calling goroutine")
+			}
 			tr.fill(t, 5, 0)
 			tr.lossValue(t)
 			grad := make([]float32, params.Size())
