@@ -3,7 +3,10 @@ package learner
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Collective averages flat float32 buffers across the members of a group: the towers of one
@@ -19,7 +22,9 @@ type Collective interface {
 }
 
 // Local is the in-process Collective: the last member to arrive averages every member's buffer
-// in member order and writes the mean into all of them. Safe for concurrent use by its members.
+// in member order and writes the mean into all of them. Members that arrive earlier spin
+// briefly before they park (see spinFor), so towers finishing within microseconds of each
+// other pay no thread wake-up. Safe for concurrent use by its members.
 type Local struct {
 	n     int
 	mu    sync.Mutex // guards bufs, count, round, err
@@ -27,6 +32,7 @@ type Local struct {
 	count int
 	round chan struct{} // closed when the current round completes
 	err   error
+	done  atomic.Uint64 // rounds completed; advanced under mu
 }
 
 // NewLocal makes an in-process group of n members.
@@ -51,16 +57,19 @@ func (l *Local) AllReduce(ctx context.Context, member int, buf []float32) error 
 	l.count++
 	round := l.round
 	if l.count < l.n {
+		next := l.done.Load() + 1
 		l.mu.Unlock()
-		select {
-		case <-round:
-			l.mu.Lock()
-			err := l.err
-			l.mu.Unlock()
-			return err
-		case <-ctx.Done():
-			return ctx.Err()
+		if !l.spin(next) {
+			select {
+			case <-round:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
+		l.mu.Lock()
+		err := l.err
+		l.mu.Unlock()
+		return err
 	}
 	// Last to arrive: reduce in member order.
 	err := reduceMean(l.bufs)
@@ -68,9 +77,30 @@ func (l *Local) AllReduce(ctx context.Context, member int, buf []float32) error 
 	clear(l.bufs)
 	l.count = 0
 	l.round = make(chan struct{})
+	l.done.Add(1)
 	l.mu.Unlock()
 	close(round)
 	return err
+}
+
+// spin polls for up to spinFor, when the members can each hold a P, for round next to
+// complete; it reports whether it did.
+func (l *Local) spin(next uint64) bool {
+	if !canSpin(l.n) {
+		return false
+	}
+	deadline := time.Now().Add(spinFor)
+	for i := 1; ; i++ {
+		if l.done.Load() >= next {
+			return true
+		}
+		if i%64 == 0 {
+			if time.Now().After(deadline) {
+				return false
+			}
+			runtime.Gosched()
+		}
+	}
 }
 
 func reduceMean(bufs [][]float32) error {

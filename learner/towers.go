@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/towerrl/towerrl/device"
@@ -66,10 +67,21 @@ type Towers struct {
 	mu      sync.RWMutex // guards params against Weights reading during opt.Step, and version
 	version int64
 
-	work []chan towerJob // per tower: its slice to compute; closed to stop
-	done chan towerResult
-	wg   sync.WaitGroup
-	avg  []float64 // averaged statistics, returned in UpdateStats
+	workers []*towerWorker // towers 1..N-1 (index 0 is unused: tower 0 runs on the caller)
+	stop    atomic.Bool    // set by Close before it wakes the workers for the last time
+	wg      sync.WaitGroup
+	avg     []float64 // averaged statistics, returned in UpdateStats
+}
+
+// towerWorker hands jobs to the goroutine of one tower and its results back. job is written
+// by Update before jobs.post and read by the worker after its wait; err the other way round
+// through fin. The signals spin before parking, so back-to-back updates pay no thread wake-up.
+type towerWorker struct {
+	job    towerJob
+	err    error
+	jobs   *signal // posted once per job (and once by Close)
+	fin    *signal // posted once per finished job
+	posted uint64  // jobs posted so far; Update's goroutine only
 }
 
 // towerJob asks a tower for the gradient of rows [lo, hi) of b (sequences, for recurrent data).
@@ -77,11 +89,6 @@ type towerJob struct {
 	ctx    context.Context
 	b      *SampleBatch
 	lo, hi int
-}
-
-type towerResult struct {
-	i   int
-	err error
 }
 
 // UpdateStats reports one update.
@@ -119,7 +126,7 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 	if cfg.Collective.Members() != cfg.N {
 		return nil, fmt.Errorf("%w: a collective of %d members for %d towers", ErrConfig, cfg.Collective.Members(), cfg.N)
 	}
-	t := &Towers{cfg: cfg, per: per, params: params, opt: opt, coll: cfg.Collective, done: make(chan towerResult)}
+	t := &Towers{cfg: cfg, per: per, params: params, opt: opt, coll: cfg.Collective}
 	rowsPer := per
 	if layout.Recurrent() {
 		rowsPer = layout.Cap() // whole sequences of unknown length: room for any
@@ -143,9 +150,9 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 	}
 	t.avg = make([]float64, len(t.names))
 	// Tower 0 runs on the goroutine calling Update; towers 1..N-1 on their own.
-	t.work = make([]chan towerJob, cfg.N)
+	t.workers = make([]*towerWorker, cfg.N)
 	for i := 1; i < cfg.N; i++ {
-		t.work[i] = make(chan towerJob)
+		t.workers[i] = &towerWorker{jobs: newSignal(), fin: newSignal()}
 		t.wg.Add(1)
 		go t.run(i)
 	}
@@ -154,8 +161,14 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 
 func (t *Towers) run(i int) {
 	defer t.wg.Done()
-	for job := range t.work[i] {
-		t.done <- towerResult{i, t.compute(i, job)}
+	w := t.workers[i]
+	for k := uint64(1); ; k++ {
+		_ = w.jobs.wait(context.Background(), k, canSpin(len(t.towers)))
+		if t.stop.Load() {
+			return
+		}
+		w.err = t.compute(i, w.job)
+		w.fin.post()
 	}
 }
 
@@ -227,16 +240,25 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 	}
 	start := time.Now()
 	for i := 1; i < n; i++ {
-		t.work[i] <- towerJob{ctx, b, lo + i*per, lo + (i+1)*per}
+		w := t.workers[i]
+		w.job = towerJob{ctx, b, lo + i*per, lo + (i+1)*per}
+		w.posted++
+		w.jobs.post()
 	}
 	var errs []error
 	if err := t.compute(0, towerJob{ctx, b, lo, lo + per}); err != nil {
 		errs = append(errs, err)
 	}
+	spin := canSpin(n)
 	for i := 1; i < n; i++ {
-		if r := <-t.done; r.err != nil {
-			errs = append(errs, r.err)
+		// No ctx: the worker honours it inside AllReduce, and its buffers must not be reused
+		// before it is done with them.
+		w := t.workers[i]
+		_ = w.fin.wait(context.Background(), w.posted, spin)
+		if w.err != nil {
+			errs = append(errs, w.err)
 		}
+		w.job = towerJob{}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return UpdateStats{}, err
@@ -302,13 +324,14 @@ func (t *Towers) closeTowers() error {
 
 // Close stops the tower goroutines and closes the towers. Not concurrent with Update.
 func (t *Towers) Close() error {
-	if t.work == nil {
+	if t.workers == nil {
 		return nil
 	}
-	for _, w := range t.work[1:] {
-		close(w)
+	t.stop.Store(true)
+	for _, w := range t.workers[1:] {
+		w.jobs.post()
 	}
 	t.wg.Wait()
-	t.work = nil
+	t.workers = nil
 	return t.closeTowers()
 }
