@@ -3,6 +3,8 @@ package learner
 import (
 	"fmt"
 	"math"
+
+	"github.com/towerrl/towerrl/internal/kernels"
 )
 
 // Schedule gives the learning rate for the update numbered step (0, 1, ...).
@@ -83,13 +85,9 @@ func (a *Adam) Step(params, grads []float32) error {
 	// 1−β is taken in float64 before rounding, as PyTorch does: 1 − float32(0.999) is off by 1e-5.
 	b1, b2, c1, c2 := float32(a.Beta1), float32(a.Beta2), float32(1-a.Beta1), float32(1-a.Beta2)
 	eps, sbc2 := float32(a.Eps), float32(bc2)
-	m, v := a.m, a.v
-	for i, g := range grads {
-		mi := b1*m[i] + c1*g
-		vi := b2*v[i] + c2*g*g
-		m[i], v[i] = mi, vi
-		params[i] -= step * mi / (float32(math.Sqrt(float64(vi)))/sbc2 + eps)
-	}
+	// Element by element in float32: m = b1·m + c1·g, v = b2·v + c2·g·g,
+	// p −= step·m / (√v / sbc2 + eps); vectorised, with the bits of the plain loop.
+	kernels.Adam(params, grads, a.m, a.v, b1, b2, c1, c2, step, sbc2, eps)
 	return nil
 }
 
@@ -158,11 +156,20 @@ func (s *SGD) State() map[string][]float32 { return map[string][]float32{"sgd.mo
 // clip_grad_norm_ does (scale maxNorm/(norm+1e-6) when that is below 1), and returns the norm
 // before clipping. maxNorm <= 0 leaves grads alone.
 func ClipGlobalNorm(grads []float32, maxNorm float64) float64 {
-	var ss float64
-	for _, g := range grads {
-		ss += float64(g) * float64(g)
+	// Four partial sums (float64) keep four additions in flight at once.
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(grads); i += 4 {
+		g := grads[i : i+4 : i+4]
+		s0 += float64(g[0]) * float64(g[0])
+		s1 += float64(g[1]) * float64(g[1])
+		s2 += float64(g[2]) * float64(g[2])
+		s3 += float64(g[3]) * float64(g[3])
 	}
-	norm := math.Sqrt(ss)
+	for ; i < len(grads); i++ {
+		s0 += float64(grads[i]) * float64(grads[i])
+	}
+	norm := math.Sqrt((s0 + s1) + (s2 + s3))
 	if maxNorm > 0 {
 		if c := maxNorm / (norm + 1e-6); c < 1 {
 			cf := float32(c)

@@ -339,6 +339,32 @@ static TGT void CAT(col_sum_, SFX)(long m, long n, const float *a, float *dst, i
 	}
 }
 
+// adam is Adam's update, in exactly the order of learner.Adam's Go loop and without fused
+// multiply-adds, so that it gives the Go loop's results bit for bit (float32 sqrt and division
+// are correctly rounded in every instruction set).
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+static TGT void CAT(adam_, SFX)(long n, float *p, const float *g, float *m, float *v, float b1,
+				float b2, float c1, float c2, float step, float sbc2, float eps) {
+	long i = 0;
+	for (; i + VL <= n; i += VL) {
+		V gi = CAT(ld_, SFX)(g + i);
+		V mi = b1 * CAT(ld_, SFX)(m + i) + c1 * gi;
+		V vi = b2 * CAT(ld_, SFX)(v + i) + c2 * gi * gi;
+		CAT(st_, SFX)(m + i, mi);
+		CAT(st_, SFX)(v + i, vi);
+		CAT(st_, SFX)(p + i, CAT(ld_, SFX)(p + i) - step * mi / (VSQRT(vi) / sbc2 + eps));
+	}
+	for (; i < n; i++) {
+		float mi = b1 * m[i] + c1 * g[i];
+		float vi = b2 * v[i] + c2 * g[i] * g[i];
+		m[i] = mi;
+		v[i] = vi;
+		p[i] -= step * mi / (_mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(vi))) / sbc2 + eps);
+	}
+}
+#pragma GCC pop_options
+
 #undef V
 #undef VI
 #undef INLINE

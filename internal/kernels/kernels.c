@@ -2,6 +2,7 @@
 // time by the level the Go side passes (see cpuLevel). No -march flags: each copy carries its
 // own target attribute, so the object runs on any x86-64 CPU.
 
+#include <immintrin.h>
 #include <stdlib.h>
 
 #include "kernels.h"
@@ -79,7 +80,9 @@ static void ref_gemm(long m, long n, long k, const float *a, long rsa, long csa,
 #define VL 4
 #define NV 2
 #define MR 4
+#define VSQRT(x) ((V)_mm_sqrt_ps((__m128)(x)))
 #include "impl.h"
+#undef VSQRT
 #undef SFX
 #undef TGT
 #undef VL
@@ -91,7 +94,9 @@ static void ref_gemm(long m, long n, long k, const float *a, long rsa, long csa,
 #define VL 8
 #define NV 2
 #define MR 6
+#define VSQRT(x) ((V)_mm256_sqrt_ps((__m256)(x)))
 #include "impl.h"
+#undef VSQRT
 #undef SFX
 #undef TGT
 #undef VL
@@ -103,7 +108,9 @@ static void ref_gemm(long m, long n, long k, const float *a, long rsa, long csa,
 #define VL 16
 #define NV 4
 #define MR 6
+#define VSQRT(x) ((V)_mm512_sqrt_ps((__m512)(x)))
 #include "impl.h"
+#undef VSQRT
 #undef SFX
 #undef TGT
 #undef VL
@@ -159,6 +166,21 @@ void twk_col_sum(int level, long m, long n, const float *a, float *dst, int acc)
 		return;
 	default:
 		col_sum_sse2(m, n, a, dst, acc);
+		return;
+	}
+}
+
+void twk_adam(int level, long n, float *p, const float *g, float *m, float *v, float b1, float b2,
+	      float c1, float c2, float step, float sbc2, float eps) {
+	switch (level) {
+	case LEVEL_AVX512:
+		adam_avx512(n, p, g, m, v, b1, b2, c1, c2, step, sbc2, eps);
+		return;
+	case LEVEL_AVX2:
+		adam_avx2(n, p, g, m, v, b1, b2, c1, c2, step, sbc2, eps);
+		return;
+	default:
+		adam_sse2(n, p, g, m, v, b1, b2, c1, c2, step, sbc2, eps);
 		return;
 	}
 }

@@ -151,3 +151,18 @@ func ColSum(m, n int, a, dst []float32, acc bool) {
 	}
 	C.twk_col_sum(C.int(level), C.long(m), C.long(n), ptr(a), ptr(dst), b2i(acc))
 }
+
+// Adam applies one Adam step to p from the gradient g, updating the moments m and v in place:
+// m = b1·m + c1·g, v = b2·v + c2·g·g, p −= step·m / (√v / sbc2 + eps), element by element in
+// float32 with no fused multiply-adds, exactly as written (learner.Adam's reference loop gives
+// the same bits). The four slices have the same length and must not overlap.
+func Adam(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
+	if len(g) != len(p) || len(m) != len(p) || len(v) != len(p) {
+		panic(fmt.Sprintf("kernels: Adam over %d parameters with %d gradients and %d, %d moments", len(p), len(g), len(m), len(v)))
+	}
+	if len(p) == 0 {
+		return
+	}
+	C.twk_adam(C.int(level), C.long(len(p)), ptr(p), ptr(g), ptr(m), ptr(v), C.float(b1), C.float(b2),
+		C.float(c1), C.float(c2), C.float(step), C.float(sbc2), C.float(eps))
+}

@@ -245,6 +245,9 @@ func TestShapePanics(t *testing.T) {
 			Linear(2, 2, 2, make([]float32, 4), make([]float32, 4), make([]float32, 1), make([]float32, 4), None)
 		},
 		"act grad": func() { ActGrad(Tanh, make([]float32, 2), make([]float32, 3), make([]float32, 2)) },
+		"adam": func() {
+			Adam(make([]float32, 3), make([]float32, 2), make([]float32, 3), make([]float32, 3), 0, 0, 0, 0, 0, 1, 1)
+		},
 	} {
 		func() {
 			defer func() {
@@ -290,4 +293,52 @@ func BenchmarkGemmBackward(b *testing.B) {
 		}
 		b.ReportMetric(2*512*64*64*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
+}
+
+// adamLoop is Adam's update written out in Go, each product rounded to float32 before it is
+// added (explicit conversions forbid fused multiply-adds), as the C copies compute it.
+func adamLoop(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
+	for i := range p {
+		mi := float32(b1*m[i]) + float32(c1*g[i])
+		vi := float32(b2*v[i]) + float32(float32(c2*g[i])*g[i])
+		m[i], v[i] = mi, vi
+		p[i] -= float32(step*mi) / (float32(float32(math.Sqrt(float64(vi)))/sbc2) + eps)
+	}
+}
+
+// TestAdamBitIdentical: every copy of the Adam kernel gives the plain loop's bits, over
+// lengths that exercise the vector body and the tail and over values from 0 to 1e10.
+func TestAdamBitIdentical(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, l := range levels(t) {
+		for _, n := range []int{0, 1, 15, 16, 17, 33, 9155} {
+			p, g := randSlice(rng, n), randSlice(rng, n)
+			for i := range g {
+				switch i % 7 {
+				case 0:
+					g[i] = 0
+				case 1:
+					g[i] *= 1e-30
+				case 2:
+					g[i] *= 1e10
+				}
+			}
+			m, v := make([]float32, n), make([]float32, n)
+			wp, wm, wv := append([]float32(nil), p...), make([]float32, n), make([]float32, n)
+			const b1, b2, eps = 0.9, 0.999, 1e-5
+			for step := 1; step <= 3; step++ {
+				bc1 := 1 - math.Pow(b1, float64(step))
+				sbc2 := float32(math.Sqrt(1 - math.Pow(b2, float64(step))))
+				lr := float32(2.5e-4 / bc1)
+				withLevel(l, func() { Adam(p, g, m, v, b1, b2, 1-b1, 1-b2, lr, sbc2, eps) })
+				adamLoop(wp, g, wm, wv, b1, b2, 1-b1, 1-b2, lr, sbc2, eps)
+				for i := range n {
+					if math.Float32bits(p[i]) != math.Float32bits(wp[i]) || m[i] != wm[i] || v[i] != wv[i] {
+						t.Fatalf("level %d n %d step %d [%d]: p, m, v = %g, %g, %g; the loop gives %g, %g, %g",
+							l, n, step, i, p[i], m[i], v[i], wp[i], wm[i], wv[i])
+					}
+				}
+			}
+		}
+	}
 }
