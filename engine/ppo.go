@@ -30,6 +30,7 @@ type ppoTower struct {
 	rows                      int
 	adv, ret, oldLogp, oldVal []float32
 	acts                      []int32
+	fused                     bool // the categorical loss op reads acts (ppoCatLossOp)
 	nodes                     lossNodes
 }
 
@@ -46,7 +47,14 @@ func ppoTowerFactory(params *models.Params, loss Loss) learner.TowerFactory {
 	}
 }
 
-func newPPOTower(params *models.Params, rows int, c Loss) (t *ppoTower, err error) {
+func newPPOTower(params *models.Params, rows int, c Loss) (*ppoTower, error) {
+	return buildPPOTower(params, rows, c, true)
+}
+
+// buildPPOTower builds a PPO tower; fused selects, for a categorical head, the one-op loss
+// from the logits (ppoCatLossOp) over the graph of Policy.LogProb, Policy.Entropy and
+// ppoLossOp (which tests compare it with).
+func buildPPOTower(params *models.Params, rows int, c Loss, fused bool) (t *ppoTower, err error) {
 	g := G.NewGraph()
 	pol, err := models.Build(g, params, rows)
 	if err != nil {
@@ -70,15 +78,23 @@ func newPPOTower(params *models.Params, rows int, c Loss) (t *ppoTower, err erro
 	ret, t.ret = in("returns")
 	oldLogp, t.oldLogp = in("old_logp")
 	oldVal, t.oldVal = in("old_values")
-	logp, err := pol.LogProb()
-	if err != nil {
-		return nil, errors.Join(err, pol.Close())
+	if pol.Logits != nil && fused {
+		t.fused = true
+		// Categorical: one op from the logits (log-softmax, log-probability, entropy and loss).
+		op := newPPOCatLossOp(c, rows, t.spec.N, pol.Value.Dims(), t.acts)
+		loss := G.Must(G.ApplyOp(op, pol.Logits, pol.Value, adv, ret, oldLogp, oldVal))
+		t.nodes = lossNodes{loss: loss, op: &op.ppoLossOp}
+	} else {
+		logp, err := pol.LogProb()
+		if err != nil {
+			return nil, errors.Join(err, pol.Close())
+		}
+		ent, err := pol.Entropy()
+		if err != nil {
+			return nil, errors.Join(err, pol.Close())
+		}
+		t.nodes = ppoLoss(logp, ent, pol.Value, adv, ret, oldLogp, oldVal, rows, c)
 	}
-	ent, err := pol.Entropy()
-	if err != nil {
-		return nil, errors.Join(err, pol.Close())
-	}
-	t.nodes = ppoLoss(logp, ent, pol.Value, adv, ret, oldLogp, oldVal, rows, c)
 	if err := pol.Backward(t.nodes.loss); err != nil {
 		return nil, errors.Join(err, pol.Close())
 	}
@@ -102,8 +118,11 @@ func (t *ppoTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float6
 		for i := range n {
 			t.acts[i] = int32(mb.Actions[i])
 		}
-		if err := t.pol.SetActions(t.acts); err != nil {
-			return err
+		// The fused loss op reads t.acts and checks their range; the graph's needs one-hots.
+		if !t.fused {
+			if err := t.pol.SetActions(t.acts); err != nil {
+				return err
+			}
 		}
 	} else if err := t.pol.SetBoxActions(mb.Actions[:n*mb.ActDim]); err != nil {
 		return err

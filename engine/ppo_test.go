@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/towerrl/towerrl/learner"
@@ -151,4 +152,65 @@ func randomMinibatch(rng *rand.Rand, n, actions int, sc minibatchScales) *learne
 	}
 	mb.SetLen(n)
 	return mb
+}
+
+// TestCategoricalFusedLoss: the one-op categorical loss (ppoCatLossOp) gives the loss,
+// statistics and gradient of the graph built from Policy.LogProb, Policy.Entropy and the
+// PPO loss op, and refuses an action outside the head.
+func TestCategoricalFusedLoss(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 3))
+	spec := head.Spec{Head: head.CategoricalKind, N: 4, ObsShape: []int{5}}
+	params, err := models.NewParams(models.Config{Spec: spec, Hidden: []int{16, 16}}, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range params.Data() {
+		params.Data()[i] += float32(rng.NormFloat64() * 0.3)
+	}
+	const n = 48
+	mb := randomMinibatch(rng, n, spec.N, minibatchScales{ret: 1, value: 0.5, logp: 0.4})
+	c := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.05, VfCoef: 0.5}
+	var grads [2][]float32
+	var stats [2][]float64
+	for k, fused := range []bool{true, false} {
+		tw, err := buildPPOTower(params, n, c, fused)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tw.Close()
+		if tw.fused != fused {
+			t.Fatalf("tower fused = %v, want %v", tw.fused, fused)
+		}
+		grads[k], stats[k] = make([]float32, params.Size()), make([]float64, len(ppoStats))
+		for range 2 { // a second run must not accumulate
+			if err := tw.Grad(mb, grads[k], stats[k]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, name := range ppoStats {
+		if d := math.Abs(stats[0][i] - stats[1][i]); d > 1e-6*math.Max(1, math.Abs(stats[1][i])) {
+			t.Errorf("%s: fused %.8f, graph %.8f", name, stats[0][i], stats[1][i])
+		}
+	}
+	var worst float64
+	for i := range grads[0] {
+		d := math.Abs(float64(grads[0][i] - grads[1][i]))
+		if d > 1e-6+1e-4*math.Abs(float64(grads[1][i])) {
+			t.Fatalf("gradient %d: fused %.8g, graph %.8g", i, grads[0][i], grads[1][i])
+		}
+		worst = max(worst, d)
+	}
+	t.Logf("worst gradient difference %.2g over %d parameters", worst, len(grads[0]))
+
+	tw, err := newPPOTower(params, n, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tw.Close()
+	mb.Actions[7] = float32(spec.N)
+	err = tw.Grad(mb, grads[0], stats[0])
+	if err == nil || !strings.Contains(err.Error(), "action 4 of row 7 is outside [0, 4)") {
+		t.Fatalf("Grad with action %d = %v, want an error naming it", spec.N, err)
+	}
 }
