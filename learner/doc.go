@@ -14,6 +14,12 @@
 // for a seed), clips the average by global norm, and applies it once through the optimiser.
 // Recurrent data is split in whole sequences, never through time.
 //
+// Tower 0 runs on the goroutine calling Update; towers 1..N-1 each have their own. Hand-offs
+// between them (a job, the all-reduce barrier, the result) spin for up to 500 µs before they
+// park, when GOMAXPROCS leaves each tower a P: waking a parked thread costs tens of µs on a
+// VM, a large share of a small minibatch's step, while an update's serial part is far shorter
+// than the spin. Towers idle longer than that park and cost nothing.
+//
 // # The asynchronous learner
 //
 // As RLlib's MultiGPULearnerThread: [Learner.Submit] puts a batch on a bounded inqueue; K

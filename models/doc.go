@@ -68,9 +68,12 @@
 // Backward, Compile) behind one lock; towers may be built from their own goroutines, and the
 // caller's own loss ops on different graphs have shown no race in tests, but building all towers
 // before starting them is the safest. gorgonia's tape machine reuses memory between nodes,
-// so read node values only through Read on watched nodes. Build, Compile and Run turn gorgonia
-// panics into errors wrapping [ErrGraph]; panics inside gorgonia's run goroutine cannot be
-// recovered, which is why shapes are checked when the graph is built.
+// so read node values only through Read on watched nodes. Run executes the tape on the calling
+// goroutine (package internal/tape: gorgonia's own RunAll would hand every run to a new
+// goroutine on another OS thread, two thread switches per run); Build, Compile and Run turn
+// gorgonia panics into errors wrapping [ErrGraph]. Shapes are still checked when the graph is
+// built, since a graph that takes RunAll's path (a CUDA build) cannot recover panics inside its
+// run goroutine.
 //
 // # Checkpoints
 //
