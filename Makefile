@@ -1,13 +1,18 @@
 # towerrl — the commands a person types. Logic lives in Go and in scripts/.
 GO ?= go
 
-.PHONY: all setup test demo bench lint fixtures
+.PHONY: all setup gpu-setup test demo bench lint fixtures
 
 all: test
 
 ## setup: fetch ONNX Runtime 1.29.0 into the per-user cache (once per machine; checksummed)
 setup:
 	@bash scripts/setup-ort.sh
+
+## gpu-setup: also fetch ONNX Runtime's CUDA execution provider plugin (CUDA 13; 179 MB,
+## checksummed) beside it, for --device cuda on a machine with an NVIDIA GPU
+gpu-setup: setup
+	@bash scripts/setup-cuda-ep.sh
 
 ## test: lint, the whole suite, then the whole suite again under the race detector (some
 ## numerical checks too slow for -race run only in the first pass)
