@@ -87,6 +87,8 @@ type Batcher struct {
 	rollout *Rollout
 	wg      sync.WaitGroup
 
+	device  string // where the workers' policy runs: "cpu", "cuda", or "random" for no policy
+
 	mu      sync.Mutex // guards closed and serialises Collect; held while a rollout runs
 	closed  bool
 	timings Timings // written under mu
@@ -147,12 +149,20 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 		}
 		b.workers = append(b.workers, wk)
 	}
+	b.device = "random"
+	if a, ok := b.workers[0].agent.(*onnxAgent); ok {
+		b.device = string(a.sess.Provider())
+	}
 	for _, w := range b.workers {
 		b.wg.Add(1)
 		go w.run(&b.wg, b.rollout)
 	}
 	return b, nil
 }
+
+// Device is where the workers' policy runs: "cpu" or "cuda" (the provider the sessions got,
+// after any fallback of "auto"), or "random" without a policy.
+func (b *Batcher) Device() string { return b.device }
 
 // samplingStream seeds env i's action-sampling stream, apart from its reset stream.
 func samplingStream(seed uint64, i int) (*rand.Rand, *rand.PCG) {

@@ -97,7 +97,6 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		}
 	}
 	var policy *batcher.Policy
-	device := "cpu"
 	if o.policy != "random" {
 		cfg, err := o.flags.Config(log)
 		if err != nil {
@@ -106,7 +105,6 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		if policy, err = batcher.LoadPolicy(ctx, o.policy, o.env, cfg); err != nil {
 			return err
 		}
-		device = o.flags.Device
 	}
 	perRound := int64(o.envs * o.workers)
 	rounds := (o.steps + perRound - 1) / perRound // steps per env in total
@@ -122,7 +120,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	bar := progressbar.NewOptions64(total, progressbar.OptionSetWriter(stderr), progressbar.OptionSetItsString("steps"),
 		progressbar.OptionShowIts(), progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionSetDescription("collecting"), progressbar.OptionClearOnFinish())
-	sum := summary{Policy: o.policy, Env: o.env, Device: device, Workers: o.workers, Envs: o.envs}
+	sum := summary{Policy: o.policy, Env: o.env, Device: b.Device(), Workers: o.workers, Envs: o.envs}
 	var stats batcher.Stats
 	start := time.Now()
 	for done := int64(0); done < rounds; {

@@ -30,6 +30,9 @@ func TestCollectToShards(t *testing.T) {
 			t.Errorf("summary lacks %q: %s", k, stdout.String())
 		}
 	}
+	if sum["device"] != "cpu" {
+		t.Errorf("device %v, want cpu", sum["device"])
+	}
 	// 1000 steps over 16 envs: 63 steps per env (1008 in all), in rollouts of 25, 25 and 13.
 	if sum["steps"].(float64) != 1008 || len(sum["shards"].([]any)) != 3 {
 		t.Fatalf("summary %s", stdout.String())
@@ -37,6 +40,24 @@ func TestCollectToShards(t *testing.T) {
 	entries, _ := os.ReadDir(out)
 	if len(entries) != 3 {
 		t.Fatalf("%d files in the output folder", len(entries))
+	}
+}
+
+// TestAutoDeviceReportsWhereItRan: --device auto reports the provider the sessions got, never
+// "auto" (cpu here without a GPU, cuda on a GPU machine with `make gpu-setup`).
+func TestAutoDeviceReportsWhereItRan(t *testing.T) {
+	var stdout bytes.Buffer
+	o := options{policy: "../../testdata/mlp_tanh.onnx", env: "CartPole-v1", envs: 4, workers: 1, steps: 40, rollout: 10, seed: 1}
+	o.flags.Device = "auto"
+	if err := run(context.Background(), &stdout, io.Discard, zap.NewNop(), o); err != nil {
+		t.Fatal(err)
+	}
+	var sum struct{ Device string }
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Device != "cpu" && sum.Device != "cuda" {
+		t.Fatalf("device %q, want the provider the policy ran on", sum.Device)
 	}
 }
 
