@@ -195,11 +195,27 @@ func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
 	if err := s.resolveInputs(); err != nil {
 		return nil, err
 	}
-	if err := s.open(model); err != nil {
-		return nil, err
+	start := func() error {
+		if err := s.open(model); err != nil {
+			return err
+		}
+		if err := s.resolveOutputs(); err != nil {
+			return errors.Join(err, s.Close())
+		}
+		return nil
 	}
-	if err := s.resolveOutputs(); err != nil {
-		return nil, errors.Join(err, s.Close())
+	if cfg.Provider == ProviderCPU {
+		err = start()
+	} else {
+		// Loading and first running the CUDA provider replaces Go's signal handlers.
+		var restored int
+		restored, err = keepGoSignals(start)
+		if restored > 0 {
+			cfg.Logger.Info("restored Go's signal handlers replaced by the CUDA execution provider", zap.Int("signals", restored))
+		}
+	}
+	if err != nil {
+		return nil, errors.Join(err, s.Close()) // Close is idempotent
 	}
 	for _, ps := range [][]port{s.inputs, s.outputs} {
 		for i := range ps {
