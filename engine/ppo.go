@@ -30,7 +30,8 @@ type ppoTower struct {
 	rows                      int
 	adv, ret, oldLogp, oldVal []float32
 	acts                      []int32
-	fused                     bool // the categorical loss op reads acts (ppoCatLossOp)
+	boxActs                   []float32 // Gaussian actions the fused loss op reads
+	fused                     bool      // one ppoHeadLossOp reads acts or boxActs
 	nodes                     lossNodes
 }
 
@@ -51,9 +52,9 @@ func newPPOTower(params *models.Params, rows int, c Loss) (*ppoTower, error) {
 	return buildPPOTower(params, rows, c, true)
 }
 
-// buildPPOTower builds a PPO tower; fused selects, for a categorical head, the one-op loss
-// from the logits (ppoCatLossOp) over the graph of Policy.LogProb, Policy.Entropy and
-// ppoLossOp (which tests compare it with).
+// buildPPOTower builds a PPO tower; fused selects the one-op loss from the head's outputs
+// (ppoHeadLossOp) over the graph of Policy.LogProb, Policy.Entropy and ppoLossOp (which tests
+// compare it with).
 func buildPPOTower(params *models.Params, rows int, c Loss, fused bool) (t *ppoTower, err error) {
 	g := G.NewGraph()
 	pol, err := models.Build(g, params, rows)
@@ -78,11 +79,20 @@ func buildPPOTower(params *models.Params, rows int, c Loss, fused bool) (t *ppoT
 	ret, t.ret = in("returns")
 	oldLogp, t.oldLogp = in("old_logp")
 	oldVal, t.oldVal = in("old_values")
-	if pol.Logits != nil && fused {
+	if fused {
+		// One op from the head's outputs: log-probability, entropy, loss and their gradients.
 		t.fused = true
-		// Categorical: one op from the logits (log-softmax, log-probability, entropy and loss).
-		op := newPPOCatLossOp(c, rows, t.spec.N, pol.Value.Dims(), t.acts)
-		loss := G.Must(G.ApplyOp(op, pol.Logits, pol.Value, adv, ret, oldLogp, oldVal))
+		var head headTerms
+		ins := []*G.Node{pol.Logits}
+		if pol.Logits != nil {
+			head = &categoricalTerms{n: t.spec.N, acts: t.acts}
+		} else {
+			t.boxActs = make([]float32, rows*t.spec.ActionDim())
+			head = &gaussianTerms{d: t.spec.ActionDim(), acts: t.boxActs}
+			ins = []*G.Node{pol.Mean, pol.LogStd}
+		}
+		op := newPPOHeadLossOp(c, rows, pol.Value.Dims(), head)
+		loss := G.Must(G.ApplyOp(op, append(ins, pol.Value, adv, ret, oldLogp, oldVal)...))
 		t.nodes = lossNodes{loss: loss, op: &op.ppoLossOp}
 	} else {
 		logp, err := pol.LogProb()
@@ -114,18 +124,26 @@ func (t *ppoTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float6
 		return fmt.Errorf("engine: a PPO tower of %d rows got %d", t.rows, n)
 	}
 	copy(t.pol.ObsData(), mb.Obs[:n*mb.ObsDim])
-	if t.spec.Head == head.CategoricalKind {
+	switch {
+	case t.spec.Head == head.CategoricalKind:
 		for i := range n {
 			t.acts[i] = int32(mb.Actions[i])
 		}
-		// The fused loss op reads t.acts and checks their range; the graph's needs one-hots.
+		// The fused loss op reads t.acts and checks their range; the graph needs one-hots.
 		if !t.fused {
 			if err := t.pol.SetActions(t.acts); err != nil {
 				return err
 			}
 		}
-	} else if err := t.pol.SetBoxActions(mb.Actions[:n*mb.ActDim]); err != nil {
-		return err
+	case t.fused:
+		if mb.ActDim != t.spec.ActionDim() {
+			return fmt.Errorf("engine: the batch has %d action values per row, the %s head %d", mb.ActDim, t.spec.Head, t.spec.ActionDim())
+		}
+		copy(t.boxActs, mb.Actions[:n*mb.ActDim])
+	default:
+		if err := t.pol.SetBoxActions(mb.Actions[:n*mb.ActDim]); err != nil {
+			return err
+		}
 	}
 	copy(t.adv, mb.Advantages[:n])
 	copy(t.ret, mb.Returns[:n])

@@ -154,63 +154,112 @@ func randomMinibatch(rng *rand.Rand, n, actions int, sc minibatchScales) *learne
 	return mb
 }
 
-// TestCategoricalFusedLoss: the one-op categorical loss (ppoCatLossOp) gives the loss,
-// statistics and gradient of the graph built from Policy.LogProb, Policy.Entropy and the
-// PPO loss op, and refuses an action outside the head.
-func TestCategoricalFusedLoss(t *testing.T) {
-	rng := rand.New(rand.NewPCG(9, 3))
-	spec := head.Spec{Head: head.CategoricalKind, N: 4, ObsShape: []int{5}}
-	params, err := models.NewParams(models.Config{Spec: spec, Hidden: []int{16, 16}}, rng)
-	if err != nil {
-		t.Fatal(err)
+// headMinibatch is a random minibatch of n rows for spec's observation and action shapes, with
+// old log-probabilities near those of a uniform (categorical) or unit (Gaussian) policy.
+func headMinibatch(rng *rand.Rand, n int, spec head.Spec) *learner.SampleBatch {
+	obsDim, actDim := 1, 1
+	for _, d := range spec.ObsShape {
+		obsDim *= d
 	}
-	for i := range params.Data() {
-		params.Data()[i] += float32(rng.NormFloat64() * 0.3)
+	uniform := math.Log(1 / float64(spec.N))
+	if spec.Head == head.GaussianKind {
+		actDim = spec.ActionDim()
+		uniform = -float64(actDim) * (0.5 + 0.5*math.Log(2*math.Pi))
 	}
-	const n = 48
-	mb := randomMinibatch(rng, n, spec.N, minibatchScales{ret: 1, value: 0.5, logp: 0.4})
-	c := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.05, VfCoef: 0.5}
-	var grads [2][]float32
-	var stats [2][]float64
-	for k, fused := range []bool{true, false} {
-		tw, err := buildPPOTower(params, n, c, fused)
-		if err != nil {
-			t.Fatal(err)
+	mb := learner.NewSampleBatch(n, obsDim, actDim, 0)
+	for i := range n {
+		for j := range obsDim {
+			mb.Obs[i*obsDim+j] = float32(rng.NormFloat64())
 		}
-		defer tw.Close()
-		if tw.fused != fused {
-			t.Fatalf("tower fused = %v, want %v", tw.fused, fused)
-		}
-		grads[k], stats[k] = make([]float32, params.Size()), make([]float64, len(ppoStats))
-		for range 2 { // a second run must not accumulate
-			if err := tw.Grad(mb, grads[k], stats[k]); err != nil {
-				t.Fatal(err)
+		for j := range actDim {
+			if spec.Head == head.GaussianKind {
+				mb.Actions[i*actDim+j] = float32(rng.NormFloat64())
+			} else {
+				mb.Actions[i] = float32(rng.IntN(spec.N))
 			}
 		}
+		mb.Advantages[i] = float32(rng.NormFloat64())
+		mb.Returns[i] = float32(rng.NormFloat64())
+		mb.Values[i] = float32(rng.NormFloat64() * 0.5)
+		mb.LogP[i] = float32(uniform + rng.NormFloat64()*0.4)
 	}
-	for i, name := range ppoStats {
-		if d := math.Abs(stats[0][i] - stats[1][i]); d > 1e-6*math.Max(1, math.Abs(stats[1][i])) {
-			t.Errorf("%s: fused %.8f, graph %.8f", name, stats[0][i], stats[1][i])
-		}
-	}
-	var worst float64
-	for i := range grads[0] {
-		d := math.Abs(float64(grads[0][i] - grads[1][i]))
-		if d > 1e-6+1e-4*math.Abs(float64(grads[1][i])) {
-			t.Fatalf("gradient %d: fused %.8g, graph %.8g", i, grads[0][i], grads[1][i])
-		}
-		worst = max(worst, d)
-	}
-	t.Logf("worst gradient difference %.2g over %d parameters", worst, len(grads[0]))
+	mb.SetLen(n)
+	return mb
+}
 
-	tw, err := newPPOTower(params, n, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tw.Close()
-	mb.Actions[7] = float32(spec.N)
-	err = tw.Grad(mb, grads[0], stats[0])
-	if err == nil || !strings.Contains(err.Error(), "action 4 of row 7 is outside [0, 4)") {
-		t.Fatalf("Grad with action %d = %v, want an error naming it", spec.N, err)
+// TestFusedLoss: the one-op loss from the head's outputs (ppoHeadLossOp) gives the loss,
+// statistics and gradient of the graph built from Policy.LogProb, Policy.Entropy and the PPO
+// loss op, for both heads, and refuses an action outside the categorical head or a NaN one.
+func TestFusedLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		spec   head.Spec
+		bad    float32 // an action value Grad must refuse
+		badMsg string
+	}{
+		{"categorical", head.Spec{Head: head.CategoricalKind, N: 4, ObsShape: []int{5}}, 4, "action 4 of row 7 is outside [0, 4)"},
+		{"gaussian", head.Spec{Head: head.GaussianKind, N: 3, ObsShape: []int{5}, Low: []float32{-1, -1, -1}, High: []float32{1, 1, 1}},
+			float32(math.NaN()), "action 1 of row 2 is NaN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(9, 3))
+			params, err := models.NewParams(models.Config{Spec: tc.spec, Hidden: []int{16, 16}}, rng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range params.Data() {
+				params.Data()[i] += float32(rng.NormFloat64() * 0.3)
+			}
+			const n = 48
+			mb := headMinibatch(rng, n, tc.spec)
+			c := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.05, VfCoef: 0.5}
+			var grads [2][]float32
+			var stats [2][]float64
+			for k, fused := range []bool{true, false} {
+				tw, err := buildPPOTower(params, n, c, fused)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tw.Close()
+				if tw.fused != fused {
+					t.Fatalf("tower fused = %v, want %v", tw.fused, fused)
+				}
+				grads[k], stats[k] = make([]float32, params.Size()), make([]float64, len(ppoStats))
+				for range 2 { // a second run must not accumulate
+					if err := tw.Grad(mb, grads[k], stats[k]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for i, name := range ppoStats {
+				if d := math.Abs(stats[0][i] - stats[1][i]); d > 1e-6*math.Max(1, math.Abs(stats[1][i])) {
+					t.Errorf("%s: fused %.8f, graph %.8f", name, stats[0][i], stats[1][i])
+				}
+			}
+			var worst float64
+			for i := range grads[0] {
+				d := math.Abs(float64(grads[0][i] - grads[1][i]))
+				if d > 1e-6+1e-4*math.Abs(float64(grads[1][i])) {
+					t.Fatalf("gradient %d: fused %.8g, graph %.8g", i, grads[0][i], grads[1][i])
+				}
+				worst = max(worst, d)
+			}
+			t.Logf("worst gradient difference %.2g over %d parameters, clip fraction %.2f", worst, len(grads[0]), stats[0][5])
+
+			tw, err := newPPOTower(params, n, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tw.Close()
+			if tc.spec.Head == head.CategoricalKind {
+				mb.Actions[7] = tc.bad
+			} else {
+				mb.Actions[2*mb.ActDim+1] = tc.bad
+			}
+			err = tw.Grad(mb, grads[0], stats[0])
+			if err == nil || !strings.Contains(err.Error(), tc.badMsg) {
+				t.Fatalf("Grad with action %v = %v, want an error naming it", tc.bad, err)
+			}
+		})
 	}
 }

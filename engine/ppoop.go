@@ -5,6 +5,7 @@ import (
 	"hash"
 	"hash/fnv"
 	"math"
+	"strings"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
@@ -254,157 +255,164 @@ func (op *ppoGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("engine: %s has no gradient", op)
 }
 
-// ppoCatLossOp is ppoLossOp over a categorical head's logits [rows, n]: it takes the logits in
-// place of logp and entropy, works out the log-softmax, the taken action's log-probability and
-// the entropy itself, and differentiates through them in the same pass. It replaces the dozen
-// small gorgonia ops (and their per-run allocations) of Policy.LogProb and Policy.Entropy,
-// which made a tower's fixed cost and kept the garbage collector busy. Its inputs are
-// (logits, value, advantages, returns, old logp, old values); the actions are the tower's,
-// written into acts before each run.
-type ppoCatLossOp struct {
+// ppoHeadLossOp is ppoLossOp over a policy head's distribution outputs (the categorical
+// logits; the Gaussian mean and log standard deviation) instead of per-row log-probabilities
+// and entropies: it works those out itself, with their gradients, in the same pass. It replaces
+// the dozen small gorgonia ops (and their per-run allocations) of Policy.LogProb and
+// Policy.Entropy, which made a tower's fixed cost and kept the garbage collector busy. Its
+// inputs are the head's k outputs ([rows, width] each), then value, advantages, returns, old
+// logp and old values; the actions are the tower's, written into the head before each run.
+type ppoHeadLossOp struct {
 	ppoLossOp
-	n         int
-	acts      []int32   // [rows] the actions taken, 0 ≤ a < n
-	logp, ent []float32 // [rows] from the last Do
-	p         []float32 // [rows, n] softmax of the last Do
-	ls        []float32 // [rows, n] log-softmax of the last Do
-	dLogits   []float32 // [rows, n] ∂loss/∂logits of the last Do
+	head      headTerms
+	k         int         // the head's inputs
+	logp, ent []float32   // [rows] from the last Do
+	dIn       [][]float32 // [k][rows·width] ∂loss/∂input of the last Do
 }
 
-func newPPOCatLossOp(c Loss, rows, n, valueDims int, acts []int32) *ppoCatLossOp {
-	return &ppoCatLossOp{
+// headTerms is one head's share of ppoHeadLossOp.
+type headTerms interface {
+	// inputs names the head's inputs; each is [rows, width()].
+	inputs() []string
+	width() int
+	// forward writes each row's log-probability of the tower's action and its entropy,
+	// or returns an error naming a bad action.
+	forward(in [][]float32, logp, ent []float32) error
+	// backward writes ∂loss/∂input from each row's ∂loss/∂logp and the (shared) ∂loss/∂H.
+	backward(dLogp []float32, dEnt float64, dIn [][]float32)
+}
+
+func newPPOHeadLossOp(c Loss, rows, valueDims int, head headTerms) *ppoHeadLossOp {
+	op := &ppoHeadLossOp{
 		ppoLossOp: ppoLossOp{c: c, rows: rows, valueDims: valueDims},
-		n:         n, acts: acts,
+		head:      head, k: len(head.inputs()),
 		logp: make([]float32, rows), ent: make([]float32, rows),
-		p: make([]float32, rows*n), ls: make([]float32, rows*n), dLogits: make([]float32, rows*n),
 	}
+	for range op.k {
+		op.dIn = append(op.dIn, make([]float32, rows*head.width()))
+	}
+	return op
 }
 
-var ppoCatInputs = [6]string{"logits", "value", "advantages", "returns", "old logp", "old values"}
+// inputName names input i of the op.
+func (op *ppoHeadLossOp) inputName(i int) string {
+	if i < op.k {
+		return op.head.inputs()[i]
+	}
+	return ppoInputs[i-op.k+2]
+}
 
-func (op *ppoCatLossOp) Arity() int { return 6 }
-func (op *ppoCatLossOp) Type() hm.Type {
+func (op *ppoHeadLossOp) Arity() int { return op.k + 5 }
+func (op *ppoHeadLossOp) Type() hm.Type {
+	ts := make([]hm.Type, 0, op.k+6)
+	for range op.k {
+		ts = append(ts, vecType(2))
+	}
 	v := vecType(1)
-	return hm.NewFnType(vecType(2), vecType(op.valueDims), v, v, v, v, hm.TypeVariable('a'))
+	ts = append(ts, vecType(op.valueDims), v, v, v, v, hm.TypeVariable('a'))
+	return hm.NewFnType(ts...)
 }
-func (op *ppoCatLossOp) String() string { return fmt.Sprintf("PPOCategoricalLoss%+v", op.c) }
-func (op *ppoCatLossOp) WriteHash(h hash.Hash) {
+func (op *ppoHeadLossOp) String() string {
+	return fmt.Sprintf("PPOLoss(%s)%+v", strings.Join(op.head.inputs(), ","), op.c)
+}
+func (op *ppoHeadLossOp) WriteHash(h hash.Hash) {
 	fmt.Fprintf(h, "towerrl.%s.%p", op, op) // one op per tower: never merged across graphs
 }
-func (op *ppoCatLossOp) Hashcode() uint32 { return hashOf(op) }
+func (op *ppoHeadLossOp) Hashcode() uint32 { return hashOf(op) }
 
-func (op *ppoCatLossOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 6 {
-		return nil, fmt.Errorf("engine: %s takes 6 inputs, got %d", op, len(in))
+// size is the number of values input i holds.
+func (op *ppoHeadLossOp) size(i int) int {
+	if i < op.k {
+		return op.rows * op.head.width()
 	}
-	for k, d := range in {
-		want := op.rows
-		if k == 0 {
-			want *= op.n
-		}
+	return op.rows
+}
+
+func (op *ppoHeadLossOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("engine: %s takes %d inputs, got %d", op, op.Arity(), len(in))
+	}
+	for i, d := range in {
 		s, ok := d.(tensor.Shape)
-		if !ok || s.TotalSize() != want || (k == 0 && (s.Dims() != 2 || s[1] != op.n)) {
-			return nil, fmt.Errorf("engine: %s input %s has shape %v, want %d values", op, ppoCatInputs[k], d, want)
+		if !ok || s.TotalSize() != op.size(i) || (i < op.k && (s.Dims() != 2 || s[1] != op.head.width())) {
+			return nil, fmt.Errorf("engine: %s input %s has shape %v, want %d values", op, op.inputName(i), d, op.size(i))
 		}
 	}
 	return tensor.ScalarShape(), nil
 }
 
-func (op *ppoCatLossOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 6 {
-		return nil, fmt.Errorf("engine: %s takes 6 inputs, got %d", op, len(in))
+func (op *ppoHeadLossOp) Do(in ...G.Value) (G.Value, error) {
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("engine: %s takes %d inputs, got %d", op, op.Arity(), len(in))
 	}
-	var x [6][]float32
-	for k := range in {
-		want := op.rows
-		if k == 0 {
-			want *= op.n
-		}
+	x := make([][]float32, len(in))
+	for i := range in {
 		var err error
-		if x[k], err = floats(in[k], want, ppoCatInputs[k]); err != nil {
+		if x[i], err = floats(in[i], op.size(i), op.inputName(i)); err != nil {
 			return nil, err
 		}
 	}
-	logits, n := x[0], op.n
-	for i := range op.rows {
-		a := int(op.acts[i])
-		if a < 0 || a >= n {
-			return nil, fmt.Errorf("engine: action %d of row %d is outside [0, %d)", a, i, n)
-		}
-		z, ls, p := logits[i*n:(i+1)*n], op.ls[i*n:(i+1)*n], op.p[i*n:(i+1)*n]
-		m := float64(z[0])
-		for _, v := range z[1:] {
-			m = max(m, float64(v))
-		}
-		var sum float64
-		for _, v := range z {
-			sum += math.Exp(float64(v) - m)
-		}
-		lse := m + math.Log(sum)
-		var h float64
-		for j, v := range z {
-			l := float64(v) - lse
-			pj := math.Exp(l)
-			ls[j], p[j] = float32(l), float32(pj)
-			h -= pj * l
-		}
-		op.logp[i], op.ent[i] = ls[a], float32(h)
+	if err := op.head.forward(x[:op.k], op.logp, op.ent); err != nil {
+		return nil, err
 	}
-	loss := op.terms(op.logp, op.ent, x[1], x[2], x[3], x[4], x[5])
-	// ∂loss/∂z_j = ∂loss/∂logp·(1[j=a] − p_j) + ∂loss/∂H·(−p_j(ls_j + H)), ∂loss/∂H = −EntCoef/rows.
-	ge := op.c.EntCoef / float64(op.rows)
-	for i := range op.rows {
-		dl, h := float64(op.dLogp[i]), float64(op.ent[i])
-		for j := range n {
-			k := i*n + j
-			pj := float64(op.p[k])
-			d := -dl*pj + ge*pj*(float64(op.ls[k])+h)
-			if j == int(op.acts[i]) {
-				d += dl
-			}
-			op.dLogits[k] = float32(d)
-		}
-	}
+	r := x[op.k:]
+	loss := op.terms(op.logp, op.ent, r[0], r[1], r[2], r[3], r[4])
+	op.head.backward(op.dLogp, -op.c.EntCoef/float64(op.rows), op.dIn)
 	return G.NewF32(float32(loss)), nil
 }
 
-func (op *ppoCatLossOp) DiffWRT(int) []bool { return []bool{true, true, false, false, false, false} }
-
-func (op *ppoCatLossOp) SymDiff(in G.Nodes, _ *G.Node, dy *G.Node) (G.Nodes, error) {
-	if len(in) != 6 {
-		return nil, fmt.Errorf("engine: %s takes 6 inputs, got %d", op, len(in))
+func (op *ppoHeadLossOp) DiffWRT(inputs int) []bool {
+	d := make([]bool, inputs)
+	for i := range min(op.k+1, inputs) {
+		d[i] = true // the head's inputs and the value
 	}
-	dz, err := G.ApplyOp(&ppoCatGradOp{fwd: op}, in[0], dy)
+	return d
+}
+
+func (op *ppoHeadLossOp) SymDiff(in G.Nodes, _ *G.Node, dy *G.Node) (G.Nodes, error) {
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("engine: %s takes %d inputs, got %d", op, op.Arity(), len(in))
+	}
+	out := make(G.Nodes, len(in))
+	for i := range op.k {
+		g, err := G.ApplyOp(&ppoHeadGradOp{fwd: op, input: i}, in[i], dy)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = g
+	}
+	g, err := G.ApplyOp(&ppoGradOp{fwd: &op.ppoLossOp, input: 2}, in[op.k], dy)
 	if err != nil {
 		return nil, err
 	}
-	dv, err := G.ApplyOp(&ppoGradOp{fwd: &op.ppoLossOp, input: 2}, in[1], dy)
-	if err != nil {
-		return nil, err
-	}
-	return G.Nodes{dz, dv, nil, nil, nil, nil}, nil
+	out[op.k] = g
+	return out, nil
 }
 
-// ppoCatGradOp is (logits, dy) → ∂loss/∂logits · dy, from the derivatives its forward op left.
-type ppoCatGradOp struct {
-	fwd *ppoCatLossOp
-	out *tensor.Dense
+// ppoHeadGradOp is (x, dy) → ∂loss/∂x · dy for head input x of a ppoHeadLossOp, from the
+// derivatives the forward op left.
+type ppoHeadGradOp struct {
+	fwd   *ppoHeadLossOp
+	input int
+	out   *tensor.Dense
 }
 
-func (op *ppoCatGradOp) Arity() int { return 2 }
-func (op *ppoCatGradOp) Type() hm.Type {
+func (op *ppoHeadGradOp) Arity() int { return 2 }
+func (op *ppoHeadGradOp) Type() hm.Type {
 	return hm.NewFnType(vecType(2), hm.TypeVariable('a'), vecType(2))
 }
-func (op *ppoCatGradOp) ReturnsPtr() bool     { return true }
-func (op *ppoCatGradOp) CallsExtern() bool    { return false }
-func (op *ppoCatGradOp) OverwritesInput() int { return -1 }
-func (op *ppoCatGradOp) String() string       { return "PPOCategoricalLossGrad(logits)" }
-func (op *ppoCatGradOp) WriteHash(h hash.Hash) {
+func (op *ppoHeadGradOp) ReturnsPtr() bool     { return true }
+func (op *ppoHeadGradOp) CallsExtern() bool    { return false }
+func (op *ppoHeadGradOp) OverwritesInput() int { return -1 }
+func (op *ppoHeadGradOp) String() string {
+	return fmt.Sprintf("PPOLossGrad(%s)", op.fwd.inputName(op.input))
+}
+func (op *ppoHeadGradOp) WriteHash(h hash.Hash) {
 	fmt.Fprintf(h, "towerrl.%s.%p", op, op.fwd)
 }
-func (op *ppoCatGradOp) Hashcode() uint32 { return hashOf(op) }
+func (op *ppoHeadGradOp) Hashcode() uint32 { return hashOf(op) }
 
-func (op *ppoCatGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+func (op *ppoHeadGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("engine: %s takes 2 inputs, got %d", op, len(in))
 	}
@@ -415,7 +423,7 @@ func (op *ppoCatGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	return s.Clone(), nil
 }
 
-func (op *ppoCatGradOp) Do(in ...G.Value) (G.Value, error) {
+func (op *ppoHeadGradOp) Do(in ...G.Value) (G.Value, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("engine: %s takes 2 inputs, got %d", op, len(in))
 	}
@@ -424,16 +432,132 @@ func (op *ppoCatGradOp) Do(in ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	if op.out == nil {
-		op.out = tensor.New(tensor.WithShape(op.fwd.rows, op.fwd.n), tensor.Of(tensor.Float32))
+		op.out = tensor.New(tensor.WithShape(op.fwd.rows, op.fwd.head.width()), tensor.Of(tensor.Float32))
 	}
 	dst := op.out.Float32s()
-	for k, d := range op.fwd.dLogits {
-		dst[k] = d * dy
+	for i, d := range op.fwd.dIn[op.input] {
+		dst[i] = d * dy
 	}
 	return op.out, nil
 }
 
-func (op *ppoCatGradOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
-func (op *ppoCatGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+func (op *ppoHeadGradOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
+func (op *ppoHeadGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("engine: %s has no gradient", op)
+}
+
+// categoricalTerms is the categorical head over logits [rows, n]: log-softmax, the taken
+// action's log-probability and the entropy, in float64 per row.
+type categoricalTerms struct {
+	n     int
+	acts  []int32   // [rows] the tower's actions, 0 ≤ a < n
+	p, ls []float64 // [rows, n] softmax and log-softmax of the last forward
+	h     []float64 // [rows] entropy of the last forward
+}
+
+func (h *categoricalTerms) inputs() []string { return []string{"logits"} }
+func (h *categoricalTerms) width() int       { return h.n }
+
+func (h *categoricalTerms) forward(in [][]float32, logp, ent []float32) error {
+	logits, n := in[0], h.n
+	if h.p == nil {
+		h.p, h.ls, h.h = make([]float64, len(logits)), make([]float64, len(logits)), make([]float64, len(logp))
+	}
+	for i := range logp {
+		a := int(h.acts[i])
+		if a < 0 || a >= n {
+			return fmt.Errorf("engine: action %d of row %d is outside [0, %d)", a, i, n)
+		}
+		z, ls, p := logits[i*n:(i+1)*n], h.ls[i*n:(i+1)*n], h.p[i*n:(i+1)*n]
+		m := float64(z[0])
+		for _, v := range z[1:] {
+			m = max(m, float64(v))
+		}
+		var sum float64
+		for _, v := range z {
+			sum += math.Exp(float64(v) - m)
+		}
+		lse := m + math.Log(sum)
+		var e float64
+		for j, v := range z {
+			l := float64(v) - lse
+			pj := math.Exp(l)
+			ls[j], p[j] = l, pj
+			e -= pj * l
+		}
+		h.h[i] = e
+		logp[i], ent[i] = float32(ls[a]), float32(e)
+	}
+	return nil
+}
+
+// backward: ∂logp/∂z_j = 1[j=a] − p_j, ∂H/∂z_j = −p_j(ls_j + H).
+func (h *categoricalTerms) backward(dLogp []float32, dEnt float64, dIn [][]float32) {
+	dz, n := dIn[0], h.n
+	for i := range dLogp {
+		dl, e := float64(dLogp[i]), h.h[i]
+		for j := range n {
+			k := i*n + j
+			pj := h.p[k]
+			d := -dl*pj - dEnt*pj*(h.ls[k]+e)
+			if j == int(h.acts[i]) {
+				d += dl
+			}
+			dz[k] = float32(d)
+		}
+	}
+}
+
+// gaussianTerms is the diagonal Gaussian head over mean and log std [rows, d]: the raw
+// (unclipped) action's log-density and the entropy, in float64 per row.
+type gaussianTerms struct {
+	d      int
+	acts   []float32 // [rows, d] the tower's actions
+	z, inv []float64 // [rows, d] (a − μ)/σ and 1/σ of the last forward
+}
+
+// halfLog2Pi is ½·log(2π), the Gaussian log-density's constant per dimension.
+const halfLog2Pi = 0.91893853320467274178
+
+func (h *gaussianTerms) inputs() []string { return []string{"mean", "log_std"} }
+func (h *gaussianTerms) width() int       { return h.d }
+
+func (h *gaussianTerms) forward(in [][]float32, logp, ent []float32) error {
+	mean, logStd, d := in[0], in[1], h.d
+	if h.z == nil {
+		h.z, h.inv = make([]float64, len(mean)), make([]float64, len(mean))
+	}
+	for i := range logp {
+		var lp, e float64
+		for j := range d {
+			k := i*d + j
+			a := float64(h.acts[k])
+			if math.IsNaN(a) || math.IsInf(a, 0) {
+				return fmt.Errorf("engine: action %d of row %d is %v", j, i, a)
+			}
+			s := float64(logStd[k])
+			inv := math.Exp(-s)
+			z := (a - float64(mean[k])) * inv
+			h.z[k], h.inv[k] = z, inv
+			lp += -0.5*z*z - s
+			e += s
+		}
+		logp[i] = float32(lp - float64(d)*halfLog2Pi)
+		ent[i] = float32(e + float64(d)*(0.5+halfLog2Pi))
+	}
+	return nil
+}
+
+// backward: ∂logp/∂μ_j = z_j/σ_j, ∂logp/∂s_j = z_j² − 1, ∂H/∂s_j = 1.
+func (h *gaussianTerms) backward(dLogp []float32, dEnt float64, dIn [][]float32) {
+	dMean, dLogStd, d := dIn[0], dIn[1], h.d
+	for i := range dLogp {
+		dl := float64(dLogp[i])
+		for j := range d {
+			k := i*d + j
+			z := h.z[k]
+			dMean[k] = float32(dl * z * h.inv[k])
+			dLogStd[k] = float32(dl*(z*z-1) + dEnt)
+		}
+	}
 }
