@@ -87,7 +87,7 @@ type Batcher struct {
 	rollout *Rollout
 	wg      sync.WaitGroup
 
-	device  string // where the workers' policy runs: "cpu", "cuda", or "random" for no policy
+	device string // where the workers' policy runs: "cpu", "cuda", or "random" for no policy
 
 	mu      sync.Mutex // guards closed and serialises Collect; held while a rollout runs
 	closed  bool
