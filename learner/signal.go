@@ -14,10 +14,10 @@ import (
 // towers kept busy never park, and idle ones park after spinFor.
 const spinFor = 500 * time.Microsecond
 
-// canSpin reports whether n goroutines that each hold a P may spin while they wait: only when
-// every one of them can have its own (spinning on a shared P would starve the goroutine being
+// canSpin reports whether n goroutines may spin while they wait for each other: only when each
+// can have its own P and its own CPU (spinning on a shared one would starve the goroutine being
 // waited for).
-func canSpin(n int) bool { return runtime.GOMAXPROCS(0) >= n }
+func canSpin(n int) bool { return runtime.GOMAXPROCS(0) >= n && runtime.NumCPU() >= n }
 
 // signal counts events that one goroutine waits for. post publishes everything written
 // before it to the goroutine whose wait it satisfies.
