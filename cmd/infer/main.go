@@ -11,6 +11,13 @@
 //
 // --input may be repeated as NAME=PATH for models with several inputs. The first dimension of
 // every input is the batch.
+//
+// As a throughput benchmark: --batch B repeats the input rows cyclically up to B rows, and
+// --repeat N runs the model N more times after the first (warm-up) run and adds ms_per_run and
+// samples_per_sec (their mean) to the summary:
+//
+//	infer --model testdata/nature_cnn.onnx --input testdata/nature_cnn.input.npy --out /tmp/o \
+//	      --batch 1024 --repeat 100 --provider cuda
 package main
 
 import (
@@ -49,7 +56,14 @@ type summary struct {
 	Outputs  []outputSummary `json:"outputs"`
 	Provider string          `json:"provider"`
 	MS       float64         `json:"ms"`
+	// With --repeat: the timed runs after the first, their mean time and throughput.
+	Repeat        int     `json:"repeat,omitempty"`
+	MSPerRun      float64 `json:"ms_per_run,omitempty"`
+	SamplesPerSec float64 `json:"samples_per_sec,omitempty"`
 }
+
+// bench is --batch and --repeat.
+type bench struct{ batch, repeat int }
 
 func main() {
 	var (
@@ -61,6 +75,8 @@ func main() {
 		library   = flag.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
 		cast      = flag.Bool("cast", false, "convert inputs whose element type differs from the model's instead of refusing them")
 		allowNaN  = flag.Bool("allow-nan", false, "pass NaN observations to the model instead of refusing them")
+		batch     = flag.Int("batch", 0, "repeat the input rows cyclically up to this batch (0: the input's own)")
+		repeat    = flag.Int("repeat", 0, "time this many more runs after the first and report their throughput")
 		inputList inputs
 		lf        cli.LogFlags
 	)
@@ -74,11 +90,11 @@ func main() {
 		}
 		return run(ctx, os.Stdout, log, *model, inputList, *inName, *out, onnx.Config{
 			Library: *library, Provider: p, IntraOpThreads: *threads, AllowNaN: *allowNaN, Logger: log,
-		}, *cast)
+		}, *cast, bench{*batch, *repeat})
 	})
 }
 
-func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, ins []string, inName, out string, cfg onnx.Config, cast bool) error {
+func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, ins []string, inName, out string, cfg onnx.Config, cast bool, b bench) error {
 	switch {
 	case model == "":
 		return errors.New("--model is required")
@@ -86,6 +102,10 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, i
 		return errors.New("--input is required")
 	case out == "":
 		return errors.New("--out is required")
+	case b.batch < 0:
+		return fmt.Errorf("--batch %d: want 0 (the input's own) or more", b.batch)
+	case b.repeat < 0:
+		return fmt.Errorf("--repeat %d: want 0 or more", b.repeat)
 	}
 	// Fail on an unwritable output folder before any work.
 	if err := os.MkdirAll(out, 0o755); err != nil {
@@ -101,6 +121,13 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, i
 	arrays, err := readInputs(ins, inName)
 	if err != nil {
 		return err
+	}
+	if b.batch > 0 {
+		for i := range arrays {
+			if err := tile(arrays[i].Array, b.batch); err != nil {
+				return fmt.Errorf("--batch %d: input %s: %w", b.batch, arrays[i].path, err)
+			}
+		}
 	}
 	batch := 0
 	for _, a := range arrays {
@@ -152,6 +179,21 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, i
 	ms := float64(time.Since(start).Microseconds()) / 1000
 
 	sum := summary{Model: model, Batch: n, Provider: string(s.Provider()), MS: ms}
+	if b.repeat > 0 {
+		start := time.Now()
+		for k := range b.repeat {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("after %d of %d timed runs: %w", k, b.repeat, err)
+			}
+			if err := s.Run(n); err != nil {
+				return err
+			}
+		}
+		el := time.Since(start)
+		sum.Repeat, sum.MSPerRun = b.repeat, el.Seconds()*1000/float64(b.repeat)
+		sum.SamplesPerSec = float64(n*b.repeat) / el.Seconds()
+		log.Info("timed", zap.Int("runs", b.repeat), zap.Float64("ms_per_run", sum.MSPerRun), zap.Float64("samples_per_sec", sum.SamplesPerSec))
+	}
 	for i, o := range s.Outputs() {
 		file := filepath.Join(out, fileName(o.Name)+".npy")
 		shape := o.Shape(n)
@@ -162,6 +204,40 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, i
 		sum.Outputs = append(sum.Outputs, outputSummary{Name: o.Name, Shape: shape, DType: o.DType.String(), File: file})
 	}
 	return cli.Summary(stdout, sum)
+}
+
+// tile repeats a's rows (its first dimension) cyclically until it has batch rows, or keeps
+// its first batch rows.
+func tile(a *npy.Array, batch int) error {
+	if len(a.Shape) == 0 || a.Shape[0] == 0 {
+		return errors.New("no rows to repeat")
+	}
+	rows, row := a.Shape[0], a.Len()/a.Shape[0]
+	switch {
+	case a.F32 != nil:
+		a.F32 = tileRows(a.F32, rows, row, batch)
+	case a.F64 != nil:
+		a.F64 = tileRows(a.F64, rows, row, batch)
+	case a.I32 != nil:
+		a.I32 = tileRows(a.I32, rows, row, batch)
+	case a.I64 != nil:
+		a.I64 = tileRows(a.I64, rows, row, batch)
+	case a.U8 != nil:
+		a.U8 = tileRows(a.U8, rows, row, batch)
+	default:
+		return fmt.Errorf("element type %s", a.Descr)
+	}
+	a.Shape = append([]int{batch}, a.Shape[1:]...)
+	return nil
+}
+
+// tileRows is batch rows of row values, row r being src's row r mod rows.
+func tileRows[T any](src []T, rows, row, batch int) []T {
+	d := make([]T, batch*row)
+	for r := range batch {
+		copy(d[r*row:(r+1)*row], src[(r%rows)*row:])
+	}
+	return d
 }
 
 type array struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -41,7 +42,7 @@ func TestInferMatchesPyTorch(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			var stdout bytes.Buffer
 			err := run(context.Background(), &stdout, zap.NewNop(), filepath.Join(fixtures, fx.name+".onnx"),
-				[]string{filepath.Join(fixtures, fx.name+".input.npy")}, "", out, onnx.Config{}, false)
+				[]string{filepath.Join(fixtures, fx.name+".input.npy")}, "", out, onnx.Config{}, false, bench{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +106,7 @@ func TestInferErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout bytes.Buffer
-			err := run(context.Background(), &stdout, zap.NewNop(), tc.model, tc.inputs, tc.inName, tc.out, onnx.Config{}, false)
+			err := run(context.Background(), &stdout, zap.NewNop(), tc.model, tc.inputs, tc.inName, tc.out, onnx.Config{}, false, bench{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
@@ -116,7 +117,7 @@ func TestInferErrors(t *testing.T) {
 	}
 	// With --cast, a float64 file feeds a float32 input.
 	var stdout bytes.Buffer
-	if err := run(context.Background(), &stdout, zap.NewNop(), model, []string{f64}, "", filepath.Join(dir, "cast"), onnx.Config{}, true); err != nil {
+	if err := run(context.Background(), &stdout, zap.NewNop(), model, []string{f64}, "", filepath.Join(dir, "cast"), onnx.Config{}, true, bench{}); err != nil {
 		t.Fatalf("--cast: %v", err)
 	}
 }
@@ -125,6 +126,49 @@ func TestFileName(t *testing.T) {
 	for in, want := range map[string]string{"logits": "logits", "onnx::Gemm_5": "onnx__Gemm_5", "a/b": "a_b", "..": "output"} {
 		if got := fileName(in); got != want {
 			t.Errorf("fileName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestInferBench: --batch repeats the input rows cyclically (each output row is PyTorch's for
+// the input row it repeats) and --repeat reports the timed runs' throughput.
+func TestInferBench(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	var stdout bytes.Buffer
+	err := run(context.Background(), &stdout, zap.NewNop(), filepath.Join(fixtures, "mlp_tanh.onnx"),
+		[]string{filepath.Join(fixtures, "mlp_tanh.input.npy")}, "", out, onnx.Config{}, false, bench{batch: 40, repeat: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Batch         int     `json:"batch"`
+		Repeat        int     `json:"repeat"`
+		MSPerRun      float64 `json:"ms_per_run"`
+		SamplesPerSec float64 `json:"samples_per_sec"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Batch != 40 || sum.Repeat != 3 || sum.MSPerRun <= 0 || sum.SamplesPerSec <= 0 {
+		t.Fatalf("summary %s", stdout.String())
+	}
+	want := readNPY(t, filepath.Join(fixtures, "mlp_tanh.logits.npy")) // 16 rows of 2
+	got := readNPY(t, filepath.Join(out, "logits.npy"))
+	if got.Shape[0] != 40 {
+		t.Fatalf("logits shape %v", got.Shape)
+	}
+	for r := range 40 {
+		for k := range 2 {
+			if d := math.Abs(float64(got.F32[r*2+k] - want.F32[(r%16)*2+k])); d > 1e-5 {
+				t.Fatalf("row %d: %v, PyTorch's row %d: %v", r, got.F32[r*2:r*2+2], r%16, want.F32[(r%16)*2:(r%16)*2+2])
+			}
+		}
+	}
+	for _, b := range []bench{{batch: -1}, {repeat: -2}} {
+		err := run(context.Background(), io.Discard, zap.NewNop(), filepath.Join(fixtures, "mlp_tanh.onnx"),
+			[]string{filepath.Join(fixtures, "mlp_tanh.input.npy")}, "", out, onnx.Config{}, false, b)
+		if err == nil || !strings.Contains(err.Error(), "want 0") {
+			t.Errorf("bench %+v: %v", b, err)
 		}
 	}
 }
