@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 
 	G "gorgonia.org/gorgonia"
@@ -90,7 +89,8 @@ type foreignTower struct {
 	vm                        *tape.Machine
 	obsNode                   *G.Node
 	obs                       *tensor.Dense
-	act                       []float32 // one-hot (categorical) or raw actions (Gaussian)
+	acts                      []int32   // categorical actions, read by the loss op
+	act                       []float32 // Gaussian actions, read by the loss op
 	adv, ret, oldLogp, oldVal []float32
 	learn                     G.Nodes
 	nodes                     lossNodes
@@ -127,12 +127,11 @@ func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) 
 	if err != nil {
 		return nil, err
 	}
-	var actNode, logp, ent *G.Node
-	actNode, t.act = in("action", rows, d)
+	var terms headTerms
+	ins := []*G.Node{params}
 	if f.spec.Head == head.CategoricalKind {
-		ls := must(G.LogSoftMax(params, 1))
-		logp = must(G.Sum(must(G.HadamardProd(ls, actNode)), 1))
-		ent = must(G.Neg(must(G.Sum(must(G.HadamardProd(must(G.Exp(ls)), ls)), 1))))
+		t.acts = make([]int32, rows)
+		terms = &categoricalTerms{n: f.spec.N, acts: t.acts}
 	} else {
 		ls, err := gr.Output(f.outs.logStd)
 		if err != nil {
@@ -141,17 +140,19 @@ func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) 
 		if !ls.Shape().Eq(params.Shape()) {
 			return nil, fmt.Errorf("engine: log_std output %v and mean output %v differ in shape", ls.Shape(), params.Shape())
 		}
-		z := must(G.HadamardDiv(must(G.Sub(actNode, params)), must(G.Exp(ls))))
-		half := must(G.HadamardProd(must(G.Sum(must(G.Square(z)), 1)), G.NewConstant(float32(-0.5))))
-		logp = must(G.Sub(must(G.Sub(half, must(G.Sum(ls, 1)))), G.NewConstant(float32(float64(d)*0.5*math.Log(2*math.Pi)))))
-		ent = must(G.Add(must(G.Sum(ls, 1)), G.NewConstant(float32(float64(d)*(0.5+0.5*math.Log(2*math.Pi))))))
+		t.act = make([]float32, rows*d)
+		terms = &gaussianTerms{d: d, acts: t.act}
+		ins = append(ins, ls)
 	}
 	var adv, ret, oldLogp, oldVal *G.Node
 	adv, t.adv = in("advantages", rows)
 	ret, t.ret = in("returns", rows)
 	oldLogp, t.oldLogp = in("old_logp", rows)
 	oldVal, t.oldVal = in("old_values", rows)
-	t.nodes = ppoLoss(logp, ent, value, adv, ret, oldLogp, oldVal, rows, c)
+	// The same one-op loss as the native towers: log-probability, entropy, loss and their
+	// gradients from the imported graph's head outputs.
+	op := newPPOHeadLossOp(c, rows, value.Dims(), terms)
+	t.nodes = lossNodes{loss: must(G.ApplyOp(op, append(ins, value, adv, ret, oldLogp, oldVal)...)), op: &op.ppoLossOp}
 	if _, err := G.Grad(t.nodes.loss, t.learn...); err != nil {
 		return nil, fmt.Errorf("engine: differentiating the PPO loss on the imported graph: %w", err)
 	}
@@ -169,17 +170,15 @@ func (t *foreignTower) Grad(mb *learner.SampleBatch, grads []float32, stats []fl
 		return fmt.Errorf("engine: a PPO tower of %d rows got %d", t.rows, n)
 	}
 	copy(t.obs.Data().([]float32), mb.Obs[:n*mb.ObsDim])
+	// The loss op reads the actions, and refuses a categorical one outside the head or a NaN.
 	if t.f.spec.Head == head.CategoricalKind {
-		clear(t.act)
-		k := t.f.spec.N
 		for i := range n {
-			a := int(mb.Actions[i])
-			if a < 0 || a >= k {
-				return fmt.Errorf("engine: action %d of row %d is outside [0, %d)", a, i, k)
-			}
-			t.act[i*k+a] = 1
+			t.acts[i] = int32(mb.Actions[i])
 		}
 	} else {
+		if mb.ActDim != t.f.spec.ActionDim() {
+			return fmt.Errorf("engine: the batch has %d action values per row, the %s head %d", mb.ActDim, t.f.spec.Head, t.f.spec.ActionDim())
+		}
 		copy(t.act, mb.Actions[:n*mb.ActDim])
 	}
 	copy(t.adv, mb.Advantages[:n])

@@ -36,6 +36,9 @@ func TestForeignTowerLossAndGradient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tw.Close()
+	if !tw.vm.Fast() {
+		t.Error("the imported graph's tape runs through RunAll, not on the calling goroutine")
+	}
 	grads := make([]float32, len(f.flat))
 	stats := make([]float64, len(ppoStats))
 	if err := tw.Grad(mb, grads, stats); err != nil {
