@@ -3,10 +3,10 @@ package learner
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
+
+	"github.com/towerrl/towerrl/internal/spin"
 )
 
 // Collective averages flat float32 buffers across the members of a group: the towers of one
@@ -23,7 +23,7 @@ type Collective interface {
 
 // Local is the in-process Collective: the last member to arrive averages every member's buffer
 // in member order and writes the mean into all of them. Members that arrive earlier spin
-// briefly before they park (see spinFor), so towers finishing within microseconds of each
+// briefly before they park (see spin.For), so towers finishing within microseconds of each
 // other pay no thread wake-up. Safe for concurrent use by its members.
 type Local struct {
 	n     int
@@ -59,7 +59,7 @@ func (l *Local) AllReduce(ctx context.Context, member int, buf []float32) error 
 	if l.count < l.n {
 		next := l.done.Load() + 1
 		l.mu.Unlock()
-		if !l.spin(next) {
+		if !spin.Allowed(l.n) || !spin.Until(func() bool { return l.done.Load() >= next }) {
 			select {
 			case <-round:
 			case <-ctx.Done():
@@ -81,26 +81,6 @@ func (l *Local) AllReduce(ctx context.Context, member int, buf []float32) error 
 	l.mu.Unlock()
 	close(round)
 	return err
-}
-
-// spin polls for up to spinFor, when the members can each hold a P, for round next to
-// complete; it reports whether it did.
-func (l *Local) spin(next uint64) bool {
-	if !canSpin(l.n) {
-		return false
-	}
-	deadline := time.Now().Add(spinFor)
-	for i := 1; ; i++ {
-		if l.done.Load() >= next {
-			return true
-		}
-		if i%64 == 0 {
-			if time.Now().After(deadline) {
-				return false
-			}
-			runtime.Gosched()
-		}
-	}
 }
 
 func reduceMean(bufs [][]float32) error {

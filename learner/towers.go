@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/device"
+	"github.com/towerrl/towerrl/internal/spin"
 )
 
 // Tower computes gradients on its slice of each minibatch. A tower is built for a fixed
@@ -79,9 +80,9 @@ type Towers struct {
 type towerWorker struct {
 	job    towerJob
 	err    error
-	jobs   *signal // posted once per job (and once by Close)
-	fin    *signal // posted once per finished job
-	posted uint64  // jobs posted so far; Update's goroutine only
+	jobs   *spin.Signal // posted once per job (and once by Close)
+	fin    *spin.Signal // posted once per finished job
+	posted uint64       // jobs posted so far; Update's goroutine only
 }
 
 // towerJob asks a tower for the gradient of rows [lo, hi) of b (sequences, for recurrent data).
@@ -152,7 +153,7 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 	// Tower 0 runs on the goroutine calling Update; towers 1..N-1 on their own.
 	t.workers = make([]*towerWorker, cfg.N)
 	for i := 1; i < cfg.N; i++ {
-		t.workers[i] = &towerWorker{jobs: newSignal(), fin: newSignal()}
+		t.workers[i] = &towerWorker{jobs: spin.New(), fin: spin.New()}
 		t.wg.Add(1)
 		go t.run(i)
 	}
@@ -163,12 +164,12 @@ func (t *Towers) run(i int) {
 	defer t.wg.Done()
 	w := t.workers[i]
 	for k := uint64(1); ; k++ {
-		_ = w.jobs.wait(context.Background(), k, canSpin(len(t.towers)))
+		_ = w.jobs.Wait(context.Background(), k, spin.Allowed(len(t.towers)))
 		if t.stop.Load() {
 			return
 		}
 		w.err = t.compute(i, w.job)
-		w.fin.post()
+		w.fin.Post()
 	}
 }
 
@@ -243,18 +244,18 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 		w := t.workers[i]
 		w.job = towerJob{ctx, b, lo + i*per, lo + (i+1)*per}
 		w.posted++
-		w.jobs.post()
+		w.jobs.Post()
 	}
 	var errs []error
 	if err := t.compute(0, towerJob{ctx, b, lo, lo + per}); err != nil {
 		errs = append(errs, err)
 	}
-	spin := canSpin(n)
+	spin := spin.Allowed(n)
 	for i := 1; i < n; i++ {
 		// No ctx: the worker honours it inside AllReduce, and its buffers must not be reused
 		// before it is done with them.
 		w := t.workers[i]
-		_ = w.fin.wait(context.Background(), w.posted, spin)
+		_ = w.fin.Wait(context.Background(), w.posted, spin)
 		if w.err != nil {
 			errs = append(errs, w.err)
 		}
@@ -329,7 +330,7 @@ func (t *Towers) Close() error {
 	}
 	t.stop.Store(true)
 	for _, w := range t.workers[1:] {
-		w.jobs.post()
+		w.jobs.Post()
 	}
 	t.wg.Wait()
 	t.workers = nil

@@ -1,4 +1,4 @@
-package learner
+package spin
 
 import (
 	"context"
@@ -7,29 +7,29 @@ import (
 	"time"
 )
 
-// TestSignalPingPong passes a token back and forth through two signals many times, spinning
+// TestPingPong passes a token back and forth through two signals many times, spinning
 // and parking, so that a lost wake-up would hang the test (and -race checks the hand-offs).
-func TestSignalPingPong(t *testing.T) {
+func TestPingPong(t *testing.T) {
 	for _, spin := range []bool{true, false} {
-		ping, pong := newSignal(), newSignal()
+		ping, pong := New(), New()
 		const rounds = 2000
 		var counter int // written by each side in turn, ordered by the signals
 		done := make(chan error, 1)
 		go func() {
 			for k := uint64(1); k <= rounds; k++ {
-				if err := ping.wait(context.Background(), k, spin); err != nil {
+				if err := ping.Wait(context.Background(), k, spin); err != nil {
 					done <- err
 					return
 				}
 				counter++
-				pong.post()
+				pong.Post()
 			}
 			done <- nil
 		}()
 		for k := uint64(1); k <= rounds; k++ {
 			counter++
-			ping.post()
-			if err := pong.wait(context.Background(), k, spin); err != nil {
+			ping.Post()
+			if err := pong.Wait(context.Background(), k, spin); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -42,18 +42,18 @@ func TestSignalPingPong(t *testing.T) {
 	}
 }
 
-// TestSignalParksAndWakes: a waiter that has spun out and parked is woken by a later post.
-func TestSignalParksAndWakes(t *testing.T) {
-	s := newSignal()
+// TestParksAndWakes: a waiter that has spun out and parked is woken by a later post.
+func TestParksAndWakes(t *testing.T) {
+	s := New()
 	go func() {
-		time.Sleep(2*spinFor + 5*time.Millisecond)
-		s.post()
+		time.Sleep(2*For + 5*time.Millisecond)
+		s.Post()
 	}()
 	start := time.Now()
-	if err := s.wait(context.Background(), 1, true); err != nil {
+	if err := s.Wait(context.Background(), 1, true); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d < 2*spinFor {
+	if d := time.Since(start); d < 2*For {
 		t.Fatalf("wait returned after %v, before the post", d)
 	}
 	if s.n.Load() != 1 {
@@ -61,16 +61,16 @@ func TestSignalParksAndWakes(t *testing.T) {
 	}
 }
 
-// TestSignalContext: a parked wait ends with the context's error.
-func TestSignalContext(t *testing.T) {
-	s := newSignal()
+// TestContext: a parked wait ends with the context's error.
+func TestContext(t *testing.T) {
+	s := New()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()
-	if err := s.wait(ctx, 1, true); !errors.Is(err, context.DeadlineExceeded) {
+	if err := s.Wait(ctx, 1, true); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("wait = %v, want the context's deadline", err)
 	}
-	s.post()
-	if err := s.wait(context.Background(), 1, false); err != nil {
+	s.Post()
+	if err := s.Wait(context.Background(), 1, false); err != nil {
 		t.Fatalf("wait after the post = %v", err)
 	}
 }
