@@ -126,6 +126,12 @@ type Config struct {
 	// MaxEpisodeSteps overrides the registered time limit when > 0.
 	// Default (0): the registered limit.
 	MaxEpisodeSteps int
+	// Threads steps the envs in this many contiguous shards, each on its own goroutine (the
+	// caller of Step takes the first), with the trajectories of one thread bit for bit: for
+	// one inference call per step over many envs whose stepping would not keep up on one core
+	// (a GPU batcher). Keep Threads × the VecEnvs stepped at once within the cores. Default
+	// (0 or 1): the calling goroutine only. Snapshots need Threads ≤ 1.
+	Threads int
 }
 
 // Make returns a VecEnv of cfg.NumEnvs copies of the environment registered
@@ -146,6 +152,11 @@ func Make(id string, cfg Config) (VecEnv, error) {
 	case cfg.MaxEpisodeSteps < 0 || cfg.MaxEpisodeSteps > math.MaxInt32:
 		return nil, fmt.Errorf("%w: MaxEpisodeSteps = %d, want 0 (registered limit) to %d",
 			ErrConfig, cfg.MaxEpisodeSteps, math.MaxInt32)
+	case cfg.Threads < 0:
+		return nil, fmt.Errorf("%w: Threads = %d, want >= 0", ErrConfig, cfg.Threads)
+	}
+	if cfg.Threads > 1 && cfg.NumEnvs > 1 {
+		return newParallel(cloneSpec(e.spec), e.new, cfg, cfg.Threads), nil
 	}
 	return newVec(cloneSpec(e.spec), e.new(cfg.NumEnvs), cfg), nil
 }

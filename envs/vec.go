@@ -28,6 +28,19 @@ type vecEnv struct {
 
 func newVec(spec Spec, dyn Dynamics, cfg Config) *vecEnv {
 	n, od := cfg.NumEnvs, spec.Observation.Dim()
+	return newVecOver(spec, dyn, cfg, Buffers{
+		Obs:        make([]float32, n*od),
+		Rewards:    make([]float32, n),
+		Terminated: make([]float32, n),
+		Truncated:  make([]float32, n),
+		FinalObs:   make([]float32, n*od),
+	})
+}
+
+// newVecOver is newVec writing into buf, which holds cfg.NumEnvs envs' rows (a shard of a
+// parallel VecEnv's buffers).
+func newVecOver(spec Spec, dyn Dynamics, cfg Config, buf Buffers) *vecEnv {
+	n, od := cfg.NumEnvs, spec.Observation.Dim()
 	limit := spec.MaxEpisodeSteps
 	if cfg.MaxEpisodeSteps > 0 {
 		limit = cfg.MaxEpisodeSteps
@@ -42,13 +55,7 @@ func newVec(spec Spec, dyn Dynamics, cfg Config) *vecEnv {
 		rngs:    make([]*rand.Rand, n),
 		pcgs:    make([]*rand.PCG, n),
 		elapsed: make([]int32, n),
-		buf: Buffers{
-			Obs:        make([]float32, n*od),
-			Rewards:    make([]float32, n),
-			Terminated: make([]float32, n),
-			Truncated:  make([]float32, n),
-			FinalObs:   make([]float32, n*od),
-		},
+		buf:     buf,
 	}
 	for i := range v.rngs {
 		v.rngs[i], v.pcgs[i] = newPCGStream(cfg.Seed, cfg.Offset+i)
@@ -86,6 +93,12 @@ func (v *vecEnv) Step(a Actions) error {
 	if err := checkActions(v.spec.Action, v.n, a); err != nil {
 		return err
 	}
+	v.step(a)
+	return nil
+}
+
+// step is Step on checked actions.
+func (v *vecEnv) step(a Actions) {
 	b := v.buf
 	v.dyn.Step(a, b.Obs, b.Rewards, b.Terminated)
 	od, limit := v.obsDim, v.limit
@@ -106,7 +119,6 @@ func (v *vecEnv) Step(a Actions) error {
 		}
 		elapsed[i] = e
 	}
-	return nil
 }
 
 func (v *vecEnv) Close() error {

@@ -36,6 +36,7 @@ func Run(t *testing.T, id string) {
 	t.Run("SpacesRespected", func(t *testing.T) { testSpaces(t, spec) })
 	t.Run("Deterministic", func(t *testing.T) { testDeterministic(t, spec) })
 	t.Run("WorkerSplit", func(t *testing.T) { testWorkerSplit(t, spec) })
+	t.Run("Threads", func(t *testing.T) { testThreads(t, spec) })
 	t.Run("Truncation", func(t *testing.T) { testTruncation(t, spec) })
 	t.Run("SingleEnv", func(t *testing.T) { testSingle(t, spec) })
 	t.Run("BadActions", func(t *testing.T) { testBadActions(t, spec) })
@@ -251,6 +252,55 @@ func testDeterministic(t *testing.T, spec envs.Spec) {
 	for i := 1; i < n; i++ {
 		if slices.Equal(obs[:od], obs[i*od:(i+1)*od]) {
 			t.Errorf("envs 0 and %d start in the same state", i)
+		}
+	}
+}
+
+// testThreads checks that a VecEnv stepped in several threads (Config.Threads) follows the
+// one-thread trajectories bit for bit, with uneven shards and a time limit that truncates,
+// refuses a bad action by its global index before any env moves, and steps without allocating.
+func testThreads(t *testing.T, spec envs.Spec) {
+	const n = 11
+	acts := RandomActions(spec.Action, n, 300, 17)
+	cfg := envs.Config{NumEnvs: n, Seed: 5, MaxEpisodeSteps: 40}
+	want := trajectory(t, mustMake(t, spec.ID, cfg), acts)
+	for _, threads := range []int{2, 3, 16} {
+		c := cfg
+		c.Threads = threads
+		v := mustMake(t, spec.ID, c)
+		if v.Spec().MaxEpisodeSteps != 40 {
+			t.Fatalf("Threads %d: spec time limit %d, want 40", threads, v.Spec().MaxEpisodeSteps)
+		}
+		if got := trajectory(t, v, acts); !slices.Equal(got, want) {
+			t.Fatalf("Threads %d: the trajectories differ from one thread's", threads)
+		}
+		// A bad action for the last env: refused, naming env n-1, with no env moved.
+		before := slices.Clone(v.Buffers().Obs)
+		bad := RandomActions(spec.Action, n, 1, 3)[0]
+		if bad.Discrete != nil {
+			bad.Discrete[n-1] = -1
+		} else {
+			bad.Box[len(bad.Box)-1] = float32(math.NaN())
+		}
+		var ae *envs.ActionError
+		if err := v.Step(bad); !errors.As(err, &ae) || ae.Env != n-1 {
+			t.Fatalf("Threads %d: bad action for env %d: %v", threads, n-1, err)
+		}
+		if !slices.Equal(before, v.Buffers().Obs) {
+			t.Fatalf("Threads %d: an env moved on a refused step", threads)
+		}
+		if allocs := testing.AllocsPerRun(20, func() {
+			if err := v.Step(acts[0]); err != nil {
+				t.Fatal(err)
+			}
+		}); allocs != 0 {
+			t.Errorf("Threads %d: Step allocates %v times", threads, allocs)
+		}
+		if err := v.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := v.Step(acts[0]); !errors.Is(err, envs.ErrClosed) {
+			t.Fatalf("Threads %d: Step after Close = %v, want ErrClosed", threads, err)
 		}
 	}
 }

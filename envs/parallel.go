@@ -1,0 +1,167 @@
+package envs
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/towerrl/towerrl/internal/spin"
+)
+
+var _ VecEnv = (*parallelEnv)(nil)
+
+// parallelEnv is the VecEnv of Make with Config.Threads > 1: its envs in contiguous shards,
+// each stepped by its own goroutine (shard 0 by the caller of Step), over one set of buffers,
+// shard k being a vecEnv whose buffers are rows [lo[k], lo[k+1]) of the whole. Every env's
+// random stream depends only on (seed, global index), so the trajectories are those of the
+// one-goroutine VecEnv, bit for bit. The shards' goroutines spin briefly between steps (see
+// internal/spin) when each can have its own CPU, so a step pays no thread wake-up.
+type parallelEnv struct {
+	spec   Spec
+	n      int
+	odim   int // observation values per env
+	adim   int // Box action values per env
+	shards []*vecEnv
+	lo     []int // first env of each shard, then n
+	buf    Buffers
+	ready  bool
+	closed bool
+
+	acts   []Actions      // per shard: the current step's actions, written before jobs[k].Post
+	jobs   []*spin.Signal // per shard ≥ 1: a step (or, with stop set, the end) is posted
+	fin    []*spin.Signal // per shard ≥ 1: the step is done
+	posted uint64         // steps posted so far; Step's goroutine only
+	stop   atomic.Bool
+	wg     sync.WaitGroup
+}
+
+func newParallel(spec Spec, newDyn func(n int) Dynamics, cfg Config, threads int) *parallelEnv {
+	n, od := cfg.NumEnvs, spec.Observation.Dim()
+	if cfg.MaxEpisodeSteps > 0 {
+		spec.MaxEpisodeSteps = cfg.MaxEpisodeSteps // as each shard's own spec
+	}
+	p := &parallelEnv{spec: spec, n: n, odim: od, adim: spec.Action.Dim(), buf: Buffers{
+		Obs:        make([]float32, n*od),
+		Rewards:    make([]float32, n),
+		Terminated: make([]float32, n),
+		Truncated:  make([]float32, n),
+		FinalObs:   make([]float32, n*od),
+	}}
+	k := min(threads, n)
+	for s := range k {
+		lo, hi := s*n/k, (s+1)*n/k
+		p.lo = append(p.lo, lo)
+		sc := cfg
+		sc.NumEnvs, sc.Offset = hi-lo, cfg.Offset+lo
+		p.shards = append(p.shards, newVecOver(spec, newDyn(hi-lo), sc, Buffers{
+			Obs:        p.buf.Obs[lo*od : hi*od : hi*od],
+			Rewards:    p.buf.Rewards[lo:hi:hi],
+			Terminated: p.buf.Terminated[lo:hi:hi],
+			Truncated:  p.buf.Truncated[lo:hi:hi],
+			FinalObs:   p.buf.FinalObs[lo*od : hi*od : hi*od],
+		}))
+	}
+	p.lo = append(p.lo, n)
+	p.acts = make([]Actions, k)
+	p.jobs, p.fin = make([]*spin.Signal, k), make([]*spin.Signal, k)
+	for s := 1; s < k; s++ {
+		p.jobs[s], p.fin[s] = spin.New(), spin.New()
+		p.wg.Add(1)
+		go p.run(s)
+	}
+	return p
+}
+
+// run steps shard s each time a step is posted, until Close.
+func (p *parallelEnv) run(s int) {
+	defer p.wg.Done()
+	for k := uint64(1); ; k++ {
+		_ = p.jobs[s].Wait(context.Background(), k, spin.Allowed(len(p.shards)))
+		if p.stop.Load() {
+			return
+		}
+		p.shards[s].step(p.acts[s])
+		p.fin[s].Post()
+	}
+}
+
+func (p *parallelEnv) Spec() Spec       { return cloneSpec(p.spec) }
+func (p *parallelEnv) NumEnvs() int     { return p.n }
+func (p *parallelEnv) Buffers() Buffers { return p.buf }
+
+func (p *parallelEnv) Reset() error {
+	if p.closed {
+		return ErrClosed
+	}
+	for _, s := range p.shards {
+		if err := s.Reset(); err != nil {
+			return err
+		}
+	}
+	p.ready = true
+	return nil
+}
+
+func (p *parallelEnv) Step(a Actions) error {
+	if p.closed {
+		return ErrClosed
+	}
+	if !p.ready {
+		return ErrNeedsReset
+	}
+	// All actions are checked before any env moves, with the env's global index in the error.
+	if err := checkActions(p.spec.Action, p.n, a); err != nil {
+		return err
+	}
+	for s := range p.shards {
+		lo, hi := p.lo[s], p.lo[s+1]
+		if a.Discrete != nil {
+			p.acts[s] = Actions{Discrete: a.Discrete[lo:hi:hi]}
+		} else {
+			p.acts[s] = Actions{Box: a.Box[lo*p.adim : hi*p.adim : hi*p.adim]}
+		}
+	}
+	p.posted++
+	for s := 1; s < len(p.shards); s++ {
+		p.jobs[s].Post()
+	}
+	p.shards[0].step(p.acts[0])
+	sp := spin.Allowed(len(p.shards))
+	for s := 1; s < len(p.shards); s++ {
+		_ = p.fin[s].Wait(context.Background(), p.posted, sp)
+	}
+	return nil
+}
+
+// Close stops the shards' goroutines. Idempotent.
+func (p *parallelEnv) Close() error {
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	p.stop.Store(true)
+	for s := 1; s < len(p.shards); s++ {
+		p.jobs[s].Post()
+	}
+	p.wg.Wait()
+	for _, s := range p.shards {
+		s.Close()
+	}
+	return nil
+}
+
+// Snapshot implements Snapshotter: not for a threaded VecEnv yet.
+func (p *parallelEnv) Snapshot() ([]byte, error) {
+	return nil, fmt.Errorf("%w: %s with Threads = %d: snapshots need Threads = 1", ErrSnapshot, p.spec.ID, len(p.shards))
+}
+
+// Restore implements Snapshotter: not for a threaded VecEnv yet.
+func (p *parallelEnv) Restore([]byte) error {
+	_, err := p.Snapshot()
+	return err
+}
+
+func (p *parallelEnv) String() string {
+	return fmt.Sprintf("%s×%d in %d threads", p.spec.ID, p.n, len(p.shards))
+}
