@@ -28,6 +28,11 @@ type Config struct {
 	Workers int
 	// EnvsPerWorker is M, the envs each worker steps with one inference call. Default 64.
 	EnvsPerWorker int
+	// EnvThreads steps each worker's M envs in this many shards on their own goroutines
+	// (envs.Config.Threads), the trajectories unchanged: one worker with many envs and one
+	// inference call per step (a GPU), its envs stepped on several cores, as rlstructures
+	// recommends. Keep Workers × EnvThreads within the cores. Snapshot needs 1. Default 1.
+	EnvThreads int
 	// Steps is the largest rollout (steps per env) Collect is asked for; buffers are sized
 	// for it. Default 128.
 	Steps int
@@ -62,6 +67,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: Workers = %d, want >= 1", ErrConfig, c.Workers)
 	case c.EnvsPerWorker < 0:
 		return c, fmt.Errorf("%w: EnvsPerWorker = %d, want >= 1", ErrConfig, c.EnvsPerWorker)
+	case c.EnvThreads < 0:
+		return c, fmt.Errorf("%w: EnvThreads = %d, want >= 1", ErrConfig, c.EnvThreads)
 	case c.Steps < 0:
 		return c, fmt.Errorf("%w: Steps = %d, want >= 1", ErrConfig, c.Steps)
 	}
@@ -179,7 +186,8 @@ func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim i
 	for i := range m {
 		wk.rngs[i], wk.pcgs[i] = samplingStream(b.cfg.Seed, w*m+i)
 	}
-	env, err := envs.Make(b.cfg.Env, envs.Config{NumEnvs: m, Seed: b.cfg.Seed, Offset: w * m, MaxEpisodeSteps: b.cfg.MaxEpisodeSteps})
+	env, err := envs.Make(b.cfg.Env, envs.Config{NumEnvs: m, Seed: b.cfg.Seed, Offset: w * m,
+		MaxEpisodeSteps: b.cfg.MaxEpisodeSteps, Threads: b.cfg.EnvThreads})
 	if err != nil {
 		return nil, err
 	}

@@ -104,18 +104,26 @@ func TestRolloutMatchesSingleEnvReplay(t *testing.T) {
 	}
 }
 
-// TestSameTrajectoriesWhateverTheWorkers: 1×6 envs and 3×2 envs give the same rollout.
+// TestSameTrajectoriesWhateverTheWorkers: 1×6 envs, 3×2 envs and 1×6 envs stepped in 3 env
+// threads give the same rollout.
 func TestSameTrajectoriesWhateverTheWorkers(t *testing.T) {
 	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
-	collect := func(w, m int) *Rollout {
-		b := newBatcher(t, Config{Env: "CartPole-v1", Workers: w, EnvsPerWorker: m, Steps: 40, Seed: 5}, p)
+	collect := func(w, m, threads int) *Rollout {
+		b := newBatcher(t, Config{Env: "CartPole-v1", Workers: w, EnvsPerWorker: m, EnvThreads: threads, Steps: 40, Seed: 5}, p)
 		r, err := b.Collect(context.Background(), 40)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	a, b := collect(1, 6), collect(3, 2)
+	a := collect(1, 6, 1)
+	for _, b := range []*Rollout{collect(3, 2, 1), collect(1, 6, 3)} {
+		sameRollout(t, a, b)
+	}
+}
+
+func sameRollout(t *testing.T, a, b *Rollout) {
+	t.Helper()
 	for k := range a.Obs {
 		if a.Obs[k] != b.Obs[k] {
 			t.Fatalf("obs element %d: %v vs %v", k, a.Obs[k], b.Obs[k])

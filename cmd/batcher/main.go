@@ -2,9 +2,11 @@
 // uniformly random actions), N env steps in total, optionally written as .npz shards.
 //
 //	batcher --policy P.onnx|random --env ID --envs M --workers W --steps N [--out DIR]
-//	        [--deterministic] [--seed S] [--device cpu|cuda|auto] [--rollout T]
+//	        [--deterministic] [--seed S] [--device cpu|cuda|auto] [--rollout T] [--env-threads K]
 //
-// N is rounded up to a multiple of W·M. Shards (DIR/shard-NNNNNN.npz, one per rollout of T
+// N is rounded up to a multiple of W·M. --env-threads K steps each worker's M envs on K
+// goroutines (same trajectories): with a GPU, one worker with many envs (--workers 1
+// --envs 4096 --device cuda --env-threads <cores>) makes one inference call per step. Shards (DIR/shard-NNNNNN.npz, one per rollout of T
 // steps) hold the D4RL keys observations, actions, rewards, terminals, timeouts,
 // next_observations, plus logp, values and policy_version; each is written under a temporary
 // name and renamed when complete. A progress bar goes to stderr; one JSON object to stdout:
@@ -29,6 +31,7 @@ import (
 type options struct {
 	policy, env, out       string
 	envs, workers, rollout int
+	envThreads             int
 	steps                  int64
 	seed                   uint64
 	deterministic          bool
@@ -46,6 +49,7 @@ type summary struct {
 	Device      string   `json:"device"`
 	Workers     int      `json:"workers"`
 	Envs        int      `json:"envs_per_worker"`
+	EnvThreads  int      `json:"env_threads"`
 	Shards      []string `json:"shards,omitempty"`
 	Split       split    `json:"time_split"`
 }
@@ -64,6 +68,7 @@ func main() {
 	fs.StringVar(&o.env, "env", "", "Gymnasium environment id, e.g. CartPole-v1 (required)")
 	fs.IntVar(&o.envs, "envs", 64, "environments per worker (M)")
 	fs.IntVar(&o.workers, "workers", 1, "worker goroutines (W), each with its own ONNX session")
+	fs.IntVar(&o.envThreads, "env-threads", 1, "goroutines stepping each worker's envs (K; keep W·K within the cores)")
 	fs.Int64Var(&o.steps, "steps", 100000, "total env steps to collect (rounded up to a multiple of W·M)")
 	fs.IntVar(&o.rollout, "rollout", 128, "steps per env per rollout (T); one shard per rollout")
 	fs.StringVar(&o.out, "out", "", "folder for .npz shards (default: write nothing)")
@@ -108,7 +113,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	}
 	perRound := int64(o.envs * o.workers)
 	rounds := (o.steps + perRound - 1) / perRound // steps per env in total
-	b, err := batcher.New(ctx, batcher.Config{Env: o.env, Workers: o.workers, EnvsPerWorker: o.envs,
+	b, err := batcher.New(ctx, batcher.Config{Env: o.env, Workers: o.workers, EnvsPerWorker: o.envs, EnvThreads: o.envThreads,
 		Steps: int(min(int64(o.rollout), rounds)), Seed: o.seed, Deterministic: o.deterministic, Logger: log}, policy)
 	if err != nil {
 		return err
@@ -120,7 +125,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	bar := progressbar.NewOptions64(total, progressbar.OptionSetWriter(stderr), progressbar.OptionSetItsString("steps"),
 		progressbar.OptionShowIts(), progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionSetDescription("collecting"), progressbar.OptionClearOnFinish())
-	sum := summary{Policy: o.policy, Env: o.env, Device: b.Device(), Workers: o.workers, Envs: o.envs}
+	sum := summary{Policy: o.policy, Env: o.env, Device: b.Device(), Workers: o.workers, Envs: o.envs, EnvThreads: max(o.envThreads, 1)}
 	var stats batcher.Stats
 	start := time.Now()
 	for done := int64(0); done < rounds; {
