@@ -12,7 +12,11 @@
 // minibatch, gradients averaged over towers and clipped by global norm, Adam with the learning
 // rate annealed linearly per iteration); the new weights are exported as ONNX version v+1 and
 // hot-swapped into the batchers. The loss is CleanRL's: clipped surrogate, value loss clipped
-// around the old values, entropy bonus.
+// around the old values, entropy bonus. Each tower computes it as one gorgonia op over the
+// head's outputs (the logits, or the Gaussian mean and log std) with its analytic gradient:
+// the log-probability, entropy and loss in float64 per row, with no per-run allocation, so
+// towers run in parallel without waking the garbage collector (tests compare it with the graph
+// of models' LogProb and Entropy, with ONNX Runtime in float64 and with finite differences).
 //
 // With Config.InitPolicy, a foreign ONNX policy (PyTorch, SB3, CleanRL exports) is imported
 // with package onnx/graph and trained in its own graph; the exported policy.onnx keeps its
