@@ -25,6 +25,7 @@ type EvalResult struct {
 	ReturnMean float64
 	ReturnStd  float64 // population standard deviation
 	LengthMean float64
+	Device     string // where the policy ran (Batcher.Device)
 }
 
 // Evaluate runs whole episodes with the policy (nil: uniformly random actions). Env i runs
@@ -47,6 +48,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, policy *Policy) (EvalResult, 
 		return EvalResult{}, err
 	}
 	defer b.Close()
+	device := b.Device()
 	n := cfg.Envs
 	target := make([]int, n)
 	returns := make([][]float64, n)
@@ -69,7 +71,7 @@ func Evaluate(ctx context.Context, cfg EvalConfig, policy *Policy) (EvalResult, 
 			}
 		}
 	}
-	var res EvalResult
+	res := EvalResult{Device: device}
 	for i := range n {
 		res.Returns = append(res.Returns, returns[i]...)
 		res.Lengths = append(res.Lengths, lengths[i]...)

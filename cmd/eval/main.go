@@ -27,6 +27,7 @@ type summary struct {
 	Returns    []float64 `json:"returns"`
 	Policy     string    `json:"policy"`
 	Env        string    `json:"env"`
+	Device     string    `json:"device"`
 }
 
 type options struct {
@@ -75,5 +76,5 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) erro
 		return err
 	}
 	return cli.Summary(stdout, summary{Episodes: len(res.Returns), ReturnMean: res.ReturnMean, ReturnStd: res.ReturnStd,
-		LengthMean: res.LengthMean, Returns: res.Returns, Policy: o.policy, Env: o.env})
+		LengthMean: res.LengthMean, Returns: res.Returns, Policy: o.policy, Env: o.env, Device: res.Device})
 }

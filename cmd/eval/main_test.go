@@ -23,12 +23,17 @@ func TestEval(t *testing.T) {
 			ReturnMean float64 `json:"return_mean"`
 			ReturnStd  float64 `json:"return_std"`
 			LengthMean float64 `json:"length_mean"`
+			Device     string  `json:"device"`
 		}
 		if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
 			t.Fatal(err)
 		}
 		// Pendulum episodes are 200 steps; rewards are in [-16.27, 0] per step.
-		if sum.Episodes != 3 || sum.LengthMean != 200 || sum.ReturnMean > 0 || sum.ReturnMean < -16.28*200 {
+		want := "cpu"
+		if policy == "random" {
+			want = "random"
+		}
+		if sum.Episodes != 3 || sum.LengthMean != 200 || sum.ReturnMean > 0 || sum.ReturnMean < -16.28*200 || sum.Device != want {
 			t.Fatalf("%s: %s", policy, stdout.String())
 		}
 	}
