@@ -30,6 +30,7 @@ type ppoLossOp struct {
 	valueDims int // 1 for a [rows] value, 2 for [rows, 1]
 
 	dLogp, dValue []float32  // ∂loss/∂logp_i, ∂loss/∂v_i from the last Do
+	dEnt          []float32  // ∂loss/∂H_i = −EntCoef/rows, the same for every row and run
 	stats         [6]float64 // ppoStats of the last Do
 }
 
@@ -104,7 +105,10 @@ func (op *ppoLossOp) Do(in ...G.Value) (G.Value, error) {
 // and each row's derivatives with respect to logp and v, and returns the loss.
 func (op *ppoLossOp) terms(logp, ent, v, adv, ret, oldLogp, oldV []float32) float64 {
 	if op.dLogp == nil {
-		op.dLogp, op.dValue = make([]float32, op.rows), make([]float32, op.rows)
+		op.dLogp, op.dValue, op.dEnt = make([]float32, op.rows), make([]float32, op.rows), make([]float32, op.rows)
+		for i := range op.dEnt {
+			op.dEnt[i] = float32(-op.c.EntCoef / float64(op.rows))
+		}
 	}
 	c, n := op.c, float64(op.rows)
 	lo, hi := 1-c.ClipCoef, 1+c.ClipCoef
@@ -155,8 +159,12 @@ func (op *ppoLossOp) SymDiff(in G.Nodes, _ *G.Node, dy *G.Node) (G.Nodes, error)
 		return nil, fmt.Errorf("engine: PPOLoss takes 7 inputs, got %d", len(in))
 	}
 	out := make(G.Nodes, 7)
-	for k := range 3 {
-		g, err := G.ApplyOp(&ppoGradOp{fwd: op, input: k}, in[k], dy)
+	for k, d := range []*[]float32{&op.dLogp, &op.dEnt, &op.dValue} {
+		dims := 1
+		if k == 2 {
+			dims = op.valueDims
+		}
+		g, err := G.ApplyOp(&lossGradOp{fwd: op, name: ppoInputs[k], dims: dims, d: d}, in[k], dy)
 		if err != nil {
 			return nil, err
 		}
@@ -165,35 +173,31 @@ func (op *ppoLossOp) SymDiff(in G.Nodes, _ *G.Node, dy *G.Node) (G.Nodes, error)
 	return out, nil
 }
 
-// ppoGradOp is (x, dy) → ∂loss/∂x · dy for input x of a ppoLossOp (0 logp, 1 entropy, 2 value),
-// from the derivatives the forward op left.
-type ppoGradOp struct {
-	fwd   *ppoLossOp
-	input int
-	out   *tensor.Dense
+// lossGradOp is (x, dy) → ∂loss/∂x · dy for one input x of a fused loss op (ppoLossOp,
+// ppoHeadLossOp), from the derivatives the forward op's last Do left in *d.
+type lossGradOp struct {
+	fwd  *ppoLossOp // the forward op: one per tower, so the hash is too
+	name string     // the input's name
+	dims int        // the input's rank
+	d    *[]float32 // ∂loss/∂x, one value per element of x
+	out  *tensor.Dense
 }
 
-func (op *ppoGradOp) dims() int {
-	if op.input == 2 {
-		return op.fwd.valueDims
-	}
-	return 1
-}
-func (op *ppoGradOp) Arity() int { return 2 }
-func (op *ppoGradOp) Type() hm.Type {
-	t := vecType(op.dims())
+func (op *lossGradOp) Arity() int { return 2 }
+func (op *lossGradOp) Type() hm.Type {
+	t := vecType(op.dims)
 	return hm.NewFnType(t, hm.TypeVariable('a'), t)
 }
-func (op *ppoGradOp) ReturnsPtr() bool     { return true }
-func (op *ppoGradOp) CallsExtern() bool    { return false }
-func (op *ppoGradOp) OverwritesInput() int { return -1 }
-func (op *ppoGradOp) String() string       { return fmt.Sprintf("PPOLossGrad(%s)", ppoInputs[op.input]) }
-func (op *ppoGradOp) WriteHash(h hash.Hash) {
+func (op *lossGradOp) ReturnsPtr() bool     { return true }
+func (op *lossGradOp) CallsExtern() bool    { return false }
+func (op *lossGradOp) OverwritesInput() int { return -1 }
+func (op *lossGradOp) String() string       { return fmt.Sprintf("PPOLossGrad(%s)", op.name) }
+func (op *lossGradOp) WriteHash(h hash.Hash) {
 	fmt.Fprintf(h, "towerrl.%s.%p", op, op.fwd)
 }
-func (op *ppoGradOp) Hashcode() uint32 { return hashOf(op) }
+func (op *lossGradOp) Hashcode() uint32 { return hashOf(op) }
 
-func (op *ppoGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+func (op *lossGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("engine: %s takes 2 inputs, got %d", op, len(in))
 	}
@@ -204,7 +208,7 @@ func (op *ppoGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 	return s.Clone(), nil
 }
 
-func (op *ppoGradOp) Do(in ...G.Value) (G.Value, error) {
+func (op *lossGradOp) Do(in ...G.Value) (G.Value, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("engine: %s takes 2 inputs, got %d", op, len(in))
 	}
@@ -216,21 +220,8 @@ func (op *ppoGradOp) Do(in ...G.Value) (G.Value, error) {
 		op.out = tensor.New(tensor.WithShape(in[0].Shape().Clone()...), tensor.Of(tensor.Float32))
 	}
 	dst := op.out.Float32s()
-	f := op.fwd
-	switch op.input {
-	case 0:
-		for i, d := range f.dLogp {
-			dst[i] = d * dy
-		}
-	case 1:
-		g := float32(-f.c.EntCoef/float64(f.rows)) * dy
-		for i := range dst {
-			dst[i] = g
-		}
-	case 2:
-		for i, d := range f.dValue {
-			dst[i] = d * dy
-		}
+	for i, d := range *op.d {
+		dst[i] = d * dy
 	}
 	return op.out, nil
 }
@@ -250,8 +241,8 @@ func scalarGrad(op fmt.Stringer, v G.Value) (float32, error) {
 	}
 }
 
-func (op *ppoGradOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
-func (op *ppoGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+func (op *lossGradOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
+func (op *lossGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, fmt.Errorf("engine: %s has no gradient", op)
 }
 
@@ -375,75 +366,18 @@ func (op *ppoHeadLossOp) SymDiff(in G.Nodes, _ *G.Node, dy *G.Node) (G.Nodes, er
 	}
 	out := make(G.Nodes, len(in))
 	for i := range op.k {
-		g, err := G.ApplyOp(&ppoHeadGradOp{fwd: op, input: i}, in[i], dy)
+		g, err := G.ApplyOp(&lossGradOp{fwd: &op.ppoLossOp, name: op.inputName(i), dims: 2, d: &op.dIn[i]}, in[i], dy)
 		if err != nil {
 			return nil, err
 		}
 		out[i] = g
 	}
-	g, err := G.ApplyOp(&ppoGradOp{fwd: &op.ppoLossOp, input: 2}, in[op.k], dy)
+	g, err := G.ApplyOp(&lossGradOp{fwd: &op.ppoLossOp, name: ppoInputs[2], dims: op.valueDims, d: &op.dValue}, in[op.k], dy)
 	if err != nil {
 		return nil, err
 	}
 	out[op.k] = g
 	return out, nil
-}
-
-// ppoHeadGradOp is (x, dy) → ∂loss/∂x · dy for head input x of a ppoHeadLossOp, from the
-// derivatives the forward op left.
-type ppoHeadGradOp struct {
-	fwd   *ppoHeadLossOp
-	input int
-	out   *tensor.Dense
-}
-
-func (op *ppoHeadGradOp) Arity() int { return 2 }
-func (op *ppoHeadGradOp) Type() hm.Type {
-	return hm.NewFnType(vecType(2), hm.TypeVariable('a'), vecType(2))
-}
-func (op *ppoHeadGradOp) ReturnsPtr() bool     { return true }
-func (op *ppoHeadGradOp) CallsExtern() bool    { return false }
-func (op *ppoHeadGradOp) OverwritesInput() int { return -1 }
-func (op *ppoHeadGradOp) String() string {
-	return fmt.Sprintf("PPOLossGrad(%s)", op.fwd.inputName(op.input))
-}
-func (op *ppoHeadGradOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "towerrl.%s.%p", op, op.fwd)
-}
-func (op *ppoHeadGradOp) Hashcode() uint32 { return hashOf(op) }
-
-func (op *ppoHeadGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("engine: %s takes 2 inputs, got %d", op, len(in))
-	}
-	s, ok := in[0].(tensor.Shape)
-	if !ok {
-		return nil, fmt.Errorf("engine: %s of %v", op, in[0])
-	}
-	return s.Clone(), nil
-}
-
-func (op *ppoHeadGradOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("engine: %s takes 2 inputs, got %d", op, len(in))
-	}
-	dy, err := scalarGrad(op, in[1])
-	if err != nil {
-		return nil, err
-	}
-	if op.out == nil {
-		op.out = tensor.New(tensor.WithShape(op.fwd.rows, op.fwd.head.width()), tensor.Of(tensor.Float32))
-	}
-	dst := op.out.Float32s()
-	for i, d := range op.fwd.dIn[op.input] {
-		dst[i] = d * dy
-	}
-	return op.out, nil
-}
-
-func (op *ppoHeadGradOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
-func (op *ppoHeadGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("engine: %s has no gradient", op)
 }
 
 // categoricalTerms is the categorical head over logits [rows, n]: log-softmax, the taken
