@@ -20,12 +20,10 @@ var _ VecEnv = (*parallelEnv)(nil)
 type parallelEnv struct {
 	spec   Spec
 	n      int
-	odim   int // observation values per env
 	adim   int // Box action values per env
 	shards []*vecEnv
 	lo     []int // first env of each shard, then n
 	buf    Buffers
-	ready  bool
 	closed bool
 
 	acts   []Actions      // per shard: the current step's actions, written before jobs[k].Post
@@ -41,13 +39,7 @@ func newParallel(spec Spec, newDyn func(n int) Dynamics, cfg Config, threads int
 	if cfg.MaxEpisodeSteps > 0 {
 		spec.MaxEpisodeSteps = cfg.MaxEpisodeSteps // as each shard's own spec
 	}
-	p := &parallelEnv{spec: spec, n: n, odim: od, adim: spec.Action.Dim(), buf: Buffers{
-		Obs:        make([]float32, n*od),
-		Rewards:    make([]float32, n),
-		Terminated: make([]float32, n),
-		Truncated:  make([]float32, n),
-		FinalObs:   make([]float32, n*od),
-	}}
+	p := &parallelEnv{spec: spec, n: n, adim: spec.Action.Dim(), buf: newBuffers(n, od)}
 	k := min(threads, n)
 	for s := range k {
 		lo, hi := s*n/k, (s+1)*n/k
@@ -99,19 +91,13 @@ func (p *parallelEnv) Reset() error {
 			return err
 		}
 	}
-	p.ready = true
 	return nil
 }
 
 func (p *parallelEnv) Step(a Actions) error {
-	if p.closed {
-		return ErrClosed
-	}
-	if !p.ready {
-		return ErrNeedsReset
-	}
 	// All actions are checked before any env moves, with the env's global index in the error.
-	if err := checkActions(p.spec.Action, p.n, a); err != nil {
+	// The shards are Reset together, so shard 0 tells whether they have been.
+	if err := checkStep(p.closed, p.shards[0].ready, p.spec.Action, p.n, a); err != nil {
 		return err
 	}
 	for s := range p.shards {

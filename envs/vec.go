@@ -27,14 +27,18 @@ type vecEnv struct {
 }
 
 func newVec(spec Spec, dyn Dynamics, cfg Config) *vecEnv {
-	n, od := cfg.NumEnvs, spec.Observation.Dim()
-	return newVecOver(spec, dyn, cfg, Buffers{
+	return newVecOver(spec, dyn, cfg, newBuffers(cfg.NumEnvs, spec.Observation.Dim()))
+}
+
+// newBuffers allocates the Buffers of n envs with od observation values each.
+func newBuffers(n, od int) Buffers {
+	return Buffers{
 		Obs:        make([]float32, n*od),
 		Rewards:    make([]float32, n),
 		Terminated: make([]float32, n),
 		Truncated:  make([]float32, n),
 		FinalObs:   make([]float32, n*od),
-	})
+	}
 }
 
 // newVecOver is newVec writing into buf, which holds cfg.NumEnvs envs' rows (a shard of a
@@ -84,17 +88,23 @@ func (v *vecEnv) Reset() error {
 }
 
 func (v *vecEnv) Step(a Actions) error {
-	if v.closed {
-		return ErrClosed
-	}
-	if !v.ready {
-		return ErrNeedsReset
-	}
-	if err := checkActions(v.spec.Action, v.n, a); err != nil {
+	if err := checkStep(v.closed, v.ready, v.spec.Action, v.n, a); err != nil {
 		return err
 	}
 	v.step(a)
 	return nil
+}
+
+// checkStep is what Step refuses, before any env moves: a closed VecEnv, one never Reset, and
+// actions that do not fit space for n envs.
+func checkStep(closed, ready bool, space Space, n int, a Actions) error {
+	if closed {
+		return ErrClosed
+	}
+	if !ready {
+		return ErrNeedsReset
+	}
+	return checkActions(space, n, a)
 }
 
 // step is Step on checked actions.
