@@ -1,10 +1,7 @@
 package envs
 
 import (
-	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 
 	"github.com/towerrl/towerrl/internal/spin"
 )
@@ -26,12 +23,8 @@ type parallelEnv struct {
 	buf    Buffers
 	closed bool
 
-	acts   []Actions      // per shard: the current step's actions, written before jobs[k].Post
-	jobs   []*spin.Signal // per shard ≥ 1: a step (or, with stop set, the end) is posted
-	fin    []*spin.Signal // per shard ≥ 1: the step is done
-	posted uint64         // steps posted so far; Step's goroutine only
-	stop   atomic.Bool
-	wg     sync.WaitGroup
+	acts []Actions  // per shard: the current step's actions, written by Step before pool.Run
+	pool *spin.Pool // steps shard s on goroutine s (shard 0 on Step's)
 }
 
 func newParallel(spec Spec, newDyn func(n int) Dynamics, cfg Config, threads int) *parallelEnv {
@@ -56,26 +49,8 @@ func newParallel(spec Spec, newDyn func(n int) Dynamics, cfg Config, threads int
 	}
 	p.lo = append(p.lo, n)
 	p.acts = make([]Actions, k)
-	p.jobs, p.fin = make([]*spin.Signal, k), make([]*spin.Signal, k)
-	for s := 1; s < k; s++ {
-		p.jobs[s], p.fin[s] = spin.New(), spin.New()
-		p.wg.Add(1)
-		go p.run(s)
-	}
+	p.pool = spin.NewPool(k, func(s int) { p.shards[s].step(p.acts[s]) })
 	return p
-}
-
-// run steps shard s each time a step is posted, until Close.
-func (p *parallelEnv) run(s int) {
-	defer p.wg.Done()
-	for k := uint64(1); ; k++ {
-		_ = p.jobs[s].Wait(context.Background(), k, spin.Allowed(len(p.shards)))
-		if p.stop.Load() {
-			return
-		}
-		p.shards[s].step(p.acts[s])
-		p.fin[s].Post()
-	}
 }
 
 func (p *parallelEnv) Spec() Spec       { return cloneSpec(p.spec) }
@@ -108,15 +83,7 @@ func (p *parallelEnv) Step(a Actions) error {
 			p.acts[s] = Actions{Box: a.Box[lo*p.adim : hi*p.adim : hi*p.adim]}
 		}
 	}
-	p.posted++
-	for s := 1; s < len(p.shards); s++ {
-		p.jobs[s].Post()
-	}
-	p.shards[0].step(p.acts[0])
-	sp := spin.Allowed(len(p.shards))
-	for s := 1; s < len(p.shards); s++ {
-		_ = p.fin[s].Wait(context.Background(), p.posted, sp)
-	}
+	p.pool.Run()
 	return nil
 }
 
@@ -126,11 +93,7 @@ func (p *parallelEnv) Close() error {
 		return nil
 	}
 	p.closed = true
-	p.stop.Store(true)
-	for s := 1; s < len(p.shards); s++ {
-		p.jobs[s].Post()
-	}
-	p.wg.Wait()
+	p.pool.Close()
 	for _, s := range p.shards {
 		s.Close()
 	}

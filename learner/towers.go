@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/towerrl/towerrl/device"
@@ -68,21 +67,10 @@ type Towers struct {
 	mu      sync.RWMutex // guards params against Weights reading during opt.Step, and version
 	version int64
 
-	workers []*towerWorker // towers 1..N-1 (index 0 is unused: tower 0 runs on the caller)
-	stop    atomic.Bool    // set by Close before it wakes the workers for the last time
-	wg      sync.WaitGroup
-	avg     []float64 // averaged statistics, returned in UpdateStats
-}
-
-// towerWorker hands jobs to the goroutine of one tower and its results back. job is written
-// by Update before jobs.post and read by the worker after its wait; err the other way round
-// through fin. The signals spin before parking, so back-to-back updates pay no thread wake-up.
-type towerWorker struct {
-	job    towerJob
-	err    error
-	jobs   *spin.Signal // posted once per job (and once by Close)
-	fin    *spin.Signal // posted once per finished job
-	posted uint64       // jobs posted so far; Update's goroutine only
+	pool *spin.Pool // runs tower i's job on goroutine i (tower 0 on Update's)
+	jobs []towerJob // per tower: this update's slice, written by Update before pool.Run
+	errs []error    // per tower: its job's error, read by Update after pool.Run
+	avg  []float64  // averaged statistics, returned in UpdateStats
 }
 
 // towerJob asks a tower for the gradient of rows [lo, hi) of b (sequences, for recurrent data).
@@ -151,26 +139,9 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 	}
 	t.avg = make([]float64, len(t.names))
 	// Tower 0 runs on the goroutine calling Update; towers 1..N-1 on their own.
-	t.workers = make([]*towerWorker, cfg.N)
-	for i := 1; i < cfg.N; i++ {
-		t.workers[i] = &towerWorker{jobs: spin.New(), fin: spin.New()}
-		t.wg.Add(1)
-		go t.run(i)
-	}
+	t.jobs, t.errs = make([]towerJob, cfg.N), make([]error, cfg.N)
+	t.pool = spin.NewPool(cfg.N, func(i int) { t.errs[i] = t.compute(i, t.jobs[i]) })
 	return t, nil
-}
-
-func (t *Towers) run(i int) {
-	defer t.wg.Done()
-	w := t.workers[i]
-	for k := uint64(1); ; k++ {
-		_ = w.jobs.Wait(context.Background(), k, spin.Allowed(len(t.towers)))
-		if t.stop.Load() {
-			return
-		}
-		w.err = t.compute(i, w.job)
-		w.fin.Post()
-	}
 }
 
 // compute copies tower i's slice, computes its gradient and takes part in the averaging.
@@ -240,28 +211,14 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 		normalize(b.Advantages[r0:r1])
 	}
 	start := time.Now()
-	for i := 1; i < n; i++ {
-		w := t.workers[i]
-		w.job = towerJob{ctx, b, lo + i*per, lo + (i+1)*per}
-		w.posted++
-		w.jobs.Post()
+	for i := range n {
+		t.jobs[i] = towerJob{ctx, b, lo + i*per, lo + (i+1)*per}
 	}
-	var errs []error
-	if err := t.compute(0, towerJob{ctx, b, lo, lo + per}); err != nil {
-		errs = append(errs, err)
-	}
-	spin := spin.Allowed(n)
-	for i := 1; i < n; i++ {
-		// No ctx: the worker honours it inside AllReduce, and its buffers must not be reused
-		// before it is done with them.
-		w := t.workers[i]
-		_ = w.fin.Wait(context.Background(), w.posted, spin)
-		if w.err != nil {
-			errs = append(errs, w.err)
-		}
-		w.job = towerJob{}
-	}
-	if err := errors.Join(errs...); err != nil {
+	// No ctx here: the towers honour it inside AllReduce, and their buffers must not be reused
+	// before they are done with them.
+	t.pool.Run()
+	clear(t.jobs) // do not keep the batch
+	if err := errors.Join(t.errs...); err != nil {
 		return UpdateStats{}, err
 	}
 	grad := time.Since(start)
@@ -325,14 +282,10 @@ func (t *Towers) closeTowers() error {
 
 // Close stops the tower goroutines and closes the towers. Not concurrent with Update.
 func (t *Towers) Close() error {
-	if t.workers == nil {
+	if t.pool == nil {
 		return nil
 	}
-	t.stop.Store(true)
-	for _, w := range t.workers[1:] {
-		w.jobs.Post()
-	}
-	t.wg.Wait()
-	t.workers = nil
+	t.pool.Close()
+	t.pool = nil
 	return t.closeTowers()
 }

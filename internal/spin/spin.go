@@ -7,6 +7,7 @@ package spin
 import (
 	"context"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -85,4 +86,68 @@ func Until(done func() bool) bool {
 			runtime.Gosched()
 		}
 	}
+}
+
+// Pool runs one function on k shards at once: shard 0 on the goroutine calling Run, shards
+// 1..k-1 each on a goroutine of its own, which waits for the next Run spinning (when Allowed(k))
+// and then parked. Learner towers and env shards use it, one Pool per set.
+type Pool struct {
+	k         int
+	work      func(shard int)
+	jobs, fin []*Signal // per shard ≥ 1: a Run (or, with stop set, the end) is posted; it is done
+	runs      uint64    // Runs so far; Run's goroutine only
+	stop      atomic.Bool
+	wg        sync.WaitGroup
+	closed    bool
+}
+
+// NewPool starts the goroutines of shards 1..k-1 (k ≥ 1) running work.
+func NewPool(k int, work func(shard int)) *Pool {
+	p := &Pool{k: k, work: work, jobs: make([]*Signal, k), fin: make([]*Signal, k)}
+	for s := 1; s < k; s++ {
+		p.jobs[s], p.fin[s] = New(), New()
+		p.wg.Add(1)
+		go p.run(s)
+	}
+	return p
+}
+
+func (p *Pool) run(s int) {
+	defer p.wg.Done()
+	for n := uint64(1); ; n++ {
+		_ = p.jobs[s].Wait(context.Background(), n, Allowed(p.k))
+		if p.stop.Load() {
+			return
+		}
+		p.work(s)
+		p.fin[s].Post()
+	}
+}
+
+// Run calls work(s) for every shard s in parallel and returns when all have returned.
+// Everything written before Run is visible to work, and everything work writes is visible
+// after Run. Not concurrent with itself or Close.
+func (p *Pool) Run() {
+	p.runs++
+	for s := 1; s < p.k; s++ {
+		p.jobs[s].Post()
+	}
+	p.work(0)
+	spin := Allowed(p.k)
+	for s := 1; s < p.k; s++ {
+		_ = p.fin[s].Wait(context.Background(), p.runs, spin)
+	}
+}
+
+// Close stops the goroutines and waits for them. Idempotent; not concurrent with Run.
+func (p *Pool) Close() {
+	if p.closed {
+		return
+	}
+	p.closed = true
+	p.stop.Store(true)
+	for s := 1; s < p.k; s++ {
+		p.jobs[s].Post()
+	}
+	p.wg.Wait()
 }

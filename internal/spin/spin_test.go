@@ -74,3 +74,27 @@ func TestContext(t *testing.T) {
 		t.Fatalf("wait after the post = %v", err)
 	}
 }
+
+// TestPool: every Run calls work once for every shard, in parallel with the caller's shard,
+// with the Run's writes visible to work and work's writes visible after Run (-race checks the
+// hand-offs); Close stops the goroutines and is idempotent.
+func TestPool(t *testing.T) {
+	for _, k := range []int{1, 2, 5} {
+		in := make([]int, k)
+		out := make([]int, k)
+		p := NewPool(k, func(s int) { out[s] += in[s] })
+		for run := 1; run <= 300; run++ {
+			for s := range in {
+				in[s] = run * (s + 1)
+			}
+			p.Run()
+			for s := range out {
+				if want := (s + 1) * run * (run + 1) / 2; out[s] != want {
+					t.Fatalf("k=%d run %d: shard %d total %d, want %d", k, run, s, out[s], want)
+				}
+			}
+		}
+		p.Close()
+		p.Close()
+	}
+}
