@@ -282,6 +282,16 @@ func (b *builder) toNode(v value) (*G.Node, error) {
 	return G.NewConstant(newDense(b.dt, tensor.Shape(v.c.shape), v.c.floats()), G.WithName(name), G.In(b.g)), nil
 }
 
+// inputPair returns node n's first two inputs as nodes (toNode), for the ops with an input and
+// a weight (Gemm, MatMul, Conv).
+func (b *builder) inputPair(n *onode) (x, w *G.Node, err error) {
+	if x, err = b.toNode(n.in[0]); err != nil {
+		return nil, nil, err
+	}
+	w, err = b.toNode(n.in[1])
+	return x, w, err
+}
+
 func (b *builder) scalar(x float64) *G.Node {
 	if b.dt == tensor.Float64 {
 		return G.NewConstant(x, G.In(b.g))

@@ -148,11 +148,7 @@ func buildGemm(b *builder, n *onode) ([]value, error) {
 	if err := arity(n, 2, 3); err != nil {
 		return nil, err
 	}
-	a, err := b.toNode(n.in[0])
-	if err != nil {
-		return nil, err
-	}
-	w, err := b.toNode(n.in[1])
+	a, w, err := b.inputPair(n)
 	if err != nil {
 		return nil, err
 	}
@@ -208,11 +204,7 @@ func buildMatMul(b *builder, n *onode) ([]value, error) {
 	if err := arity(n, 2, 2); err != nil {
 		return nil, err
 	}
-	x, err := b.toNode(n.in[0])
-	if err != nil {
-		return nil, err
-	}
-	w, err := b.toNode(n.in[1])
+	x, w, err := b.inputPair(n)
 	if err != nil {
 		return nil, err
 	}
@@ -327,11 +319,7 @@ func buildConv(b *builder, n *onode) ([]value, error) {
 	if err := arity(n, 2, 3); err != nil {
 		return nil, err
 	}
-	x, err := b.toNode(n.in[0])
-	if err != nil {
-		return nil, err
-	}
-	w, err := b.toNode(n.in[1])
+	x, w, err := b.inputPair(n)
 	if err != nil {
 		return nil, err
 	}
