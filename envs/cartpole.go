@@ -27,6 +27,22 @@ func init() {
 		MaxEpisodeSteps: 500,
 		RewardThreshold: 475,
 	}, func(n int) Dynamics { return &cartPole{s: make([]cartState, n)} })
+	// CartPoleNoVel-v1 is RL Zoo's partially observed CartPole (rl_zoo3's MaskVelocityWrapper
+	// over CartPole-v1): the same dynamics, with the velocities (observation entries 1 and 3)
+	// multiplied by 0. The observation space keeps its shape and bounds. A feed-forward policy
+	// cannot infer the velocities from one observation; a recurrent one can, so this is the
+	// standard check that a policy's memory works.
+	Register(Spec{
+		ID: "CartPoleNoVel-v1",
+		Observation: Box{
+			Shape: []int{4},
+			Low:   []float32{-high[0], -high[1], -high[2], -high[3]},
+			High:  high,
+		},
+		Action:          Discrete{N: 2},
+		MaxEpisodeSteps: 500,
+		RewardThreshold: 475,
+	}, func(n int) Dynamics { return &cartPoleNoVel{cartPole{s: make([]cartState, n)}} })
 }
 
 // Constants of CartPoleEnv.__init__. The derived ones are computed at run
@@ -144,3 +160,26 @@ func (c *cartPole) Step(a Actions, obs, rewards, terminated []float32) {
 }
 
 func (d *cartPole) stateFloats() []float64 { return float64s(d.s) }
+
+// cartPoleNoVel is CartPole with the velocity observations masked to 0 (CartPoleNoVel-v1).
+type cartPoleNoVel struct{ cartPole }
+
+func (c *cartPoleNoVel) Reset(i int, rng *rand.Rand, obs []float32) {
+	c.cartPole.Reset(i, rng, obs)
+	maskVelocities(obs[:4])
+}
+
+func (c *cartPoleNoVel) Step(a Actions, obs, rewards, terminated []float32) {
+	c.cartPole.Step(a, obs, rewards, terminated)
+	for i := range len(a.Discrete) {
+		maskVelocities(obs[4*i : 4*i+4])
+	}
+}
+
+// maskVelocities is MaskVelocityWrapper.observation for CartPole: obs * [1, 0, 1, 0]
+// (the product, so a velocity of -x gives -0 as numpy's does).
+func maskVelocities(obs []float32) {
+	obs = obs[:4:4]
+	obs[1] *= 0
+	obs[3] *= 0
+}

@@ -6,7 +6,10 @@
 //
 // Registered ids and their time limits (Gymnasium's max_episode_steps):
 // CartPole-v1 (500), Pendulum-v1 (200), MountainCar-v0 (200),
-// MountainCarContinuous-v0 (999) and Acrobot-v1 (500). Their dynamics,
+// MountainCarContinuous-v0 (999) and Acrobot-v1 (500), plus RL Zoo's
+// CartPoleNoVel-v1 (500): CartPole-v1 with the velocity entries of every
+// observation set to 0 (MaskVelocityWrapper), the standard test that a
+// recurrent policy's memory works. Their dynamics,
 // constants, integrators, clipping, rewards, termination and reset
 // distributions are those of Gymnasium's classic_control sources: the state
 // is float64, observations are float32, and the arithmetic follows Python's

@@ -11,23 +11,24 @@ import (
 )
 
 func TestRegistry(t *testing.T) {
-	want := []string{"Acrobot-v1", "CartPole-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"}
+	want := []string{"Acrobot-v1", "CartPole-v1", "CartPoleNoVel-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"}
 	if got := envs.IDs(); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("IDs() = %v, want %v", got, want)
 	}
 	limits := map[string]int{
-		"CartPole-v1": 500, "Pendulum-v1": 200, "MountainCar-v0": 200,
+		"CartPole-v1": 500, "CartPoleNoVel-v1": 500, "Pendulum-v1": 200, "MountainCar-v0": 200,
 		"MountainCarContinuous-v0": 999, "Acrobot-v1": 500,
 	}
 	spaces := map[string]string{
 		"CartPole-v1":              "discrete:2",
+		"CartPoleNoVel-v1":         "discrete:2",
 		"Pendulum-v1":              "box:1:-2:2",
 		"MountainCar-v0":           "discrete:3",
 		"MountainCarContinuous-v0": "box:1:-1:1",
 		"Acrobot-v1":               "discrete:3",
 	}
 	obsDims := map[string]int{
-		"CartPole-v1": 4, "Pendulum-v1": 3, "MountainCar-v0": 2,
+		"CartPole-v1": 4, "CartPoleNoVel-v1": 4, "Pendulum-v1": 3, "MountainCar-v0": 2,
 		"MountainCarContinuous-v0": 2, "Acrobot-v1": 6,
 	}
 	for id, limit := range limits {
@@ -260,4 +261,77 @@ func ExampleParseSpace() {
 	// Output:
 	// box:1:-1:1 box:2:-1.2,-0.07:0.6,0.07
 	// 1 <nil>
+}
+
+// TestCartPoleNoVelMasksVelocities steps CartPole-v1 and CartPoleNoVel-v1 side by side with the
+// same seed and actions: every observation (final ones included) is CartPole's with entries 1
+// and 3 set to 0 (RL Zoo's MaskVelocityWrapper), and rewards and episode ends are the same.
+func TestCartPoleNoVelMasksVelocities(t *testing.T) {
+	const n = 8
+	full, err := envs.Make("CartPole-v1", envs.Config{NumEnvs: n, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	masked, err := envs.Make("CartPoleNoVel-v1", envs.Config{NumEnvs: n, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer masked.Close()
+	check := func(step int) {
+		t.Helper()
+		f, m := full.Buffers(), masked.Buffers()
+		for i := range n * 4 {
+			want := f.Obs[i]
+			if i%4 == 1 || i%4 == 3 {
+				want = 0
+			}
+			if m.Obs[i] != want {
+				t.Fatalf("step %d: obs[%d] = %v, want %v (CartPole's %v)", step, i, m.Obs[i], want, f.Obs[i])
+			}
+		}
+		for i := range n {
+			if f.Rewards[i] != m.Rewards[i] || f.Terminated[i] != m.Terminated[i] || f.Truncated[i] != m.Truncated[i] {
+				t.Fatalf("step %d env %d: reward/terminated/truncated differ", step, i)
+			}
+			if f.Terminated[i]+f.Truncated[i] > 0 {
+				for j := range 4 {
+					want := f.FinalObs[4*i+j]
+					if j == 1 || j == 3 {
+						want = 0
+					}
+					if m.FinalObs[4*i+j] != want {
+						t.Fatalf("step %d env %d: final obs[%d] = %v, want %v", step, i, j, m.FinalObs[4*i+j], want)
+					}
+				}
+			}
+		}
+	}
+	if err := full.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if err := masked.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	check(0)
+	acts := make([]int, n)
+	ends := 0
+	for step := 1; step <= 2000; step++ {
+		for i := range acts {
+			acts[i] = (step*7 + i*3) % 5 % 2
+		}
+		if err := full.Step(envs.Actions{Discrete: acts}); err != nil {
+			t.Fatal(err)
+		}
+		if err := masked.Step(envs.Actions{Discrete: acts}); err != nil {
+			t.Fatal(err)
+		}
+		check(step)
+		for _, d := range full.Buffers().Terminated {
+			ends += int(d)
+		}
+	}
+	if ends == 0 {
+		t.Fatal("no episode ended; the test checks final observations too")
+	}
 }
