@@ -1,10 +1,16 @@
 package engine
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
 
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/models/head"
 )
 
 // ErrConfig is wrapped by errors about an invalid Config field.
@@ -46,6 +52,112 @@ type Config struct {
 	CheckpointEvery int    `json:"checkpoint_every"` // iterations between checkpoints; default 10 (and always the last)
 	EvalEpisodes    int    `json:"eval_episodes"`    // evaluation at the end; default 10; negative: none
 	InitPolicy      string `json:"init_policy,omitempty"`
+
+	// How to bind a foreign InitPolicy that carries no towerrl metadata (the batcher's and
+	// eval's --head, --action-space, --logits-output, --logstd-output, --value-output). Empty
+	// fields are found as the batchers find them: the env's action space, and the outputs by
+	// head.Bind's conventions. The output names may be inner tensors of the graph.
+	Head         string `json:"head,omitempty"`          // categorical or gaussian
+	ActionSpace  string `json:"action_space,omitempty"`  // discrete:N or box:DIM:LOW:HIGH; must be the env's
+	LogitsOutput string `json:"logits_output,omitempty"` // tensor holding the logits or the Gaussian mean
+	LogStdOutput string `json:"logstd_output,omitempty"` // tensor holding the Gaussian log_std
+	ValueOutput  string `json:"value_output,omitempty"`  // tensor holding the state value
+}
+
+// ParseConfig decodes a JSON object of Config fields strictly: a field Config does not have
+// is an error naming it and the nearest known field ("total_step": did you mean
+// "total_steps"?), as is anything after the object. Defaults are not applied.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		const prefix = "json: unknown field "
+		if msg := err.Error(); strings.HasPrefix(msg, prefix) {
+			name, _ := strconv.Unquote(strings.TrimPrefix(msg, prefix))
+			hint, ok := configAliases[strings.ToLower(name)]
+			if ok {
+				hint = fmt.Sprintf("; towerrl calls it %q", hint)
+			} else {
+				hint = suggest(name, configFields())
+			}
+			return c, fmt.Errorf("%w: unknown field %q%s", ErrConfig, name, hint)
+		}
+		return c, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if dec.More() {
+		return c, fmt.Errorf("%w: more than one JSON value; a config is one object", ErrConfig)
+	}
+	return c, nil
+}
+
+// configAliases maps Stable-Baselines3's and CleanRL's names for PPO settings to Config's.
+var configAliases = map[string]string{
+	"learning_rate": "lr", "n_steps": "rollout_steps", "num_steps": "rollout_steps", "num_envs": "envs",
+	"n_envs": "envs", "n_epochs": "epochs", "update_epochs": "epochs", "num_minibatches": "minibatches",
+	"clip_range": "clip_coef", "total_timesteps": "total_steps", "seed_": "seed", "env_id": "env",
+	"batch_size": "minibatches (a count: rows per minibatch = workers·envs·rollout_steps / minibatches)",
+}
+
+// configFields lists Config's JSON field names.
+func configFields() []string {
+	t := reflect.TypeFor[Config]()
+	names := make([]string, 0, t.NumField())
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// suggest returns `; did you mean "x"?` for the known name nearest to name (edit distance at
+// most a third of its length, or a shared word), else the list of known names.
+func suggest(name string, known []string) string {
+	best, bestD := "", len(name)/3+1
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(name), k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		for _, k := range known {
+			for _, w := range strings.Split(strings.ToLower(name), "_") {
+				if len(w) > 2 && strings.Contains(k, w) {
+					best = k
+					break
+				}
+			}
+			if best != "" {
+				break
+			}
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf("; did you mean %q?", best)
+	}
+	return "; known fields: " + strings.Join(known, ", ")
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // WithDefaults fills zero fields and validates the result; errors name the field.
@@ -123,6 +235,17 @@ func (c Config) WithDefaults() (Config, error) {
 	case c.LR < 0:
 		return c, fmt.Errorf("%w: LR = %g", ErrConfig, c.LR)
 	}
+	if c.InitPolicy == "" {
+		for name, v := range map[string]string{"Head": c.Head, "ActionSpace": c.ActionSpace, "LogitsOutput": c.LogitsOutput,
+			"LogStdOutput": c.LogStdOutput, "ValueOutput": c.ValueOutput} {
+			if v != "" {
+				return c, fmt.Errorf("%w: %s = %q only applies to a foreign InitPolicy, and InitPolicy is empty", ErrConfig, name, v)
+			}
+		}
+	}
+	if _, _, err := c.binding(spec); err != nil {
+		return c, err
+	}
 	batch := c.Workers * c.Envs * c.RolloutSteps
 	if mb := batch / c.Minibatches; mb < c.Towers {
 		return c, fmt.Errorf("%w: a batch of %d steps in %d minibatches of %d cannot be split over %d towers",
@@ -138,4 +261,29 @@ func (c Config) WithDefaults() (Config, error) {
 // Iterations is the number of PPO iterations the run makes.
 func (c Config) Iterations() int {
 	return int(c.TotalSteps / int64(c.Workers*c.Envs*c.RolloutSteps))
+}
+
+// binding is the head spec and output names a foreign InitPolicy is bound with: the env's
+// action space, with Head, ActionSpace and the output names the config gives.
+func (c Config) binding(env envs.Spec) (head.Spec, head.Names, error) {
+	hs := head.Spec{EnvID: c.Env, ObsShape: env.Observation.Shape}
+	if err := hs.ParseActionSpace(env.Action.String()); err != nil {
+		return hs, head.Names{}, err
+	}
+	if c.ActionSpace != "" {
+		var given head.Spec
+		if err := given.ParseActionSpace(c.ActionSpace); err != nil {
+			return hs, head.Names{}, fmt.Errorf("%w: ActionSpace: %v", ErrConfig, err)
+		}
+		if given.ActionSpace() != hs.ActionSpace() {
+			return hs, head.Names{}, fmt.Errorf("%w: ActionSpace %q is not %s's action space %s", ErrConfig, c.ActionSpace, c.Env, hs.ActionSpace())
+		}
+	}
+	if c.Head != "" {
+		hs.Head = head.Kind(c.Head)
+		if err := hs.Validate(); err != nil {
+			return hs, head.Names{}, fmt.Errorf("%w: Head %q in %s's action space %s: %v", ErrConfig, c.Head, c.Env, env.Action, err)
+		}
+	}
+	return hs, head.Names{Params: c.LogitsOutput, LogStd: c.LogStdOutput, Value: c.ValueOutput}, nil
 }

@@ -24,13 +24,14 @@ type foreign struct {
 	params *graph.Params
 	flat   []float32
 	spec   head.Spec
-	input  string // observation input
+	names  head.Names // the outputs as the config named them (for the batchers' binding)
+	input  string     // observation input
 	outs   struct{ params, logStd, value string }
 }
 
 // loadForeign imports model for fine-tuning on an env whose head spec is spec. The outputs
 // carrying the head's parameters and the value are found as the batchers find them (head.Bind).
-func loadForeign(ctx context.Context, data []byte, spec head.Spec, session onnx.Config) (*foreign, error) {
+func loadForeign(ctx context.Context, data []byte, spec head.Spec, names head.Names, session onnx.Config) (*foreign, error) {
 	m, err := graph.Parse(data)
 	if err != nil {
 		return nil, err
@@ -43,7 +44,7 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, session onnx.
 	}
 	defer s.Close()
 	infos := s.Outputs()
-	o, err := head.Bind(spec, infos, head.Names{})
+	o, err := head.Bind(spec, infos, names)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +54,7 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, session onnx.
 	if len(m.Inputs()) != 1 {
 		return nil, fmt.Errorf("engine: fine-tuning needs a model with one input (the observations), this one has %d", len(m.Inputs()))
 	}
-	f := &foreign{model: m, params: m.NewParams(), spec: spec, input: m.Inputs()[0].Name}
+	f := &foreign{model: m, params: m.NewParams(), spec: spec, names: names, input: m.Inputs()[0].Name}
 	f.outs.params, f.outs.value = infos[o.Params].Name, infos[o.Value].Name
 	if o.LogStd >= 0 {
 		f.outs.logStd = infos[o.LogStd].Name

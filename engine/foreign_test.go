@@ -20,7 +20,7 @@ func TestForeignTowerLossAndGradient(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
-	f, err := loadForeign(context.Background(), data, spec, onnx.Config{})
+	f, err := loadForeign(context.Background(), data, spec, head.Names{}, onnx.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,8 +117,8 @@ func Resume(ctx context.Context, dir string, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err)
 	}
-	var cfg Config
-	if err := json.Unmarshal(b, &cfg); err != nil {
+	cfg, err := ParseConfig(b)
+	if err != nil {
 		return Result{}, fmt.Errorf("engine: resuming %s: config.json: %w", dir, err)
 	}
 	if cfg, err = cfg.WithDefaults(); err != nil {
@@ -143,8 +143,8 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 	start := time.Now()
 	defer func() { err = errors.Join(err, run.close()) }()
 	spec, _ := envs.Lookup(cfg.Env)
-	hs := head.Spec{EnvID: cfg.Env, ObsShape: spec.Observation.Shape}
-	if err := hs.ParseActionSpace(spec.Action.String()); err != nil {
+	hs, names, err := cfg.binding(spec)
+	if err != nil {
 		return res, err
 	}
 	var pm policyModel
@@ -153,7 +153,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		if err != nil {
 			return res, fmt.Errorf("engine: InitPolicy: %w", err)
 		}
-		f, err := loadForeign(ctx, data, hs, opts.Session)
+		f, err := loadForeign(ctx, data, hs, names, opts.Session)
 		if err != nil {
 			return res, fmt.Errorf("engine: fine-tuning %s: %w", cfg.InitPolicy, err)
 		}
@@ -309,7 +309,11 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		return err
 	}
 	var err error
-	if t.pol, err = batcher.NewPolicy(ctx, t.model, t.version, t.spec, batcher.PolicyConfig{Session: t.session}); err != nil {
+	pc := batcher.PolicyConfig{Session: t.session}
+	if f, ok := t.pm.(*foreign); ok {
+		pc.Spec, pc.Names = &f.spec, f.names
+	}
+	if t.pol, err = batcher.NewPolicy(ctx, t.model, t.version, t.spec, pc); err != nil {
 		return err
 	}
 	if !t.pol.HasValue() {

@@ -10,7 +10,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,15 +39,17 @@ func main() {
 		resume     = fs.String("resume", "", "run directory to resume")
 		library    = fs.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
 		lf         cli.LogFlags
+		hf         cli.HeadFlags
 	)
 	lf.Register(fs)
+	hf.Register(fs)
 	flag.Parse()
 	cli.Main("train", lf, func(ctx context.Context, log *zap.Logger) error {
 		var cfg engine.Config
 		if *configPath != "" {
 			b, err := os.ReadFile(*configPath)
 			if err == nil {
-				err = json.Unmarshal(b, &cfg)
+				cfg, err = engine.ParseConfig(b)
 			}
 			if err != nil {
 				return fmt.Errorf("--config: %w", err)
@@ -64,6 +65,12 @@ func main() {
 			"total-steps": func() { cfg.TotalSteps = *total },
 			"seed":        func() { cfg.Seed = *seed },
 			"init-policy": func() { cfg.InitPolicy = *initPolicy },
+			// How a foreign --init-policy is bound (as batcher's and eval's flags).
+			"head":          func() { cfg.Head = hf.Head },
+			"action-space":  func() { cfg.ActionSpace = hf.ActionSpace },
+			"logits-output": func() { cfg.LogitsOutput = hf.Params },
+			"logstd-output": func() { cfg.LogStdOutput = hf.LogStd },
+			"value-output":  func() { cfg.ValueOutput = hf.Value },
 		}
 		fs.Visit(func(f *flag.Flag) {
 			if set, ok := override[f.Name]; ok {

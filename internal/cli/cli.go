@@ -6,6 +6,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -37,6 +38,21 @@ func Summary(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)
 }
 
+// NoArgs returns an error when fs was left positional arguments. The flag package stops at
+// the first argument that is not a flag, so `train --env X oops --seed 1` would otherwise run
+// with --seed unread: the error names the argument and the flags that were not read.
+func NoArgs(fs *flag.FlagSet) error {
+	args := fs.Args()
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unexpected argument %q: the tools take flags only", args[0])
+	if len(args) > 1 {
+		msg += fmt.Sprintf(", and everything after it (%q) was not read", args[1:])
+	}
+	return errors.New(msg + " (a value with spaces needs quotes; every flag starts with -)")
+}
+
 // LogFlags are the --log-level and --log-json flags every command takes.
 type LogFlags struct {
 	Level string
@@ -49,10 +65,14 @@ func (l *LogFlags) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&l.JSON, "log-json", false, "log JSON lines instead of console text")
 }
 
-// Main is the body of a command's main after flag parsing: it builds the logger, runs fn with a
-// context that Ctrl-C cancels, logs fn's error, and exits with 0 on success, 1 when fn fails and
-// 2 when the logging flags are bad.
+// Main is the body of a command's main after flag parsing (of flag.CommandLine): it refuses
+// positional arguments, builds the logger, runs fn with a context that Ctrl-C cancels, logs
+// fn's error, and exits with 0 on success, 1 when fn fails and 2 when the command line is bad.
 func Main(name string, l LogFlags, fn func(ctx context.Context, log *zap.Logger) error) {
+	if err := NoArgs(flag.CommandLine); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(2)
+	}
 	log, err := Logger(l.Level, l.JSON)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)

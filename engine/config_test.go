@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/towerrl/towerrl/envs"
+)
+
+func TestParseConfigStrict(t *testing.T) {
+	for _, tc := range []struct {
+		json string
+		want string // substring of the error; empty: no error
+	}{
+		{`{"env": "CartPole-v1", "total_steps": 2048, "seed": 3}`, ""},
+		{`{"env": "CartPole-v1", "total_step": 2048}`, `unknown field "total_step"; did you mean "total_steps"?`},
+		{`{"env": "CartPole-v1", "learning_rate": 0.001}`, `unknown field "learning_rate"; towerrl calls it "lr"`},
+		{`{"env": "CartPole-v1", "gae_lamda": 0.9}`, `did you mean "gae_lambda"?`},
+		{`{"env": "CartPole-v1", "zzzzzzzzzzzzzzzz": 1}`, `known fields: env, algo, total_steps`},
+		{`{"env": "CartPole-v1"} {"seed": 1}`, "more than one JSON value"},
+		{`{"env": "CartPole-v1", "seed": "1"}`, "cannot unmarshal string"},
+		{`[1, 2]`, "cannot unmarshal array"},
+	} {
+		c, err := ParseConfig([]byte(tc.json))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.json, err)
+		case tc.want == "" && (c.Env != "CartPole-v1" || c.TotalSteps != 2048 || c.Seed != 3):
+			t.Errorf("%s: decoded %+v", tc.json, c)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig)):
+			t.Errorf("%s: error %v, want one containing %q wrapping ErrConfig", tc.json, err, tc.want)
+		}
+	}
+}
+
+func TestConfigForeignBinding(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Env: "CartPole-v1", InitPolicy: "p.onnx", Head: "categorical", ActionSpace: "discrete:2", LogitsOutput: "l", ValueOutput: "v"}, ""},
+		{Config{Env: "Pendulum-v1", InitPolicy: "p.onnx", Head: "gaussian", LogStdOutput: "ls"}, ""},
+		{Config{Env: "CartPole-v1", Head: "categorical"}, "only applies to a foreign InitPolicy"},
+		{Config{Env: "CartPole-v1", ValueOutput: "v"}, "only applies to a foreign InitPolicy"},
+		{Config{Env: "CartPole-v1", InitPolicy: "p.onnx", ActionSpace: "discrete:3"}, "is not CartPole-v1's action space discrete:2"},
+		{Config{Env: "CartPole-v1", InitPolicy: "p.onnx", ActionSpace: "discreet:2"}, "ActionSpace"},
+		{Config{Env: "CartPole-v1", InitPolicy: "p.onnx", Head: "gaussian"}, `Head "gaussian" in CartPole-v1's action space`},
+		{Config{Env: "Pendulum-v1", InitPolicy: "p.onnx", Head: "beta"}, `Head "beta"`},
+	} {
+		c, err := tc.cfg.WithDefaults()
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", tc.cfg, err)
+				continue
+			}
+			_, names, err := c.binding(mustLookup(t, c.Env))
+			if err != nil || names.Params != c.LogitsOutput || names.LogStd != c.LogStdOutput || names.Value != c.ValueOutput {
+				t.Errorf("%+v: names %+v, %v", tc.cfg, names, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: error %v, want one containing %q", tc.cfg, err, tc.want)
+		}
+	}
+}
+
+func mustLookup(t *testing.T, id string) envs.Spec {
+	t.Helper()
+	s, err := envs.Lookup(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
