@@ -49,9 +49,15 @@ type Config struct {
 	LogStdInit float32 `json:"logstd_init"`  // Gaussian log_std start; default 0
 
 	Seed            uint64 `json:"seed"`
-	CheckpointEvery int    `json:"checkpoint_every"` // iterations between checkpoints; default 10 (and always the last)
-	EvalEpisodes    int    `json:"eval_episodes"`    // evaluation at the end; default 10; negative: none
-	InitPolicy      string `json:"init_policy,omitempty"`
+	CheckpointEvery int    `json:"checkpoint_every"`      // iterations between checkpoints; default 10 (and always the last)
+	EvalEpisodes    int    `json:"eval_episodes"`         // evaluation at the end; default 10; negative: none
+	InitPolicy      string `json:"init_policy,omitempty"` // a foreign ONNX policy to fine-tune; stored as an absolute path
+
+	// Set by Train and kept in config.json and every checkpoint: the run's identity (a resume
+	// refuses another run's checkpoint) and the SHA-256 of the InitPolicy file (a given value
+	// must match the file). Train replaces RunID with a fresh one.
+	RunID            string `json:"run_id,omitempty"`
+	InitPolicySHA256 string `json:"init_policy_sha256,omitempty"`
 
 	// How to bind a foreign InitPolicy that carries no towerrl metadata (the batcher's and
 	// eval's --head, --action-space, --logits-output, --logstd-output, --value-output). Empty

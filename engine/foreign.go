@@ -25,6 +25,7 @@ type foreign struct {
 	flat   []float32
 	spec   head.Spec
 	names  head.Names // the outputs as the config named them (for the batchers' binding)
+	source []byte     // the model as loaded, kept in checkpoints so a resume needs no file
 	input  string     // observation input
 	outs   struct{ params, logStd, value string }
 }

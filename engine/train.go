@@ -10,6 +10,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
@@ -85,61 +88,230 @@ type Result struct {
 // Options are what Train needs besides the Config: where to write, and whom to tell.
 type Options struct {
 	// Out is the run directory (config.json, policy.onnx, checkpoint/, metrics.jsonl). Empty:
-	// write nothing.
+	// write nothing. Train creates it, or takes it when it is empty; a folder holding anything
+	// else is refused (see [ErrRunDir]).
 	Out string
 	// Progress, when set, is called after every iteration on Train's goroutine.
 	Progress func(Metrics)
 	// Session configures the ONNX Runtime sessions of the batchers (library, threads).
 	Session onnx.Config
+	// Stop, when it is closed, ends the run gracefully: the iteration under way finishes, a
+	// checkpoint is written, and Train or Resume return an error wrapping [ErrStopped]. (A
+	// cancelled ctx stops at once; the last checkpoint stays.) Default: never.
+	Stop <-chan struct{}
+	// Change, for Resume only, edits the run's configuration before it continues; only the
+	// fields [ResumeChangeable] lists may change (the new values are written to config.json).
+	Change func(*Config)
 }
+
+// ErrStopped is wrapped by the error of a run stopped through Options.Stop.
+var ErrStopped = errors.New("engine: run stopped")
+
+// ResumeChangeable lists the Config fields (by JSON name) a resume may change: more or fewer
+// steps, another evaluation, another checkpoint interval. Anything else would make the resumed
+// run a different run, so Resume refuses it naming the field.
+var ResumeChangeable = []string{"total_steps", "eval_episodes", "checkpoint_every"}
 
 // Train runs synchronous PPO: the batchers collect with policy version v, GAE turns the
 // rollout into advantages, the learner's towers make Epochs passes of minibatches over it, and
 // the new weights are exported as ONNX (v+1) and hot-swapped into the batchers.
+//
+// With opts.Out, the run directory is locked for the run's life, config.json records the run's
+// ID (cfg.RunID is replaced by a fresh one) and, for a fine-tune, InitPolicy as an absolute
+// path with its SHA-256; a checkpoint is written before the first iteration, so every stop can
+// be resumed.
 func Train(ctx context.Context, cfg Config, opts Options) (Result, error) {
 	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return Result{}, err
 	}
+	var initData []byte
+	if cfg.InitPolicy != "" {
+		if initData, err = os.ReadFile(cfg.InitPolicy); err != nil {
+			return Result{}, fmt.Errorf("engine: InitPolicy: %w", err)
+		}
+		if cfg.InitPolicy, err = filepath.Abs(cfg.InitPolicy); err != nil {
+			return Result{}, fmt.Errorf("engine: InitPolicy: %w", err)
+		}
+		sum := sha256Hex(initData)
+		if cfg.InitPolicySHA256 != "" && cfg.InitPolicySHA256 != sum {
+			return Result{}, fmt.Errorf("%w: InitPolicy %s has SHA-256 %s, the config's init_policy_sha256 is %s (the file changed?)",
+				ErrConfig, cfg.InitPolicy, sum, cfg.InitPolicySHA256)
+		}
+		cfg.InitPolicySHA256 = sum
+	}
+	cfg.RunID = newRunID()
 	run, err := newRunDir(opts.Out, cfg)
 	if err != nil {
 		return Result{}, err
 	}
-	return train(ctx, cfg, opts, run, nil)
+	return train(ctx, cfg, opts, run, nil, initData)
 }
 
 // Resume continues the run in dir from its last checkpoint with the configuration in its
 // config.json: same iteration, parameters, optimiser state, environment states and random
 // streams, so it finishes with the metrics an uninterrupted run would have had. metrics.jsonl
-// lines written after the checkpoint are dropped (they are produced again). opts.Out is dir.
-func Resume(ctx context.Context, dir string, opts Options) (Result, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err)
+// lines written after the checkpoint are dropped (they are produced again), and temporary
+// files a killed process left are removed. opts.Out is dir.
+//
+// The checkpoint must belong to the run (same run ID), and the configuration it was written
+// with must equal config.json's after opts.Change, except for [ResumeChangeable]. A fine-tune
+// resumes from the policy bytes in the checkpoint: the InitPolicy file is not needed. A run
+// stopped before its first checkpoint (no metrics yet) starts again from the beginning.
+func Resume(ctx context.Context, dir string, opts Options) (res Result, err error) {
+	fail := func(err error) (Result, error) { return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err) }
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fail(fmt.Errorf("%w: not a run directory (%v)", ErrRunDir, err))
 	}
-	cfg, err := ParseConfig(b)
-	if err != nil {
-		return Result{}, fmt.Errorf("engine: resuming %s: config.json: %w", dir, err)
-	}
-	if cfg, err = cfg.WithDefaults(); err != nil {
-		return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err)
-	}
-	ckpt, err := models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
-	if err != nil {
-		return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err)
-	}
-	run, err := openRunDir(dir, int(ckpt.Ints["iteration"]))
+	lock, err := lockRunDir(dir)
 	if err != nil {
 		return Result{}, err
 	}
+	defer func() {
+		if lock != nil { // not handed over to the runDir
+			err = errors.Join(err, unlock(lock))
+		}
+	}()
+	if err := removeTemps(dir); err != nil {
+		return fail(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, configFile))
+	if err != nil {
+		return fail(err)
+	}
+	stored, err := ParseConfig(b)
+	if err != nil {
+		return fail(fmt.Errorf("config.json: %w", err))
+	}
+	cfg := stored
+	if opts.Change != nil {
+		opts.Change(&cfg)
+	}
+	if err := resumeChanges(stored, cfg); err != nil {
+		return fail(err)
+	}
+	if cfg, err = cfg.WithDefaults(); err != nil {
+		return fail(err)
+	}
+	ckpt, err := models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist) && noMetrics(dir):
+		ckpt = nil // stopped before the first checkpoint: nothing was trained, start again
+	case err != nil:
+		return fail(err)
+	default:
+		if err := checkCheckpoint(ckpt, stored); err != nil {
+			return fail(err)
+		}
+	}
+	var initData []byte
+	if cfg.InitPolicy != "" {
+		if ckpt != nil {
+			initData = ckpt.Bytes["init_policy"]
+		}
+		if initData == nil {
+			if initData, err = os.ReadFile(cfg.InitPolicy); err != nil {
+				return fail(fmt.Errorf("InitPolicy: %w", err))
+			}
+		}
+		if sum := sha256Hex(initData); cfg.InitPolicySHA256 != "" && sum != cfg.InitPolicySHA256 {
+			return fail(fmt.Errorf("the policy being fine-tuned has SHA-256 %s, config.json records %s", sum, cfg.InitPolicySHA256))
+		}
+	}
+	if cfg.TotalSteps != stored.TotalSteps || cfg.EvalEpisodes != stored.EvalEpisodes || cfg.CheckpointEvery != stored.CheckpointEvery {
+		out, err := json.MarshalIndent(withChanges(stored, cfg), "", "  ")
+		if err != nil {
+			return fail(err)
+		}
+		if err := writeAtomic(filepath.Join(dir, configFile), append(out, '\n')); err != nil {
+			return fail(err)
+		}
+	}
+	first := 0
+	if ckpt != nil {
+		first = int(ckpt.Ints["iteration"])
+	}
+	run, err := openRunDir(dir, lock, first)
+	if err != nil {
+		return Result{}, err
+	}
+	lock = nil
 	opts.Out = dir
-	return train(ctx, cfg, opts, run, ckpt)
+	return train(ctx, cfg, opts, run, ckpt, initData)
 }
 
-// checkpointFile is the checkpoint's path inside a run directory.
-var checkpointFile = filepath.Join("checkpoint", "state.ckpt")
+// noMetrics reports whether the run in dir has not finished an iteration yet.
+func noMetrics(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, metricsFile))
+	return err != nil || st.Size() == 0
+}
 
-func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *models.Checkpoint) (res Result, err error) {
+// resumeChanges refuses changes to fields outside ResumeChangeable, naming every one.
+func resumeChanges(stored, asked Config) error {
+	a, b := configMap(stored), configMap(asked)
+	var bad []string
+	for k := range union(a, b) {
+		if !slices.Contains(ResumeChangeable, k) && !bytes.Equal(a[k], b[k]) {
+			bad = append(bad, fmt.Sprintf("%s (run: %s, asked: %s)", k, orNone(a[k]), orNone(b[k])))
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return fmt.Errorf("%w: a resume may change only %s; not %s", ErrConfig, strings.Join(ResumeChangeable, ", "), strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// withChanges is stored with asked's ResumeChangeable fields (and nothing else filled in by
+// defaults), the config.json a changed resume writes.
+func withChanges(stored, asked Config) Config {
+	stored.TotalSteps, stored.EvalEpisodes, stored.CheckpointEvery = asked.TotalSteps, asked.EvalEpisodes, asked.CheckpointEvery
+	return stored
+}
+
+// checkCheckpoint refuses a checkpoint of another run, or one written with another config.
+func checkCheckpoint(c *models.Checkpoint, stored Config) error {
+	id := string(c.Bytes["run_id"])
+	if id != stored.RunID {
+		return fmt.Errorf("%w: the checkpoint belongs to run %q, config.json to run %q (was it copied from another run?)",
+			ErrRunDir, id, stored.RunID)
+	}
+	var was Config
+	if err := json.Unmarshal(c.Bytes["config"], &was); err != nil {
+		return fmt.Errorf("%w: the checkpoint's config: %v", ErrRunDir, err)
+	}
+	if err := resumeChanges(was, stored); err != nil {
+		return fmt.Errorf("config.json was edited since the checkpoint: %w", err)
+	}
+	return nil
+}
+
+func configMap(c Config) map[string]json.RawMessage {
+	b, _ := json.Marshal(c)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	return m
+}
+
+func union(a, b map[string]json.RawMessage) map[string]bool {
+	u := map[string]bool{}
+	for k := range a {
+		u[k] = true
+	}
+	for k := range b {
+		u[k] = true
+	}
+	return u
+}
+
+func orNone(v json.RawMessage) string {
+	if v == nil {
+		return "none"
+	}
+	return string(v)
+}
+
+func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte) (res Result, err error) {
 	start := time.Now()
 	defer func() { err = errors.Join(err, run.close()) }()
 	spec, _ := envs.Lookup(cfg.Env)
@@ -149,14 +321,11 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 	}
 	var pm policyModel
 	if cfg.InitPolicy != "" {
-		data, err := os.ReadFile(cfg.InitPolicy)
-		if err != nil {
-			return res, fmt.Errorf("engine: InitPolicy: %w", err)
-		}
-		f, err := loadForeign(ctx, data, hs, names, opts.Session)
+		f, err := loadForeign(ctx, initData, hs, names, opts.Session)
 		if err != nil {
 			return res, fmt.Errorf("engine: fine-tuning %s: %w", cfg.InitPolicy, err)
 		}
+		f.source = initData
 		pm = f
 	} else {
 		mcfg := models.Config{Spec: hs, Hidden: cfg.Hidden, Activation: models.Activation(cfg.Activation), Shared: cfg.Shared, LogStdInit: cfg.LogStdInit}
@@ -175,8 +344,17 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 	if err := t.start(ctx, first); err != nil {
 		return res, err
 	}
+	ckptPath := ""
+	if run.dir != "" {
+		ckptPath = filepath.Join(run.dir, checkpointFile)
+	}
 	if ckpt != nil {
 		if err := t.restore(ctx, ckpt); err != nil {
+			return res, err
+		}
+	} else if ckptPath != "" {
+		// Iteration 0's checkpoint: a run stopped at any moment from here on can be resumed.
+		if err := t.checkpoint(ctx, ckptPath, 0); err != nil {
 			return res, err
 		}
 	}
@@ -184,19 +362,31 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 	for it := first; it < iters; it++ {
 		m, err := t.iterate(ctx, it, iters)
 		if err != nil {
-			return res, fmt.Errorf("engine: iteration %d: %w", it, err)
+			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
 		}
 		m.WallSeconds = Float(time.Since(start).Seconds())
 		if err := run.iteration(ctx, m, t.model); err != nil {
 			return res, err
 		}
-		if run.dir != "" && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters) {
-			if err := t.checkpoint(ctx, filepath.Join(run.dir, checkpointFile), it+1); err != nil {
+		saved := ckptPath != "" && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
+		if saved {
+			if err := t.checkpoint(ctx, ckptPath, it+1); err != nil {
 				return res, err
 			}
 		}
 		if opts.Progress != nil {
 			opts.Progress(m)
+		}
+		if stopped(opts.Stop) && it+1 < iters {
+			if ckptPath == "" {
+				return res, fmt.Errorf("%w after iteration %d of %d", ErrStopped, it+1, iters)
+			}
+			if !saved {
+				if err := t.checkpoint(ctx, ckptPath, it+1); err != nil {
+					return res, err
+				}
+			}
+			return res, fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, iters, run.dir)
 		}
 	}
 	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.policyPath(), Dir: run.dir}
@@ -224,7 +414,14 @@ func (t *trainer) checkpoint(ctx context.Context, path string, iteration int) er
 	c := &models.Checkpoint{
 		Ints: map[string]int64{"iteration": int64(iteration), "env_steps": t.steps, "episodes": t.eps,
 			"version": t.version, "adam_steps": int64(t.opt.Steps())},
-		Bytes: map[string][]byte{"batcher": snap},
+		Bytes: map[string][]byte{"batcher": snap, "run_id": []byte(t.cfg.RunID)},
+	}
+	var err2 error
+	if c.Bytes["config"], err2 = json.Marshal(t.cfg); err2 != nil {
+		return err2
+	}
+	if f, ok := t.pm.(*foreign); ok {
+		c.Bytes["init_policy"] = f.source
 	}
 	flat := t.pm.flatParams()
 	st := t.opt.State()
@@ -409,6 +606,11 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		return Metrics{}, res.Err
 	}
 	<-t.l.Released()
+	// Training health: a non-finite loss or weight stops the run here, before this update is
+	// exported, checkpointed or written, so the last good policy and checkpoint stay.
+	if err := finite(res.Stats, t.pm.flatParams()); err != nil {
+		return Metrics{}, fmt.Errorf("%w; the last good policy.onnx and checkpoint are kept (lower lr or max_grad_norm, or look for NaN in the env's observations and rewards)", err)
+	}
 	learn := time.Since(l0)
 	t.steps += int64(rows)
 	t.version++
@@ -460,128 +662,34 @@ func (t *trainer) close() error {
 	return errors.Join(errs...)
 }
 
-// runDir writes a run directory: config.json at the start, then after every iteration a line of
-// metrics.jsonl and the latest policy.onnx (written under a temporary name, then renamed).
-type runDir struct {
-	dir     string
-	metrics *os.File
-	history []Metrics // for the learning curve
+// stopped reports whether stop is closed (never, for a nil channel).
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }
 
-func newRunDir(dir string, cfg Config) (*runDir, error) {
-	if dir == "" {
-		return &runDir{}, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("engine: run directory: %w", err)
-	}
-	if st, err := os.Stat(filepath.Join(dir, "metrics.jsonl")); err == nil && st.Size() > 0 {
-		return nil, fmt.Errorf("engine: %s already holds a run (metrics.jsonl); resume it or choose another folder", dir)
-	}
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := writeAtomic(filepath.Join(dir, "config.json"), append(b, '\n')); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "metrics.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("engine: run directory: %w", err)
-	}
-	return &runDir{dir: dir, metrics: f}, nil
-}
+// ErrNonFinite is wrapped by the error of a run stopped by a NaN or infinite loss or weight.
+var ErrNonFinite = errors.New("engine: training diverged")
 
-// openRunDir reopens a run directory to resume after iteration iterations: metrics.jsonl keeps
-// its first iteration lines (later ones are dropped) and they seed the learning curve.
-func openRunDir(dir string, iterations int) (*runDir, error) {
-	path := filepath.Join(dir, "metrics.jsonl")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("engine: resuming: %w", err)
-	}
-	r := &runDir{dir: dir}
-	keep := 0
-	for line := range bytes.Lines(data) {
-		if len(r.history) == iterations {
-			break
+// finite checks the learner's statistics (ppoStats order) and the parameters.
+func finite(stats []float64, params []float32) error {
+	for i, v := range stats {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			name := "statistic " + strconv.Itoa(i)
+			if i < len(ppoStats) {
+				name = ppoStats[i]
+			}
+			return fmt.Errorf("%w: the %s is %v", ErrNonFinite, name, v)
 		}
-		var m Metrics
-		if err := json.Unmarshal(line, &m); err != nil {
-			return nil, fmt.Errorf("engine: resuming: %s line %d: %w", path, len(r.history)+1, err)
+	}
+	for i, v := range params {
+		if v != v || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("%w: parameter %d of %d became %v (the gradient was not finite)", ErrNonFinite, i, len(params), v)
 		}
-		r.history = append(r.history, m)
-		keep += len(line)
-	}
-	if len(r.history) < iterations {
-		return nil, fmt.Errorf("engine: resuming: %s has %d lines, the checkpoint is at iteration %d", path, len(r.history), iterations)
-	}
-	if err := os.Truncate(path, int64(keep)); err != nil {
-		return nil, fmt.Errorf("engine: resuming: %w", err)
-	}
-	if r.metrics, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
-		return nil, fmt.Errorf("engine: resuming: %w", err)
-	}
-	return r, nil
-}
-
-func (r *runDir) policyPath() string {
-	if r.dir == "" {
-		return ""
-	}
-	return filepath.Join(r.dir, "policy.onnx")
-}
-
-func (r *runDir) iteration(_ context.Context, m Metrics, model []byte) error {
-	if r.dir == "" {
-		return nil
-	}
-	line, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	if _, err := r.metrics.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("engine: writing metrics: %w", err)
-	}
-	r.history = append(r.history, m)
-	return writeAtomic(r.policyPath(), model)
-}
-
-// curve writes curve.png from the iterations of this process.
-func (r *runDir) curve(title string) (string, error) {
-	if r.dir == "" {
-		return "", nil
-	}
-	path := filepath.Join(r.dir, "curve.png")
-	return path, WriteCurve(path, title, r.history)
-}
-
-func (r *runDir) close() error {
-	if r.metrics == nil {
-		return nil
-	}
-	return r.metrics.Close()
-}
-
-// writeAtomic writes data to path through a temporary file in the same folder and a rename.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("engine: writing %s: %w", path, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("engine: writing %s: %w", path, err)
 	}
 	return nil
 }

@@ -6,6 +6,12 @@
 // Flags override the config file's fields; unset fields take CleanRL's defaults. A progress
 // line per iteration goes to stderr; one JSON object to stdout: eval_return_mean, env_steps,
 // wall_seconds, policy (the exported ONNX), and more.
+//
+// The run directory (--out) must be new or empty: train never writes over files it did not
+// create. It is locked while a train or a resume uses it. The first SIGINT or SIGTERM finishes
+// the iteration, writes a checkpoint and exits 1 saying how to resume; a second stops at once.
+// With --resume DIR, only --total-steps (and the config's eval_episodes, checkpoint_every) may
+// differ from the run's config.json; other flags that change the run are refused.
 package main
 
 import (
@@ -44,7 +50,42 @@ func main() {
 	lf.Register(fs)
 	hf.Register(fs)
 	flag.Parse()
-	cli.Main("train", lf, func(ctx context.Context, log *zap.Logger) error {
+	cli.MainGraceful("train", lf, func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) error {
+		// Flags given on the command line override the config file's fields, or, with --resume,
+		// the run's own (only engine.ResumeChangeable fields may change).
+		override := map[string]func(*engine.Config){
+			"env":         func(c *engine.Config) { c.Env = *env },
+			"algo":        func(c *engine.Config) { c.Algo = *algo },
+			"towers":      func(c *engine.Config) { c.Towers = *towers },
+			"workers":     func(c *engine.Config) { c.Workers = *workers },
+			"envs":        func(c *engine.Config) { c.Envs = *envs },
+			"total-steps": func(c *engine.Config) { c.TotalSteps = *total },
+			"seed":        func(c *engine.Config) { c.Seed = *seed },
+			"init-policy": func(c *engine.Config) { c.InitPolicy = *initPolicy },
+			// How a foreign --init-policy is bound (as batcher's and eval's flags).
+			"head":          func(c *engine.Config) { c.Head = hf.Head },
+			"action-space":  func(c *engine.Config) { c.ActionSpace = hf.ActionSpace },
+			"logits-output": func(c *engine.Config) { c.LogitsOutput = hf.Params },
+			"logstd-output": func(c *engine.Config) { c.LogStdOutput = hf.LogStd },
+			"value-output":  func(c *engine.Config) { c.ValueOutput = hf.Value },
+		}
+		var set []func(*engine.Config)
+		fs.Visit(func(f *flag.Flag) {
+			if o, ok := override[f.Name]; ok {
+				set = append(set, o)
+			}
+		})
+		change := func(c *engine.Config) {
+			for _, o := range set {
+				o(c)
+			}
+		}
+		if *resume != "" {
+			if *configPath != "" || *out != "" {
+				return errors.New("--resume DIR continues the run in DIR with its own config.json: drop --config and --out")
+			}
+			return run(ctx, os.Stdout, log, stop, engine.Config{}, change, "", *resume, *library)
+		}
 		var cfg engine.Config
 		if *configPath != "" {
 			b, err := os.ReadFile(*configPath)
@@ -55,37 +96,17 @@ func main() {
 				return fmt.Errorf("--config: %w", err)
 			}
 		}
-		// Flags given on the command line override the config file's fields.
-		override := map[string]func(){
-			"env":         func() { cfg.Env = *env },
-			"algo":        func() { cfg.Algo = *algo },
-			"towers":      func() { cfg.Towers = *towers },
-			"workers":     func() { cfg.Workers = *workers },
-			"envs":        func() { cfg.Envs = *envs },
-			"total-steps": func() { cfg.TotalSteps = *total },
-			"seed":        func() { cfg.Seed = *seed },
-			"init-policy": func() { cfg.InitPolicy = *initPolicy },
-			// How a foreign --init-policy is bound (as batcher's and eval's flags).
-			"head":          func() { cfg.Head = hf.Head },
-			"action-space":  func() { cfg.ActionSpace = hf.ActionSpace },
-			"logits-output": func() { cfg.LogitsOutput = hf.Params },
-			"logstd-output": func() { cfg.LogStdOutput = hf.LogStd },
-			"value-output":  func() { cfg.ValueOutput = hf.Value },
-		}
-		fs.Visit(func(f *flag.Flag) {
-			if set, ok := override[f.Name]; ok {
-				set()
-			}
-		})
+		change(&cfg)
 		dir := *out
-		if dir == "" && *resume == "" {
+		if dir == "" {
 			dir = fmt.Sprintf("runs/%s-%d", cfg.Env, cfg.Seed)
 		}
-		return run(ctx, os.Stdout, log, cfg, dir, *resume, *library)
+		return run(ctx, os.Stdout, log, stop, cfg, nil, dir, "", *library)
 	})
 }
 
-func run(ctx context.Context, stdout io.Writer, log *zap.Logger, cfg engine.Config, dir, resume, library string) error {
+// run trains cfg into dir, or resumes the run in resume with change applied to its config.
+func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan struct{}, cfg engine.Config, change func(*engine.Config), dir, resume, library string) error {
 	progress := func(m engine.Metrics) {
 		ret := "-"
 		if !math.IsNaN(float64(m.ReturnMean)) {
@@ -95,13 +116,10 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, cfg engine.Conf
 			m.Iteration, m.EnvSteps, ret, float64(m.PolicyLoss), float64(m.ValueLoss), float64(m.Entropy), float64(m.ApproxKL),
 			float64(m.ClipFrac), float64(m.ExplainedVar), float64(m.CollectSPS), float64(m.LearnSPS)))
 	}
-	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}}
+	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change}
 	var res engine.Result
 	var err error
 	if resume != "" {
-		if cfg.Env != "" || cfg.TotalSteps != 0 || cfg.Seed != 0 || cfg.InitPolicy != "" {
-			log.Warn("--resume takes the run's own config.json; the other flags are ignored")
-		}
 		log.Info("resuming", zap.String("dir", resume))
 		res, err = engine.Resume(ctx, resume, opts)
 	} else {

@@ -12,6 +12,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
+	"syscall"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -66,9 +68,21 @@ func (l *LogFlags) Register(fs *flag.FlagSet) {
 }
 
 // Main is the body of a command's main after flag parsing (of flag.CommandLine): it refuses
-// positional arguments, builds the logger, runs fn with a context that Ctrl-C cancels, logs
-// fn's error, and exits with 0 on success, 1 when fn fails and 2 when the command line is bad.
+// positional arguments, builds the logger, runs fn with a context that SIGINT (Ctrl-C) or
+// SIGTERM cancels, logs fn's error, and exits with 0 on success, 1 when fn fails and 2 when the
+// command line is bad.
 func Main(name string, l LogFlags, fn func(ctx context.Context, log *zap.Logger) error) {
+	main(name, l, false, func(ctx context.Context, _ <-chan struct{}, log *zap.Logger) error { return fn(ctx, log) })
+}
+
+// MainGraceful is Main for commands that can stop cleanly: the first SIGINT or SIGTERM closes
+// stop (the command finishes what it is doing, saves its state and returns); a second one
+// cancels ctx (stop at once).
+func MainGraceful(name string, l LogFlags, fn func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) error) {
+	main(name, l, true, fn)
+}
+
+func main(name string, l LogFlags, graceful bool, fn func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) error) {
 	if err := NoArgs(flag.CommandLine); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(2)
@@ -78,9 +92,34 @@ func Main(name string, l LogFlags, fn func(ctx context.Context, log *zap.Logger)
 		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err = fn(ctx, log)
-	stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	stop := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for n := 1; ; n++ {
+			select {
+			case s := <-sigs:
+				if graceful && n == 1 {
+					log.Warn(fmt.Sprintf("got %v: finishing the current step and saving state; send it again to stop at once", s))
+					close(stop)
+					continue
+				}
+				log.Warn(fmt.Sprintf("got %v: stopping", s))
+				cancel()
+				return
+			case <-done:
+				return
+			}
+		}
+	})
+	err = fn(ctx, stop, log)
+	signal.Stop(sigs)
+	close(done)
+	wg.Wait()
+	cancel()
 	if err != nil {
 		log.Error(name+" failed", zap.Error(err))
 		log.Sync()

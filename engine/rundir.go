@@ -1,0 +1,274 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// ErrRunDir is wrapped by errors about a run directory that cannot be used: not empty, locked
+// by another process, or holding another run's files.
+var ErrRunDir = errors.New("engine: run directory")
+
+// The files of a run directory. Train creates every one of them; nothing else is written there.
+const (
+	configFile  = "config.json"
+	metricsFile = "metrics.jsonl"
+	policyFile  = "policy.onnx"
+	curveFile   = "curve.png"
+	lockFile    = ".lock"
+)
+
+// checkpointFile is the checkpoint's path inside a run directory.
+var checkpointFile = filepath.Join("checkpoint", "state.ckpt")
+
+// runDir writes a run directory: config.json at the start, then after every iteration a line of
+// metrics.jsonl and the latest policy.onnx (written under a temporary name, then renamed). It
+// holds the directory's lock (an exclusive flock on .lock) from creation to close, so no other
+// train or resume writes into the directory meanwhile.
+type runDir struct {
+	dir     string
+	lock    *os.File
+	metrics *os.File
+	history []Metrics // for the learning curve
+}
+
+// lockRunDir takes dir's exclusive lock, or says which process holds it.
+func lockRunDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%w %s: %v", ErrRunDir, dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := "another process"
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
+			holder = fmt.Sprintf("process %d", pid)
+		}
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w %s is in use by %s (it holds %s); wait for it to finish or stop it", ErrRunDir, dir, holder, path)
+		}
+		return nil, fmt.Errorf("%w %s: locking %s: %v", ErrRunDir, dir, path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// unlock releases the lock; the .lock file stays (it belongs to the run).
+func unlock(f *os.File) error {
+	if f == nil {
+		return nil
+	}
+	return f.Close() // closing the descriptor releases the flock
+}
+
+// newRunDir makes the run directory of a fresh run. dir must not exist or be empty: train never
+// writes over files it did not create, so a folder holding anything else (the user's own
+// policy.onnx, another run) is refused before anything is written.
+func newRunDir(dir string, cfg Config) (_ *runDir, err error) {
+	if dir == "" {
+		return &runDir{}, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRunDir, err)
+	}
+	if err := checkEmpty(dir); err != nil {
+		return nil, err
+	}
+	r := &runDir{dir: dir}
+	if r.lock, err = lockRunDir(dir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, r.close())
+		}
+	}()
+	// Another process may have created the folder's files between the check and the lock.
+	if err := checkEmpty(dir); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := writeAtomic(filepath.Join(dir, configFile), append(b, '\n')); err != nil {
+		return nil, err
+	}
+	if r.metrics, err = os.OpenFile(filepath.Join(dir, metricsFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRunDir, err)
+	}
+	return r, nil
+}
+
+// checkEmpty refuses a folder holding anything but a lock file nobody holds.
+func checkEmpty(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRunDir, err)
+	}
+	var names []string
+	for _, e := range entries {
+		if e.Name() != lockFile {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	if slices.Contains(names, configFile) && slices.Contains(names, metricsFile) {
+		return fmt.Errorf("%w %s already holds a run (config.json, metrics.jsonl); continue it with --resume %s, or choose another --out",
+			ErrRunDir, dir, dir)
+	}
+	shown := names
+	if len(shown) > 5 {
+		shown = append(shown[:5:5], fmt.Sprintf("and %d more", len(names)-5))
+	}
+	return fmt.Errorf("%w %s is not empty (it holds %s); a new run goes into a new or empty folder, so that no file train did not create is overwritten: choose another --out",
+		ErrRunDir, dir, strings.Join(shown, ", "))
+}
+
+// removeTemps deletes the temporary files a killed process left behind (".NAME.tmp-*", the
+// names writeAtomic and models.SaveCheckpoint use) in dir and its checkpoint folder.
+func removeTemps(dir string) error {
+	var errs []error
+	for _, d := range []string{dir, filepath.Join(dir, filepath.Dir(checkpointFile))} {
+		matches, _ := filepath.Glob(filepath.Join(d, ".*.tmp-*"))
+		for _, m := range matches {
+			if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// openRunDir reopens a run directory to resume after iteration iterations: metrics.jsonl keeps
+// its first iteration lines (later ones are dropped) and they seed the learning curve. The
+// caller holds the lock and passes it in; the runDir owns it from then on.
+func openRunDir(dir string, lock *os.File, iterations int) (*runDir, error) {
+	path := filepath.Join(dir, metricsFile)
+	data, err := os.ReadFile(path)
+	if err != nil && !(errors.Is(err, os.ErrNotExist) && iterations == 0) {
+		return nil, fmt.Errorf("engine: resuming: %w", err)
+	}
+	r := &runDir{dir: dir}
+	keep := 0
+	for line := range bytes.Lines(data) {
+		if len(r.history) == iterations {
+			break
+		}
+		var m Metrics
+		if err := json.Unmarshal(line, &m); err != nil {
+			return nil, fmt.Errorf("engine: resuming: %s line %d: %w", path, len(r.history)+1, err)
+		}
+		r.history = append(r.history, m)
+		keep += len(line)
+	}
+	if len(r.history) < iterations {
+		return nil, fmt.Errorf("engine: resuming: %s has %d lines, the checkpoint is at iteration %d", path, len(r.history), iterations)
+	}
+	if r.metrics, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return nil, fmt.Errorf("engine: resuming: %w", err)
+	}
+	if err := r.metrics.Truncate(int64(keep)); err != nil {
+		r.metrics.Close()
+		return nil, fmt.Errorf("engine: resuming: %w", err)
+	}
+	r.lock = lock
+	return r, nil
+}
+
+func (r *runDir) policyPath() string {
+	if r.dir == "" {
+		return ""
+	}
+	return filepath.Join(r.dir, policyFile)
+}
+
+func (r *runDir) iteration(_ context.Context, m Metrics, model []byte) error {
+	if r.dir == "" {
+		return nil
+	}
+	line, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if _, err := r.metrics.Write(append(line, '\n')); err != nil {
+		return fmt.Errorf("engine: writing metrics: %w", err)
+	}
+	r.history = append(r.history, m)
+	return writeAtomic(r.policyPath(), model)
+}
+
+// curve writes curve.png from the iterations of this process.
+func (r *runDir) curve(title string) (string, error) {
+	if r.dir == "" {
+		return "", nil
+	}
+	path := filepath.Join(r.dir, curveFile)
+	return path, WriteCurve(path, title, r.history)
+}
+
+// close closes metrics.jsonl and releases the lock.
+func (r *runDir) close() error {
+	var errs []error
+	if r.metrics != nil {
+		errs = append(errs, r.metrics.Close())
+		r.metrics = nil
+	}
+	errs = append(errs, unlock(r.lock))
+	r.lock = nil
+	return errors.Join(errs...)
+}
+
+// writeAtomic writes data to path through a temporary file in the same folder and a rename.
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("engine: writing %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("engine: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// newRunID is a fresh random run identity (128 bits, hex).
+func newRunID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b)
+}
+
+// sha256Hex is the hex SHA-256 of data.
+func sha256Hex(data []byte) string {
+	s := sha256.Sum256(data)
+	return hex.EncodeToString(s[:])
+}

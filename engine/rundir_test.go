@@ -1,0 +1,300 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/towerrl/towerrl/models"
+)
+
+// smallRun is a CartPole run of 6 iterations of 512 steps with a checkpoint every 2.
+func smallRun(seed uint64) Config {
+	return Config{Env: "CartPole-v1", TotalSteps: 512 * 6, CheckpointEvery: 2, Seed: seed, EvalEpisodes: -1}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestTrainRefusesForeignFiles: a folder holding the user's own files (the policy being
+// fine-tuned among them) is refused before anything is written, and the files are untouched.
+func TestTrainRefusesForeignFiles(t *testing.T) {
+	dir := t.TempDir()
+	mine := map[string][]byte{"policy.onnx": readFile(t, filepath.Join("..", "testdata", "mlp_tanh.onnx")),
+		"config.json": []byte(`{"env": "CartPole-v1", "total_steps": 2048}`), "curve.png": []byte("my picture")}
+	for name, b := range mine {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := smallRun(1)
+	cfg.InitPolicy = filepath.Join(dir, "policy.onnx")
+	_, err := Train(context.Background(), cfg, Options{Out: dir})
+	if !errors.Is(err, ErrRunDir) || !strings.Contains(err.Error(), "is not empty") || !strings.Contains(err.Error(), "policy.onnx") {
+		t.Fatalf("Train into a folder of the user's files: %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != len(mine) {
+		t.Errorf("the folder now holds %d entries, want the user's %d", len(entries), len(mine))
+	}
+	for name, b := range mine {
+		if !bytes.Equal(readFile(t, filepath.Join(dir, name)), b) {
+			t.Errorf("%s was changed", name)
+		}
+	}
+}
+
+// TestRunDirLock: while a run holds its directory, a second Train or Resume of it is refused
+// naming this process, and the run is unharmed.
+func TestRunDirLock(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	ctx := context.Background()
+	var second []error
+	cfg := smallRun(2)
+	_, err := Train(ctx, cfg, Options{Out: dir, Progress: func(m Metrics) {
+		if m.Iteration == 1 {
+			_, err := Resume(ctx, dir, Options{})
+			second = append(second, err)
+			_, err = Train(ctx, cfg, Options{Out: dir})
+			second = append(second, err)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := "process " + itoa(os.Getpid())
+	if !errors.Is(second[0], ErrRunDir) || !strings.Contains(second[0].Error(), "in use by "+pid) {
+		t.Errorf("Resume while running: %v", second[0])
+	}
+	if !errors.Is(second[1], ErrRunDir) {
+		t.Errorf("Train while running: %v", second[1])
+	}
+	if n := len(metricsWithoutTimings(t, dir)); n != 6 {
+		t.Errorf("metrics.jsonl has %d lines, want 6", n)
+	}
+	// Released at the end: a resume of the finished run takes the lock.
+	if _, err := Resume(ctx, dir, Options{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+// TestResumeGuards covers what a resume refuses and what it repairs.
+func TestResumeGuards(t *testing.T) {
+	ctx := context.Background()
+	runA := filepath.Join(t.TempDir(), "a")
+	if _, err := Train(ctx, smallRun(3), Options{Out: runA}); err != nil {
+		t.Fatal(err)
+	}
+	runB := filepath.Join(t.TempDir(), "b")
+	if _, err := Train(ctx, smallRun(3), Options{Out: runB}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("checkpoint of another run", func(t *testing.T) {
+		dir := copyRun(t, runB)
+		ck := readFile(t, filepath.Join(runA, checkpointFile))
+		if err := os.WriteFile(filepath.Join(dir, checkpointFile), ck, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Resume(ctx, dir, Options{}); err == nil || !strings.Contains(err.Error(), "copied from another run") {
+			t.Fatalf("resume with run A's checkpoint in run B: %v", err)
+		}
+	})
+	t.Run("config.json edited", func(t *testing.T) {
+		dir := copyRun(t, runB)
+		path := filepath.Join(dir, configFile)
+		edited := bytes.Replace(readFile(t, path), []byte(`"seed": 3`), []byte(`"seed": 4`), 1)
+		edited = bytes.Replace(edited, []byte(`"activation": "tanh"`), []byte(`"activation": "relu"`), 1)
+		if err := os.WriteFile(path, edited, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Resume(ctx, dir, Options{})
+		if err == nil || !strings.Contains(err.Error(), "seed (run: 3, asked: 4)") || !strings.Contains(err.Error(), `activation (run: "tanh", asked: "relu")`) {
+			t.Fatalf("resume after editing seed and activation: %v", err)
+		}
+	})
+	t.Run("flags outside the allow-list", func(t *testing.T) {
+		dir := copyRun(t, runB)
+		_, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.Seed, c.Towers = 9, 2 }})
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "seed (run: 3, asked: 9)") || !strings.Contains(err.Error(), "towers") {
+			t.Fatalf("resume changing seed and towers: %v", err)
+		}
+	})
+	t.Run("total_steps may grow", func(t *testing.T) {
+		dir := copyRun(t, runB)
+		tmp := filepath.Join(dir, ".policy.onnx.tmp-123")
+		if err := os.WriteFile(tmp, []byte("half a file"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.TotalSteps = 512 * 8 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Iterations != 8 || len(metricsWithoutTimings(t, dir)) != 8 {
+			t.Fatalf("resumed to %d iterations", res.Iterations)
+		}
+		if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the leftover temporary file is still there: %v", err)
+		}
+		c, err := ParseConfig(readFile(t, filepath.Join(dir, configFile)))
+		if err != nil || c.TotalSteps != 512*8 {
+			t.Fatalf("config.json after the change: %+v, %v", c, err)
+		}
+	})
+}
+
+// copyRun copies a run directory's files (config, metrics, policy, checkpoint) to a new one.
+func copyRun(t *testing.T, src string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "copy")
+	for _, name := range []string{configFile, metricsFile, policyFile, checkpointFile} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, name), readFile(t, filepath.Join(src, name)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
+}
+
+// TestStopAndResume: Options.Stop ends the run after the iteration under way with a checkpoint
+// (iteration 3 is not a checkpoint interval), the error says how to resume, and the resumed run
+// ends with the uninterrupted run's policy. A run cut before its first iteration is resumable.
+func TestStopAndResume(t *testing.T) {
+	ctx := context.Background()
+	full := filepath.Join(t.TempDir(), "full")
+	if _, err := Train(ctx, smallRun(4), Options{Out: full}); err != nil {
+		t.Fatal(err)
+	}
+	want := readFile(t, filepath.Join(full, policyFile))
+
+	dir := filepath.Join(t.TempDir(), "stopped")
+	stop := make(chan struct{})
+	_, err := Train(ctx, smallRun(4), Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
+		if m.Iteration == 3 {
+			close(stop)
+		}
+	}})
+	if !errors.Is(err, ErrStopped) || !strings.Contains(err.Error(), "train --resume "+dir) {
+		t.Fatalf("stopped run: %v", err)
+	}
+	c, err := models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
+	if err != nil || c.Ints["iteration"] != 3 {
+		t.Fatalf("checkpoint after the stop: %v, %v", c, err)
+	}
+	if _, err := Resume(ctx, dir, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(readFile(t, filepath.Join(dir, policyFile)), want) {
+		t.Fatal("the stopped and resumed run's policy differs from the uninterrupted run's")
+	}
+
+	// Cut before the first checkpoint: only config.json and an empty metrics.jsonl.
+	early := filepath.Join(t.TempDir(), "early")
+	if err := os.MkdirAll(early, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{configFile} {
+		if err := os.WriteFile(filepath.Join(early, name), readFile(t, filepath.Join(full, name)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(early, metricsFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resume(ctx, early, Options{}); err != nil {
+		t.Fatalf("resume of a run cut before its first checkpoint: %v", err)
+	}
+	if !bytes.Equal(readFile(t, filepath.Join(early, policyFile)), want) {
+		t.Fatal("the run restarted from its config differs from the uninterrupted run")
+	}
+}
+
+// TestNonFiniteStops: a learning rate that blows the weights up stops the run at the first
+// non-finite loss or weight, naming the iteration and the quantity, and leaves the last good
+// policy.onnx and checkpoint as they were.
+func TestNonFiniteStops(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	cfg := smallRun(5)
+	cfg.LR, cfg.ConstantLR, cfg.MaxGradNorm, cfg.CheckpointEvery = 1e38, true, -1, 1
+	var lastGood []byte
+	_, err := Train(context.Background(), cfg, Options{Out: dir, Progress: func(m Metrics) {
+		lastGood = readFile(t, filepath.Join(dir, policyFile))
+	}})
+	if !errors.Is(err, ErrNonFinite) || !strings.Contains(err.Error(), "engine: iteration ") {
+		t.Fatalf("diverging run: %v", err)
+	}
+	t.Log(err)
+	if lastGood != nil && !bytes.Equal(readFile(t, filepath.Join(dir, policyFile)), lastGood) {
+		t.Fatal("policy.onnx was replaced after the last good iteration")
+	}
+	c, err := models.LoadCheckpoint(context.Background(), filepath.Join(dir, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := c.Tensor("params")
+	if err := finite(nil, p.Data); err != nil {
+		t.Fatalf("the checkpoint holds non-finite weights: %v", err)
+	}
+}
+
+// TestFineTuneResumeNeedsNoFile: InitPolicy given as a relative path is stored absolute with its
+// SHA-256, and a resume takes the policy from the checkpoint, so it works after the file is gone.
+func TestFineTuneResumeNeedsNoFile(t *testing.T) {
+	ctx := context.Background()
+	src := filepath.Join(t.TempDir(), "pretrained.onnx")
+	if err := os.WriteFile(src, readFile(t, filepath.Join("..", "testdata", "mlp_tanh.onnx")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	rel, err := filepath.Rel(wd, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := smallRun(6)
+	cfg.InitPolicy = rel
+	full := filepath.Join(t.TempDir(), "full")
+	if _, err := Train(ctx, cfg, Options{Out: full}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "cut")
+	stop := make(chan struct{})
+	_, err = Train(ctx, cfg, Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
+		if m.Iteration == 1 {
+			close(stop)
+		}
+	}})
+	if !errors.Is(err, ErrStopped) {
+		t.Fatal(err)
+	}
+	stored, err := ParseConfig(readFile(t, filepath.Join(dir, configFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.InitPolicy != src || stored.InitPolicySHA256 != sha256Hex(readFile(t, src)) {
+		t.Fatalf("config.json records init_policy %q (sha %s), want %q", stored.InitPolicy, stored.InitPolicySHA256, src)
+	}
+	if err := os.Remove(src); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resume(ctx, dir, Options{}); err != nil {
+		t.Fatalf("resume without the InitPolicy file: %v", err)
+	}
+	if !bytes.Equal(readFile(t, filepath.Join(dir, policyFile)), readFile(t, filepath.Join(full, policyFile))) {
+		t.Fatal("the resumed fine-tune differs from the uninterrupted one")
+	}
+}
