@@ -138,6 +138,9 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckMemory(cfg, false, AvailableMemory()); err != nil {
+		return nil, err
+	}
 	spec, err := envs.Lookup(cfg.Env)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,8 @@
 // makes the envs and agents, resets the envs and starts the workers; [Batcher.Collect] runs
 // T steps on every env and returns the rollout, valid until the next Collect;
 // [Batcher.Close] stops and waits for the workers and releases envs and sessions.
-// [Evaluate] runs whole episodes; [ShardWriter] writes rollouts as .npz datasets.
+// [Evaluate] runs whole episodes; [Dataset] writes rollouts as .npz shards into a folder it
+// holds locked, recorded in its manifest.json.
 //
 // # Hot policy swap
 //

@@ -41,7 +41,10 @@ func Evaluate(ctx context.Context, cfg EvalConfig, policy *Policy) (EvalResult, 
 	if cfg.Envs < 0 {
 		return EvalResult{}, fmt.Errorf("%w: Envs = %d, want >= 1", ErrConfig, cfg.Envs)
 	}
-	const chunk = 64
+	if err := CheckEvalMemory(cfg, AvailableMemory()); err != nil {
+		return EvalResult{}, err
+	}
+	const chunk = evalSteps
 	b, err := New(ctx, Config{Env: cfg.Env, Workers: 1, EnvsPerWorker: cfg.Envs, Steps: chunk, Seed: cfg.Seed,
 		Deterministic: cfg.Deterministic, MaxEpisodeSteps: cfg.MaxEpisodeSteps}, policy)
 	if err != nil {

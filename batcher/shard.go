@@ -5,21 +5,18 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/towerrl/towerrl/internal/npy"
 )
 
-// ShardWriter writes rollouts as .npz shards readable by numpy.load, with D4RL-style keys:
+// shardWriter encodes rollouts as .npz shards readable by numpy.load, with D4RL-style keys:
 // observations, actions, rewards, terminals, timeouts, next_observations, plus logp, values
 // and policy_version. Rows are env-major (row i·T+t is env i's step t), so each env's
 // trajectory segment is contiguous; actions are the ones the envs took (int64 indices for a
-// Discrete space, float32 rows clipped to a Box's bounds). Each shard is written under a
-// temporary name and renamed when complete, so a failure (a full disk) leaves only whole
-// shards. A ShardWriter belongs to one goroutine.
-type ShardWriter struct {
-	dir    string
-	next   int
+// Discrete space, float32 rows clipped to a Box's bounds). A [Dataset] names the files and
+// commits them; a shardWriter belongs to one goroutine and reuses its scratch buffers from
+// shard to shard.
+type shardWriter struct {
 	create func(name string) (io.WriteCloser, error) // os.Create; replaced by tests
 	// scratch buffers, reused from shard to shard
 	f32, f32b []float32
@@ -27,27 +24,16 @@ type ShardWriter struct {
 	i64       []int64
 }
 
-// NewShardWriter makes dir if needed and checks that it is writable, before any collection.
-func NewShardWriter(dir string) (*ShardWriter, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("batcher: output folder: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".write-check-*")
-	if err != nil {
-		return nil, fmt.Errorf("batcher: output folder %s is not writable: %w", dir, err)
-	}
-	f.Close()
-	os.Remove(f.Name())
-	return &ShardWriter{dir: dir, create: func(name string) (io.WriteCloser, error) { return os.Create(name) }}, nil
+func newShardWriter() *shardWriter {
+	return &shardWriter{create: func(name string) (io.WriteCloser, error) { return os.Create(name) }}
 }
 
-// Write writes r as the next shard and returns its path.
-func (w *ShardWriter) Write(r *Rollout) (string, error) {
-	path := filepath.Join(w.dir, fmt.Sprintf("shard-%06d.npz", w.next))
-	tmp := path + ".tmp"
-	f, err := w.create(tmp)
+// writeFile writes r as a whole shard at path and syncs it to disk; on failure it removes
+// whatever it wrote.
+func (w *shardWriter) writeFile(path string, r *Rollout) error {
+	f, err := w.create(path)
 	if err != nil {
-		return "", fmt.Errorf("batcher: creating shard: %w", err)
+		return fmt.Errorf("batcher: creating shard: %w", err)
 	}
 	err = w.encode(f, r)
 	if s, ok := f.(interface{ Sync() error }); ok && err == nil {
@@ -56,15 +42,11 @@ func (w *ShardWriter) Write(r *Rollout) (string, error) {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
 	if err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("batcher: writing shard %s (nothing of it is left): %w", path, err)
+		os.Remove(path)
+		return fmt.Errorf("batcher: writing shard %s (nothing of it is left): %w", path, err)
 	}
-	w.next++
-	return path, nil
+	return nil
 }
 
 func grow[T any](s []T, n int) []T {
@@ -74,7 +56,7 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-func (w *ShardWriter) encode(out io.Writer, r *Rollout) error {
+func (w *shardWriter) encode(out io.Writer, r *Rollout) error {
 	z := zip.NewWriter(out)
 	rows := r.T * r.N
 	obsShape := append([]int{rows}, r.ObsShape...)

@@ -21,12 +21,8 @@ func TestShardsReadableAndConsistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	w, err := NewShardWriter(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path, err := w.Write(r)
+	d := openDataset(t, t.TempDir(), DatasetRun{Env: "CartPole-v1", Policy: "../testdata/mlp_tanh.onnx", Seed: 3}, false)
+	path, err := d.Write(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,34 +84,30 @@ func (f *failingFile) Close() error { return f.f.Close() }
 func TestFullDiskLeavesOnlyCompleteShards(t *testing.T) {
 	b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 8, Steps: 50}, nil)
 	dir := t.TempDir()
-	w, err := NewShardWriter(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1"}, false)
 	for range 2 {
 		r, err := b.Collect(context.Background(), 50)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.Write(r); err != nil {
+		if _, err := d.Write(r); err != nil {
 			t.Fatal(err)
 		}
 	}
-	w.create = func(name string) (io.WriteCloser, error) {
+	d.shards.create = func(name string) (io.WriteCloser, error) {
 		f, err := os.Create(name)
 		return &failingFile{f: f, limit: 3000}, err
 	}
 	r, _ := b.Collect(context.Background(), 50)
-	if _, err := w.Write(r); !errors.Is(err, syscall.ENOSPC) {
+	if _, err := d.Write(r); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("write on a full disk: %v", err)
 	}
-	entries, _ := os.ReadDir(dir)
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
+	names := shardFiles(t, dir)
 	if strings.Join(names, ",") != "shard-000000.npz,shard-000001.npz" {
 		t.Fatalf("folder holds %v, want only the two complete shards", names)
+	}
+	if got := listedShards(t, dir); strings.Join(got, ",") != "shard-000000.npz,shard-000001.npz" {
+		t.Fatalf("manifest lists %v, want the two complete shards", got)
 	}
 	for _, n := range names {
 		z, err := npz.Open(filepath.Join(dir, n))
@@ -129,7 +121,7 @@ func TestFullDiskLeavesOnlyCompleteShards(t *testing.T) {
 func TestUnwritableOutput(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(file, nil, 0o644)
-	if _, err := NewShardWriter(filepath.Join(file, "out")); err == nil || !strings.Contains(err.Error(), "output folder") {
+	if _, err := OpenDataset(filepath.Join(file, "out"), DatasetRun{Env: "CartPole-v1"}, false); err == nil || !strings.Contains(err.Error(), "output folder") {
 		t.Fatalf("error %v", err)
 	}
 }

@@ -1,16 +1,47 @@
 // Command batcher collects experience: W workers each step M envs with an ONNX policy (or
 // uniformly random actions), N env steps in total, optionally written as .npz shards.
 //
-//	batcher --policy P.onnx|random --env ID --envs M --workers W --steps N [--out DIR]
+//	batcher --policy P.onnx|random --env ID --envs M --workers W --steps N [--out DIR [--append]]
 //	        [--deterministic] [--seed S] [--device cpu|cuda|auto] [--rollout T] [--env-threads K]
 //
 // N is rounded up to a multiple of W·M. --env-threads K steps each worker's M envs on K
 // goroutines (same trajectories): with a GPU, one worker with many envs (--workers 1
-// --envs 4096 --device cuda --env-threads <cores>) makes one inference call per step. Shards (DIR/shard-NNNNNN.npz, one per rollout of T
-// steps) hold the D4RL keys observations, actions, rewards, terminals, timeouts,
-// next_observations, plus logp, values and policy_version; each is written under a temporary
-// name and renamed when complete. A progress bar goes to stderr; one JSON object to stdout:
-// steps, episodes, return_mean, return_std, steps_per_sec, policy, env, device, and the time split.
+// --envs 4096 --device cuda --env-threads <cores>) makes one inference call per step.
+//
+// # Sizes
+//
+// Every size is checked before anything is allocated: --envs, --workers, --rollout and
+// --steps at least 1, --env-threads at least 1, --threads -1 (one per core) or 1 to the
+// cores, and the buffers of W × M envs × T steps (plus the shard writer's) against the memory
+// available (MemAvailable in /proc/meminfo, or the cgroup's limit when lower). A size that
+// does not fit is an error naming the flags and the most that fits.
+//
+// # Datasets
+//
+// With --out, each rollout of T steps becomes a shard DIR/shard-NNNNNN.npz holding the D4RL
+// keys observations, actions, rewards, terminals, timeouts, next_observations, plus logp,
+// values and policy_version. DIR/manifest.json records every run that wrote into the folder:
+// env, observation shape and action space, policy path and sha256 ("random" for the random
+// policy), seed, deterministic, workers, envs per worker, rollout, steps, start and end
+// times, whether the run completed, and its shards with their row counts.
+//
+// A folder that already holds shards or a manifest is refused unless --append is given;
+// --append numbers the new shards after the highest one there, never replacing one, and adds
+// the run to the manifest. An appended run must collect the same env with the same
+// observation and action layout as the manifest's runs, and must not repeat one of them (same
+// policy bytes, --seed and --deterministic give the same trajectories). Shards that no
+// manifest describes (written by an older batcher) cannot be appended to.
+//
+// The writer holds an exclusive lock (flock on DIR/.lock, which holds its PID) for its whole
+// run; a second writer into the same folder is refused with the PID of the first. A shard is
+// written under DIR/shard-NNNNNN.npz.tmp and synced, then the manifest listing it replaces
+// the old one atomically, then the shard is renamed into place, so a kill at any moment
+// leaves whole shards and a manifest that describes them: the next writer finishes a listed
+// shard's rename and removes every other .tmp file. A run that writes no shard into a folder
+// it made removes the folder.
+//
+// A progress bar goes to stderr; one JSON object to stdout: steps, episodes, return_mean,
+// return_std, steps_per_sec, policy, env, device, the shards, the manifest and the time split.
 package main
 
 import (
@@ -19,7 +50,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"math/bits"
 	"os"
+	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -30,12 +65,14 @@ import (
 
 type options struct {
 	policy, env, out       string
+	appendRun              bool
 	envs, workers, rollout int
 	envThreads             int
 	steps                  int64
 	seed                   uint64
 	deterministic          bool
 	flags                  cli.PolicyFlags
+	mem                    batcher.Memory // what the size checks allow; zero: batcher.AvailableMemory()
 }
 
 type summary struct {
@@ -51,6 +88,7 @@ type summary struct {
 	Envs        int      `json:"envs_per_worker"`
 	EnvThreads  int      `json:"env_threads"`
 	Shards      []string `json:"shards,omitempty"`
+	Manifest    string   `json:"manifest,omitempty"`
 	Split       split    `json:"time_split"`
 }
 
@@ -71,7 +109,8 @@ func main() {
 	fs.IntVar(&o.envThreads, "env-threads", 1, "goroutines stepping each worker's envs (K; keep W·K within the cores)")
 	fs.Int64Var(&o.steps, "steps", 100000, "total env steps to collect (rounded up to a multiple of W·M)")
 	fs.IntVar(&o.rollout, "rollout", 128, "steps per env per rollout (T); one shard per rollout")
-	fs.StringVar(&o.out, "out", "", "folder for .npz shards (default: write nothing)")
+	fs.StringVar(&o.out, "out", "", "folder for .npz shards and manifest.json (default: write nothing); refused if it holds a dataset, unless --append")
+	fs.BoolVar(&o.appendRun, "append", false, "add this run's shards to the dataset in --out, numbered after its shards, and record the run in its manifest.json")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for env resets and action sampling")
 	fs.BoolVar(&o.deterministic, "deterministic", false, "take the most probable action instead of sampling")
 	o.flags.Register(fs)
@@ -83,23 +122,97 @@ func main() {
 	})
 }
 
-func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o options) error {
+// validate checks every flag before anything is allocated, and returns the steps per env in
+// all (rounds) and per rollout (the batcher's buffer length).
+func validate(o options) (rounds int64, rollout int, err error) {
 	switch {
 	case o.policy == "":
-		return errors.New(`--policy is required (a .onnx file, or "random")`)
+		return 0, 0, errors.New(`--policy is required (a .onnx file, or "random")`)
 	case o.env == "":
-		return errors.New("--env is required")
+		return 0, 0, errors.New("--env is required")
+	case o.appendRun && o.out == "":
+		return 0, 0, errors.New("--append needs --out, the folder to append to")
 	case o.steps < 1:
-		return fmt.Errorf("--steps %d: want at least 1", o.steps)
-	case o.envs < 1 || o.workers < 1 || o.rollout < 1:
-		return fmt.Errorf("--envs, --workers and --rollout must be at least 1")
+		return 0, 0, fmt.Errorf("--steps %d: want at least 1", o.steps)
+	case o.envs < 1:
+		return 0, 0, fmt.Errorf("--envs %d: want at least 1", o.envs)
+	case o.workers < 1:
+		return 0, 0, fmt.Errorf("--workers %d: want at least 1", o.workers)
+	case o.rollout < 1:
+		return 0, 0, fmt.Errorf("--rollout %d: want at least 1", o.rollout)
+	case o.envThreads < 0:
+		return 0, 0, fmt.Errorf("--env-threads %d: want at least 1", o.envThreads)
 	}
-	var shards *batcher.ShardWriter
+	if err := checkThreads(o.flags.Threads); err != nil {
+		return 0, 0, err
+	}
+	// Steps per env: the rollout, or fewer when --steps needs fewer. W·M may overflow here;
+	// the memory check below then refuses the sizes.
+	rollout = o.rollout
+	if hi, perRound := bits.Mul64(uint64(o.envs), uint64(o.workers)); hi == 0 && perRound <= math.MaxInt64 {
+		rounds = o.steps/int64(perRound) + min(o.steps%int64(perRound), 1)
+		rollout = int(min(int64(o.rollout), rounds))
+	}
+	cfg := batcher.Config{Env: o.env, Workers: o.workers, EnvsPerWorker: o.envs, Steps: rollout}
+	if o.mem.Source == "" {
+		o.mem = batcher.AvailableMemory()
+	}
+	var me *batcher.MemoryError
+	if err := batcher.CheckMemory(cfg, o.out != "", o.mem); errors.As(err, &me) {
+		return 0, 0, fmt.Errorf("--envs %d --workers %d --rollout %d: %w; %s", o.envs, o.workers, o.rollout, err, whatFits(o, me))
+	} else if err != nil {
+		return 0, 0, err
+	}
+	perRound := int64(o.envs * o.workers) // fits: the buffers of that many envs fit in memory
+	if rounds > math.MaxInt64/perRound {
+		return 0, 0, fmt.Errorf("--steps %d: rounded up to a multiple of W·M = %d it overflows 64 bits; want at most %d",
+			o.steps, perRound, math.MaxInt64/perRound*perRound)
+	}
+	return rounds, rollout, nil
+}
+
+// whatFits says which smaller sizes would fit.
+func whatFits(o options, e *batcher.MemoryError) string {
+	switch {
+	case e.FitEnvsPerWorker >= 1:
+		return fmt.Sprintf("with --workers %d and rollouts of %d at most --envs %d fits (or lower --workers or --rollout)",
+			o.workers, e.Steps, e.FitEnvsPerWorker)
+	case e.FitWorkers >= 1:
+		return fmt.Sprintf("even --envs 1 does not fit with --workers %d; at most --workers %d fits with --envs %d",
+			o.workers, e.FitWorkers, o.envs)
+	case e.FitSteps >= 1:
+		return fmt.Sprintf("at most --rollout %d fits with --envs %d --workers %d", e.FitSteps, o.envs, o.workers)
+	}
+	return "lower --envs, --workers and --rollout"
+}
+
+// checkThreads checks --threads: -1 (ONNX Runtime picks, one per core), or 0 (the default,
+// 1) to the cores.
+func checkThreads(n int) error {
+	if n >= -1 && n <= runtime.NumCPU() {
+		return nil
+	}
+	return fmt.Errorf("--threads %d: want -1 (one per core) or 1 to %d (the cores here)", n, runtime.NumCPU())
+}
+
+func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o options) error {
+	rounds, rollout, err := validate(o)
+	if err != nil {
+		return err
+	}
+	var data *batcher.Dataset
 	if o.out != "" {
-		var err error
-		if shards, err = batcher.NewShardWriter(o.out); err != nil {
+		data, err = batcher.OpenDataset(o.out, batcher.DatasetRun{Env: o.env, Policy: o.policy, Seed: o.seed,
+			Deterministic: o.deterministic, Workers: o.workers, EnvsPerWorker: o.envs, Rollout: o.rollout,
+			Steps: rounds * int64(o.envs*o.workers)}, o.appendRun)
+		if errors.Is(err, batcher.ErrDatasetExists) {
+			return fmt.Errorf("--out: %w; pass --append to add this run's shards after them (recorded in %s), or choose another --out",
+				err, batcher.ManifestName)
+		}
+		if err != nil {
 			return err
 		}
+		defer data.Close()
 	}
 	var policy *batcher.Policy
 	if o.policy != "random" {
@@ -112,9 +225,8 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		}
 	}
 	perRound := int64(o.envs * o.workers)
-	rounds := (o.steps + perRound - 1) / perRound // steps per env in total
 	b, err := batcher.New(ctx, batcher.Config{Env: o.env, Workers: o.workers, EnvsPerWorker: o.envs, EnvThreads: o.envThreads,
-		Steps: int(min(int64(o.rollout), rounds)), Seed: o.seed, Deterministic: o.deterministic, Logger: log}, policy)
+		Steps: rollout, Seed: o.seed, Deterministic: o.deterministic, Logger: log}, policy)
 	if err != nil {
 		return err
 	}
@@ -129,7 +241,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	var stats batcher.Stats
 	start := time.Now()
 	for done := int64(0); done < rounds; {
-		t := int(min(int64(o.rollout), rounds-done))
+		t := int(min(int64(rollout), rounds-done))
 		r, err := b.Collect(ctx, t)
 		if err != nil {
 			return err
@@ -138,8 +250,8 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		for _, e := range r.Episodes {
 			stats.Add(e.Return)
 		}
-		if shards != nil {
-			path, err := shards.Write(r)
+		if data != nil {
+			path, err := data.Write(r)
 			if err != nil {
 				return err
 			}
@@ -150,6 +262,12 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	}
 	elapsed := time.Since(start)
 	bar.Finish()
+	if data != nil {
+		if err := data.Finish(); err != nil {
+			return err
+		}
+		sum.Manifest = filepath.Join(o.out, batcher.ManifestName)
+	}
 	tm := b.Timings()
 	busy := (tm.Env + tm.Inference + tm.Sampling + tm.Buffers).Seconds()
 	if busy > 0 {

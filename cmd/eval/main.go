@@ -5,14 +5,22 @@
 // Actions are the most probable ones (a Gaussian's mean) unless --sample is given. Env i of N
 // runs ⌊(K+i)/N⌋ episodes, fixed in advance. One JSON object goes to stdout:
 // {"episodes", "return_mean", "return_std", "length_mean", "returns", "policy", "env"}.
+//
+// Sizes are checked before anything is allocated: --episodes at least 1, --envs 0 (the
+// default) or more, --threads -1 (one per core) or 1 to the cores, and the buffers of the
+// envs and the episodes' results against the memory available (MemAvailable in
+// /proc/meminfo, or the cgroup's limit when lower); a size that does not fit is an error
+// naming the flag and the most that fits.
 package main
 
 import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
+	"runtime"
 
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/internal/cli"
@@ -37,6 +45,7 @@ type options struct {
 	sample          bool
 	maxEpisodeSteps int
 	flags           cli.PolicyFlags
+	mem             batcher.Memory // what the size checks allow; zero: batcher.AvailableMemory()
 }
 
 func main() {
@@ -55,9 +64,37 @@ func main() {
 	cli.Main("eval", lf, func(ctx context.Context, log *zap.Logger) error { return run(ctx, os.Stdout, log, o) })
 }
 
-func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) error {
-	if o.policy == "" || o.env == "" {
+// validate checks every flag before anything is allocated.
+func validate(o options) error {
+	switch {
+	case o.policy == "" || o.env == "":
 		return errors.New("--policy and --env are required")
+	case o.episodes < 1:
+		return fmt.Errorf("--episodes %d: want at least 1", o.episodes)
+	case o.envs < 0:
+		return fmt.Errorf("--envs %d: want at least 1 (or 0: min(--episodes, 16))", o.envs)
+	case o.flags.Threads < -1 || o.flags.Threads > runtime.NumCPU():
+		return fmt.Errorf("--threads %d: want -1 (one per core) or 1 to %d (the cores here)", o.flags.Threads, runtime.NumCPU())
+	}
+	if o.mem.Source == "" {
+		o.mem = batcher.AvailableMemory()
+	}
+	err := batcher.CheckEvalMemory(batcher.EvalConfig{Env: o.env, Episodes: o.episodes, Envs: o.envs}, o.mem)
+	var me *batcher.MemoryError
+	switch {
+	case !errors.As(err, &me):
+		return err
+	case me.FitEnvsPerWorker >= 1:
+		return fmt.Errorf("--envs %d: %w; at most --envs %d fits with --episodes %d", me.EnvsPerWorker, err, me.FitEnvsPerWorker, o.episodes)
+	case me.FitEpisodes >= 1:
+		return fmt.Errorf("--episodes %d: %w; at most --episodes %d fits with --envs %d", o.episodes, err, me.FitEpisodes, me.EnvsPerWorker)
+	}
+	return fmt.Errorf("--envs %d --episodes %d: %w; lower both", me.EnvsPerWorker, o.episodes, err)
+}
+
+func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) error {
+	if err := validate(o); err != nil {
+		return err
 	}
 	var policy *batcher.Policy
 	if o.policy != "random" {

@@ -4,8 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
 	"testing"
 
+	"github.com/towerrl/towerrl/batcher"
 	"go.uber.org/zap"
 )
 
@@ -39,5 +45,44 @@ func TestEval(t *testing.T) {
 	}
 	if err := run(context.Background(), &bytes.Buffer{}, zap.NewNop(), options{env: "CartPole-v1"}); err == nil {
 		t.Fatal("no --policy accepted")
+	}
+}
+
+// TestSizesRefused: the crash-sized --envs of issue 13 defect 7 and out-of-range values are
+// errors naming the flag, before any env or session is made.
+func TestSizesRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*options)
+		want string
+	}{
+		// Pendulum: (8 GiB - 68 MiB - 10·64) / (432 + 64·64) bytes per env
+		// (batcher/dataset_memory_test.go counts them).
+		{"1e8 envs", func(o *options) { o.envs = 100000000 },
+			"--envs 100000000: batcher: not enough memory: Pendulum-v1 with 100000000 envs × 64 steps and 10 episodes needs about 421.8 GiB, and 8.0 GiB is available (test); at most --envs 1881323 fits with --episodes 10"},
+		{"2^62 envs", func(o *options) { o.envs = 1 << 62 }, "--envs 4611686018427387904: batcher: not enough memory"},
+		// (8 GiB - 68 MiB - 16·(432 + 64·64)) / 64 bytes an episode.
+		{"max episodes", func(o *options) { o.episodes = math.MaxInt },
+			"--episodes 9223372036854775807: batcher: not enough memory: Pendulum-v1 with 16 envs × 64 steps and 9223372036854775807 episodes needs more than 64 bits can count (the sizes' product overflows), and 8.0 GiB is available (test); at most --episodes 133102484 fits with --envs 16"},
+		{"both", func(o *options) { o.envs, o.episodes = 1<<62, 1<<62 }, "--envs 4611686018427387904 --episodes 4611686018427387904: batcher: not enough memory"},
+		{"zero episodes", func(o *options) { o.episodes = 0 }, "--episodes 0: want at least 1"},
+		{"negative envs", func(o *options) { o.envs = -1 }, "--envs -1: want at least 1 (or 0: min(--episodes, 16))"},
+		{"threads -7", func(o *options) { o.flags.Threads = -7 }, fmt.Sprintf("--threads -7: want -1 (one per core) or 1 to %d (the cores here)", runtime.NumCPU())},
+		{"threads 1000", func(o *options) { o.flags.Threads = 1000 }, "--threads 1000: want -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := options{policy: "random", env: "Pendulum-v1", episodes: 10, mem: batcher.Memory{Available: 8 << 30, Source: "test"}}
+			tc.edit(&o)
+			var stdout bytes.Buffer
+			err := run(context.Background(), &stdout, zap.NewNop(), o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || stdout.Len() != 0 {
+				t.Fatalf("error %v, want %q (printed %q)", err, tc.want, stdout.String())
+			}
+		})
+	}
+	// With this machine's memory.
+	o := options{policy: "random", env: "Pendulum-v1", episodes: 10, envs: 1 << 40}
+	if err := run(context.Background(), &bytes.Buffer{}, zap.NewNop(), o); !errors.Is(err, batcher.ErrMemory) {
+		t.Fatalf("2^40 envs: %v", err)
 	}
 }

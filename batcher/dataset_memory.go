@@ -1,0 +1,219 @@
+package batcher
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/towerrl/towerrl/envs"
+)
+
+// ErrMemory is wrapped by a *MemoryError: sizes whose buffers would not fit in memory.
+var ErrMemory = errors.New("batcher: not enough memory")
+
+// Memory is what the process may still allocate, and where that figure came from.
+type Memory struct {
+	Available uint64 // bytes
+	Source    string // for errors, e.g. "MemAvailable in /proc/meminfo"
+}
+
+// FallbackMemory is the memory AvailableMemory assumes where it can read no figure.
+const FallbackMemory = 4 << 30
+
+// AvailableMemory reads what the process may still allocate: MemAvailable in /proc/meminfo,
+// lowered to what the process's cgroup limit leaves (memory.max less memory.current under
+// cgroup v2, memory.limit_in_bytes less memory.usage_in_bytes under v1). Where none can be
+// read (not Linux) it is FallbackMemory.
+func AvailableMemory() Memory { return availableMemory(os.ReadFile) }
+
+func availableMemory(read func(string) ([]byte, error)) Memory {
+	m := Memory{Available: FallbackMemory, Source: "assumed: /proc/meminfo has no MemAvailable"}
+	if b, err := read("/proc/meminfo"); err == nil {
+		for line := range bytes.Lines(b) {
+			rest, ok := bytes.CutPrefix(line, []byte("MemAvailable:"))
+			f := strings.Fields(string(rest))
+			if !ok || len(f) != 2 || f[1] != "kB" {
+				continue
+			}
+			if kb, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+				m = Memory{Available: mulSat(kb, 1024), Source: "MemAvailable in /proc/meminfo"}
+			}
+		}
+	}
+	for _, c := range []struct{ limit, usage string }{
+		{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+		{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"},
+	} {
+		limit, ok := readUint(read, c.limit) // "max" (no limit) does not parse
+		usage, ok2 := readUint(read, c.usage)
+		if !ok || !ok2 || limit >= 1<<60 { // v1 writes a huge number for no limit
+			continue
+		}
+		if left := limit - min(usage, limit); left < m.Available {
+			m = Memory{Available: left, Source: "the cgroup's " + c.limit + " less " + c.usage}
+		}
+		break
+	}
+	return m
+}
+
+func readUint(read func(string) ([]byte, error), path string) (uint64, bool) {
+	b, err := read(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
+}
+
+// MemoryError reports sizes whose buffers would not fit in the memory available, with the
+// most of each size that would fit, the others unchanged.
+type MemoryError struct {
+	Env                                     string
+	Workers, EnvsPerWorker, Steps, Episodes int    // the sizes checked (Episodes: Evaluate's)
+	Need                                    uint64 // bytes; math.MaxUint64 when the sizes overflow 64 bits
+	Memory
+	// FitWorkers, FitEnvsPerWorker, FitSteps and FitEpisodes are the most of that size that
+	// fits with the others unchanged; 0 when none does.
+	FitWorkers, FitEnvsPerWorker, FitSteps, FitEpisodes int
+}
+
+func (e *MemoryError) Error() string {
+	sizes := plural(e.Workers, "worker") + " × " + plural(e.EnvsPerWorker, "env") + " × " + plural(e.Steps, "step")
+	if e.Episodes > 0 {
+		sizes = plural(e.EnvsPerWorker, "env") + " × " + plural(e.Steps, "step") + " and " + plural(e.Episodes, "episode")
+	}
+	need := "about " + formatBytes(e.Need)
+	if e.Need == math.MaxUint64 {
+		need = "more than 64 bits can count (the sizes' product overflows)"
+	}
+	return fmt.Sprintf("%v: %s with %s needs %s, and %s is available (%s)",
+		ErrMemory, e.Env, sizes, need, formatBytes(e.Available), e.Source)
+}
+
+func (e *MemoryError) Unwrap() error { return ErrMemory }
+
+// footprint models the bytes a Batcher holds: fixed + W·perWorker + W·M·(perEnv + T·perRow)
+// + episodes·perEpisode. The figures are upper estimates of what New, Collect, the shard
+// writer and Evaluate allocate: per row the Rollout's columns (two observations, two
+// actions, six float32 columns, an int64 version) and, when writing shards, the env-major
+// scratch copies; per env the last observations, the worker's, env's and agent's buffers
+// and its random streams; per worker an ONNX Runtime session and its goroutines.
+type footprint struct {
+	perRow, perEnv, perWorker, perEpisode, fixed uint64
+}
+
+const evalSteps = 64 // the rollout length Evaluate collects in
+
+func newFootprint(spec envs.Spec, shards bool) footprint {
+	od, ad := uint64(spec.Observation.Dim()), uint64(spec.Action.Dim())
+	f := footprint{perRow: 8*od + 8*ad + 32, perEnv: 48*od + 32*ad + 256, perWorker: 4 << 20, perEpisode: 64, fixed: 64 << 20}
+	if shards {
+		f.perRow += 4*max(od, ad) + 4*od + 10
+	}
+	return f
+}
+
+// need is the footprint of the sizes x = (workers, envs per worker, steps, episodes),
+// saturating at math.MaxUint64.
+func (f footprint) need(x [4]uint64) uint64 {
+	perEnv := addSat(f.perEnv, mulSat(x[2], f.perRow))
+	n := addSat(f.fixed, mulSat(x[0], f.perWorker))
+	n = addSat(n, mulSat(mulSat(x[0], x[1]), perEnv))
+	return addSat(n, mulSat(x[3], f.perEpisode))
+}
+
+// fit is the most size k may be, the others as in x, within available: need is affine in
+// each size.
+func (f footprint) fit(x [4]uint64, k int, available uint64) int {
+	x[k] = 0
+	a := f.need(x)
+	x[k] = 1
+	b := f.need(x) - a
+	if a >= available || b == 0 {
+		return 0
+	}
+	return int(min((available-a)/b, math.MaxInt))
+}
+
+func (f footprint) check(env string, x [4]uint64, mem Memory) error {
+	need := f.need(x)
+	if need <= mem.Available {
+		return nil
+	}
+	e := &MemoryError{Env: env, Workers: int(x[0]), EnvsPerWorker: int(x[1]), Steps: int(x[2]), Episodes: int(x[3]),
+		Need: need, Memory: mem}
+	e.FitWorkers, e.FitEnvsPerWorker = f.fit(x, 0, mem.Available), f.fit(x, 1, mem.Available)
+	e.FitSteps, e.FitEpisodes = f.fit(x, 2, mem.Available), f.fit(x, 3, mem.Available)
+	return e
+}
+
+// CheckMemory checks, before New allocates anything, that the buffers of a Batcher with cfg
+// (and a shard writer's when shards is set) fit in mem: a *MemoryError (wrapping ErrMemory)
+// when they do not, an ErrConfig error for a size out of range.
+func CheckMemory(cfg Config, shards bool, mem Memory) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	spec, err := envs.Lookup(cfg.Env)
+	if err != nil {
+		return err
+	}
+	x := [4]uint64{uint64(cfg.Workers), uint64(cfg.EnvsPerWorker), uint64(cfg.Steps), 0}
+	return newFootprint(spec, shards).check(cfg.Env, x, mem)
+}
+
+// CheckEvalMemory is CheckMemory for Evaluate with cfg: one worker of cfg.Envs envs, and the
+// returns and lengths of cfg.Episodes episodes.
+func CheckEvalMemory(cfg EvalConfig, mem Memory) error {
+	if cfg.Episodes < 1 {
+		return fmt.Errorf("%w: Episodes = %d, want >= 1", ErrConfig, cfg.Episodes)
+	}
+	if cfg.Envs == 0 {
+		cfg.Envs = min(cfg.Episodes, 16)
+	}
+	if cfg.Envs < 0 {
+		return fmt.Errorf("%w: Envs = %d, want >= 1", ErrConfig, cfg.Envs)
+	}
+	spec, err := envs.Lookup(cfg.Env)
+	if err != nil {
+		return err
+	}
+	x := [4]uint64{1, uint64(cfg.Envs), evalSteps, uint64(cfg.Episodes)}
+	return newFootprint(spec, false).check(cfg.Env, x, mem)
+}
+
+// formatBytes writes n in binary units: "512 B", "1.5 MiB", "858.3 GiB".
+func formatBytes(n uint64) string {
+	if n < 1024 {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	v, unit := float64(n)/1024, 0
+	for v >= 1024 && unit < 5 {
+		v /= 1024
+		unit++
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " " + []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}[unit]
+}
+
+func mulSat(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
+}
+
+func addSat(a, b uint64) uint64 {
+	s, carry := bits.Add64(a, b, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return s
+}
