@@ -1,7 +1,7 @@
 # towerrl — the commands a person types. Logic lives in Go and in scripts/.
 GO ?= go
 
-.PHONY: all setup gpu-setup test demo bench lint fixtures
+.PHONY: all setup gpu-setup test demo bench lint fixtures fuzz
 
 all: test
 
@@ -27,6 +27,12 @@ demo: setup
 ## bench: the performance figures quoted in the issues
 bench: setup
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+## fuzz: run every fuzz target (go test -fuzz) for FUZZTIME each (default 1m), e.g.
+## `make fuzz FUZZTIME=10s`; an input that fails is saved under the package's testdata/fuzz/
+FUZZTIME ?= 1m
+fuzz: setup
+	FUZZTIME=$(FUZZTIME) GO=$(GO) bash scripts/fuzz.sh
 
 ## lint: gofmt and go vet must be clean
 lint:

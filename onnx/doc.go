@@ -16,8 +16,21 @@
 // Run(batch) for any batch up to MaxBatch, and read [Output]. Each batch size gets its own
 // I/O binding over the same buffers the first time it is used, so Run allocates nothing
 // after that. Output shapes are learned at creation by running the model on zero batches of
-// 1 and 2. [Feed] is the checked way in: it validates element type, rank, row shape and batch.
-// Run refuses NaN in floating-point inputs unless Config.AllowNaN is set.
+// 1 and 2. [Feed] is the checked way in: it validates element type, rank, row shape and batch;
+// [FeedRepeat] fills a larger batch by repeating the rows it is given. Run refuses NaN in
+// floating-point inputs unless Config.AllowNaN is set.
+//
+// # Untrusted models
+//
+// Model bytes are parsed with the Go protobuf types (package onnxpb) before ONNX Runtime sees
+// them, and a model without an IR version, a graph, an operator set or outputs, or with
+// negative or overflowing declared dimensions, initializers whose raw data disagrees with
+// their shape, or weights in external files, is refused with an [ErrModel] error. Every buffer
+// size that follows from the model's shapes and Config.MaxBatch (or the model's fixed batch)
+// is checked for overflow and against the memory available — MemAvailable in /proc/meminfo
+// (16 GiB assumed when it cannot be read), lowered to the Go memory limit (GOMEMLIMIT) when
+// one is set — before it is allocated, the zero batches that learn the output shapes
+// included: an [ErrTooLarge] error names the tensor, its shape and the batch.
 //
 // Ownership and threading: a Session's description methods (Inputs, Outputs, Metadata,
 // MaxBatch, Provider, InputIndex, OutputIndex) are safe for concurrent use. Run, Feed and the

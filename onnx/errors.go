@@ -22,6 +22,9 @@ var (
 	ErrProvider = errors.New("onnx: execution provider unavailable")
 	// ErrClosed: a call on a closed Session.
 	ErrClosed = errors.New("onnx: session is closed")
+	// ErrTooLarge: a buffer whose size, from the model's shapes and the batch, overflows or
+	// passes the memory available.
+	ErrTooLarge = errors.New("onnx: buffer too large")
 	// ErrConfig: an invalid Config field.
 	ErrConfig = errors.New("onnx: invalid config")
 )

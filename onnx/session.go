@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"unsafe"
@@ -23,15 +25,16 @@ type Config struct {
 	// Library is the ONNX Runtime shared library to load if none is loaded yet.
 	// Default: the LibraryEnv variable, then the per-user cache (see [LibraryPath]).
 	Library string
-	// MaxBatch is the largest batch Run accepts; buffers for it are allocated once.
-	// Default [DefaultMaxBatch]. Ignored for models whose batch dimension is fixed.
+	// MaxBatch is the largest batch Run accepts; buffers for it are allocated once, after
+	// checking that they fit in the memory available. Default [DefaultMaxBatch]. Ignored
+	// for models whose batch dimension is fixed.
 	MaxBatch int
-	// IntraOpThreads is the number of threads ONNX Runtime uses inside one operator.
+	// IntraOpThreads is the number of threads ONNX Runtime uses inside one operator:
+	// 1 to runtime.NumCPU(), or -1 to let ONNX Runtime choose (one per physical core).
 	// Default 1: batchers run one session per worker goroutine, each on its own core.
-	// A negative value lets ONNX Runtime choose (one per physical core).
 	IntraOpThreads int
 	// InterOpThreads is the number of threads running independent operators in
-	// parallel. Default 1; negative lets ONNX Runtime choose.
+	// parallel: 1 to runtime.NumCPU(), or -1 to let ONNX Runtime choose. Default 1.
 	InterOpThreads int
 	// Provider is the execution provider: ProviderCPU (default), ProviderCUDA or ProviderAuto.
 	Provider Provider
@@ -39,7 +42,8 @@ type Config struct {
 	// Default: libonnxruntime_providers_cuda.so in [CacheDir].
 	CUDAProviderLibrary string
 	// Shapes fixes dynamic dimensions other than the batch, by input name: the full shape
-	// with the batch dimension given as -1. Default: none (such inputs are an error).
+	// with the batch dimension given as -1. Naming an input the model lacks is an error.
+	// Default: none (such inputs are an error).
 	Shapes map[string][]int64
 	// AllowNaN skips the NaN check Run does on floating-point inputs. Default false.
 	AllowNaN bool
@@ -60,6 +64,22 @@ func (c Config) withDefaults() (Config, error) {
 	if c.InterOpThreads == 0 {
 		c.InterOpThreads = 1
 	}
+	for _, t := range []struct {
+		field string
+		n     int
+	}{{"IntraOpThreads", c.IntraOpThreads}, {"InterOpThreads", c.InterOpThreads}} {
+		if t.n != -1 && (t.n < 1 || t.n > goruntime.NumCPU()) {
+			return c, fmt.Errorf("%w: %s is %d; want 1 to %d (this machine's CPUs), or -1 to let ONNX Runtime choose",
+				ErrConfig, t.field, t.n, goruntime.NumCPU())
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Shapes)) {
+		for k, d := range c.Shapes[name] {
+			if d < -1 {
+				return c, fmt.Errorf("%w: Config.Shapes[%q] dimension %d is %d; want a size, or -1 for the batch", ErrConfig, name, k, d)
+			}
+		}
+	}
 	if c.Provider == "" {
 		c.Provider = ProviderCPU
 	}
@@ -70,6 +90,14 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = zap.NewNop()
 	}
 	return c, nil
+}
+
+// Validate checks the fields that do not depend on a model (MaxBatch, thread counts,
+// Provider, the sizes in Shapes), as [New] does first: a command can check its flags
+// before reading any file.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
 }
 
 // TensorInfo describes one input or output of a model.
@@ -143,7 +171,7 @@ type Session struct {
 	static   bool // the model's batch dimension is fixed at maxBatch
 	provider Provider
 	meta     map[string]string
-	bindings []*binding // indexed by batch size, made on first use
+	bindings map[int]*binding // by batch size, made on first use
 	closed   bool
 }
 
@@ -164,6 +192,12 @@ func Open(ctx context.Context, path string, cfg Config) (*Session, error) {
 }
 
 // New creates a Session for the serialized model, loading ONNX Runtime first if needed.
+//
+// Before ONNX Runtime sees the bytes, New parses them as an ONNX ModelProto and refuses one
+// without an IR version, a graph, an operator set or outputs, or with absurd declared
+// dimensions (an [ErrModel] error). Before allocating any buffer it checks the buffer's size
+// for overflow and against the memory available (MemAvailable in /proc/meminfo, lowered to
+// GOMEMLIMIT when set): an [ErrTooLarge] error names the tensor, its shape and the batch.
 func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -175,24 +209,32 @@ func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
 	if err := Init(cfg.Library); err != nil {
 		return nil, err
 	}
-	if len(model) == 0 {
-		return nil, fmt.Errorf("%w: the model is empty (0 bytes)", ErrModel)
+	mp, err := checkModel(model)
+	if err != nil {
+		return nil, err
 	}
 	ins, outs, err := ort.GetInputOutputInfoWithONNXData(model)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not a readable ONNX model: %v", ErrModel, err)
 	}
-	s := &Session{cfg: cfg, maxBatch: cfg.MaxBatch}
+	s := &Session{cfg: cfg, maxBatch: cfg.MaxBatch, meta: metadata(mp)}
 	if s.inputs, err = ports(ins, "input"); err != nil {
 		return nil, err
 	}
 	if s.outputs, err = ports(outs, "output"); err != nil {
 		return nil, err
 	}
-	if s.meta, err = readMetadata(model); err != nil {
+	if err := s.resolveInputs(); err != nil {
 		return nil, err
 	}
-	if err := s.resolveInputs(); err != nil {
+	// The inputs' buffers, and a lower bound of each output's, must fit before ONNX Runtime
+	// runs the model on zero batches (probe) and before they are allocated.
+	mem := availableMemory()
+	var total int64
+	if err := s.checkSizes(s.inputs, "input", mem, &total); err != nil {
+		return nil, err
+	}
+	if err := s.checkDeclaredOutputs(mem); err != nil {
 		return nil, err
 	}
 	start := func() error {
@@ -214,6 +256,9 @@ func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
 			cfg.Logger.Info("restored Go's signal handlers replaced by the CUDA execution provider", zap.Int("signals", restored))
 		}
 	}
+	if err == nil {
+		err = s.checkSizes(s.outputs, "output", mem, &total)
+	}
 	if err != nil {
 		return nil, errors.Join(err, s.Close()) // Close is idempotent
 	}
@@ -223,7 +268,7 @@ func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
 			p.mem = make([]uint64, (p.elems(s.maxBatch)*p.DType.Size()+7)/8)
 		}
 	}
-	s.bindings = make([]*binding, s.maxBatch+1)
+	s.bindings = make(map[int]*binding)
 	return s, nil
 }
 
@@ -243,30 +288,12 @@ func ports(infos []ort.InputOutputInfo, kind string) ([]port, error) {
 	return ps, nil
 }
 
-func readMetadata(model []byte) (map[string]string, error) {
-	md, err := ort.GetModelMetadataWithONNXData(model)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading metadata: %v", ErrModel, err)
-	}
-	defer md.Destroy()
-	keys, err := md.GetCustomMetadataMapKeys()
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading metadata keys: %v", ErrModel, err)
-	}
-	meta := make(map[string]string, len(keys))
-	for _, k := range keys {
-		v, _, err := md.LookupCustomMetadataMap(k)
-		if err != nil {
-			return nil, fmt.Errorf("%w: reading metadata %q: %v", ErrModel, k, err)
-		}
-		meta[k] = v
-	}
-	return meta, nil
-}
-
 // resolveInputs decides which inputs are batched and fixes their row shapes. An input whose
 // first dimension is dynamic is batched; when no input is, the model has a static batch.
 func (s *Session) resolveInputs() error {
+	if err := s.checkShapes(); err != nil {
+		return err
+	}
 	dynamic := false
 	for i := range s.inputs {
 		p := &s.inputs[i]
@@ -290,6 +317,9 @@ func (s *Session) resolveInputs() error {
 					ErrShape, p.Name, len(shape)-len(rest)+d)
 			}
 		}
+		if _, ok := rowElems(rest); !ok {
+			return fmt.Errorf("%w: input %q declares rows of shape %v, which hold more than 2^63 elements", ErrTooLarge, p.Name, rest)
+		}
 		p.Row = slices.Clone(rest)
 	}
 	if dynamic || len(s.inputs) == 0 {
@@ -300,6 +330,9 @@ func (s *Session) resolveInputs() error {
 	if len(first.Declared) == 0 {
 		s.static, s.maxBatch = true, 1
 		return nil
+	}
+	if first.Declared[0] == 0 {
+		return fmt.Errorf("%w: input %q fixes the batch at 0 rows; re-export the model with a dynamic or positive batch", ErrShape, first.Name)
 	}
 	s.static, s.maxBatch = true, int(first.Declared[0])
 	for i := range s.inputs {
@@ -382,6 +415,14 @@ func (s *Session) resolveOutputs() error {
 }
 
 func (s *Session) probe(batch int) ([]ort.Shape, error) {
+	mem := availableMemory()
+	var total int64
+	for i := range s.inputs {
+		if err := checkSize(&s.inputs[i], "input", batch, fmt.Sprintf("for a batch of %d that learns the output shapes", batch),
+			"check the model's declared shape", mem, &total); err != nil {
+			return nil, err
+		}
+	}
 	ins := make([]ort.Value, len(s.inputs))
 	outs := make([]ort.Value, len(s.outputs))
 	defer func() {
@@ -512,6 +553,22 @@ func Output[T Element](s *Session, i int) ([]T, error) { return buffer[T](s, s.o
 // Feed copies data of the given shape into input i after checking its element type, rank,
 // row shape and batch size against the model, and returns the batch size to pass to Run.
 func Feed[T Element](s *Session, i int, shape []int64, data []T) (int, error) {
+	return feed(s, i, shape, data, -1)
+}
+
+// FeedRepeat is [Feed] for a batch of batch rows made by repeating data's rows cyclically
+// (row r of the batch is data's row r mod shape[0]; the first batch rows when data has more):
+// a benchmark's way to fill a large batch from a few observations without copying them first.
+// An input without a batch dimension is fed as Feed does.
+func FeedRepeat[T Element](s *Session, i int, shape []int64, data []T, batch int) (int, error) {
+	if batch < 1 {
+		return 0, fmt.Errorf("%w: batch of %d to repeat rows into, want 1 or more", ErrBatch, batch)
+	}
+	return feed(s, i, shape, data, batch)
+}
+
+// feed is Feed (batch -1: data's own rows) and FeedRepeat.
+func feed[T Element](s *Session, i int, shape []int64, data []T, batch int) (int, error) {
 	p, err := s.port(s.inputs, i, "input")
 	if err != nil {
 		return 0, err
@@ -523,21 +580,36 @@ func Feed[T Element](s *Session, i int, shape []int64, data []T) (int, error) {
 	if len(shape) != len(want) {
 		return 0, fmt.Errorf("%w: input %q has rank %d (shape %v), got rank %d (shape %v)", ErrShape, p.Name, len(want), p.Declared, len(shape), shape)
 	}
-	batch := 1
 	row := shape
 	if p.Batched {
-		batch, row = int(shape[0]), shape[1:]
-		if err := s.checkBatch(batch); err != nil {
-			return 0, fmt.Errorf("input %q: %w", p.Name, err)
-		}
+		row = shape[1:]
 	}
 	if !slices.Equal(row, p.Row) {
 		return 0, fmt.Errorf("%w: input %q needs rows of shape %v, got %v (model shape %v)", ErrShape, p.Name, p.Row, row, p.Declared)
 	}
-	if n := int(product(shape)); len(data) != n {
-		return 0, fmt.Errorf("%w: input %q: shape %v holds %d elements, got %d", ErrShape, p.Name, shape, n, len(data))
+	if !p.Batched {
+		if n := p.RowSize(); len(data) != n {
+			return 0, fmt.Errorf("%w: input %q: shape %v holds %d elements, got %d", ErrShape, p.Name, shape, n, len(data))
+		}
+		copy(view[T](p.mem), data)
+		return 1, nil
 	}
-	copy(view[T](p.mem), data)
+	rows := shape[0]
+	if batch < 0 {
+		batch = int(min(rows, math.MaxInt))
+	}
+	if err := s.checkBatch(batch); err != nil {
+		return 0, fmt.Errorf("input %q: %w", p.Name, err)
+	}
+	rowSize := p.RowSize()
+	if n, ok := mulSize(rows, int64(rowSize)); !ok || rows < 1 || int64(len(data)) != n {
+		return 0, fmt.Errorf("%w: input %q: shape %v holds %d elements, got %d", ErrShape, p.Name, shape, product(shape), len(data))
+	}
+	dst := view[T](p.mem)[:batch*rowSize]
+	filled := copy(dst, data) // whole rows: at most batch of them
+	for filled < len(dst) {   // then double the repeated rows
+		filled += copy(dst[filled:], dst[:filled])
+	}
 	return batch, nil
 }
 
@@ -566,8 +638,8 @@ func (s *Session) Run(batch int) error {
 			return err
 		}
 	}
-	b := s.bindings[batch]
-	if b == nil {
+	b, ok := s.bindings[batch]
+	if !ok {
 		var err error
 		if b, err = s.bind(batch); err != nil {
 			return err
@@ -672,4 +744,121 @@ func product(shape []int64) int64 {
 		n *= d
 	}
 	return n
+}
+
+// checkShapes refuses Config.Shapes entries naming an input the model lacks, or giving a
+// dimension the model declares as another size.
+func (s *Session) checkShapes() error {
+	for _, name := range slices.Sorted(maps.Keys(s.cfg.Shapes)) {
+		i, err := index(s.inputs, name, "input")
+		if err != nil {
+			return fmt.Errorf("%w: Config.Shapes: %w", ErrConfig, err)
+		}
+		declared := s.inputs[i].Declared
+		for k, d := range s.cfg.Shapes[name] {
+			if k < len(declared) && d >= 0 && declared[k] >= 0 && d != declared[k] {
+				return fmt.Errorf("%w: Config.Shapes[%q] sets dimension %d to %d; the model declares %d (shape %v)",
+					ErrConfig, name, k, d, declared[k], declared)
+			}
+		}
+	}
+	return nil
+}
+
+// rowElems is the number of elements in a row of the given shape; ok is false past int64.
+func rowElems(row []int64) (int64, bool) {
+	n, ok := int64(1), true
+	for _, d := range row {
+		if n, ok = mulSize(n, d); !ok {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// bufferSize is the bytes p's buffer needs for batch rows; ok is false past int64.
+func (p *port) bufferSize(batch int) (int64, bool) {
+	n, ok := rowElems(p.Row)
+	if ok && p.Batched {
+		n, ok = mulSize(n, int64(batch))
+	}
+	if ok {
+		n, ok = mulSize(n, int64(p.DType.Size()))
+	}
+	return n, ok
+}
+
+// checkSizes checks the buffers of ps for MaxBatch rows (see checkSize).
+func (s *Session) checkSizes(ps []port, kind string, mem memory, total *int64) error {
+	for i := range ps {
+		p := &ps[i]
+		batch := fmt.Sprintf("for a batch of %d (Config.MaxBatch)", s.maxBatch)
+		advice := "lower Config.MaxBatch, or check the model's declared shape"
+		switch {
+		case s.static:
+			batch = fmt.Sprintf("for the batch of %d the model fixes", s.maxBatch)
+			advice = "re-export the model with a dynamic or smaller batch"
+		case !p.Batched:
+			batch, advice = "(it has no batch dimension)", "check the model's declared shape"
+		}
+		if err := checkSize(p, kind, s.maxBatch, batch, advice, mem, total); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkSize refuses p's buffer for batch rows when its size overflows or passes the memory
+// available, alone or added to *total (the buffers already counted), which it updates.
+// batchText says what the batch is, advice what to do.
+func checkSize(p *port, kind string, batch int, batchText, advice string, mem memory, total *int64) error {
+	n, ok := p.bufferSize(batch)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: %s %s needs more than 2^63 bytes %s: %s", ErrTooLarge, kind, p.describe(), batchText, advice)
+	case n > mem.avail:
+		return fmt.Errorf("%w: %s %s needs %s %s; %s of memory is available (%s): %s",
+			ErrTooLarge, kind, p.describe(), formatBytes(n), batchText, formatBytes(mem.avail), mem.source, advice)
+	case n > mem.avail-*total:
+		return fmt.Errorf("%w: %s %s needs %s %s; with the %s the other buffers take, that passes the %s of memory available (%s): %s",
+			ErrTooLarge, kind, p.describe(), formatBytes(n), batchText, formatBytes(*total), formatBytes(mem.avail), mem.source, advice)
+	}
+	*total += n
+	return nil
+}
+
+// describe names p with its element type and concrete row shape.
+func (p *port) describe() string {
+	row := fmt.Sprint(p.Row)
+	if p.Batched {
+		row = fmt.Sprintf("batch × %v", p.Row)
+	}
+	return fmt.Sprintf("%q (%s, rows %s)", p.Name, p.DType, row)
+}
+
+// checkDeclaredOutputs refuses an output whose declared shape alone (dynamic dimensions
+// counted as 1) cannot fit in memory, before ONNX Runtime is asked to compute it.
+func (s *Session) checkDeclaredOutputs(mem memory) error {
+	for i := range s.outputs {
+		p := &s.outputs[i]
+		n, ok := int64(p.DType.Size()), true
+		for _, d := range p.Declared {
+			if d > 0 && ok {
+				n, ok = mulSize(n, d)
+			}
+		}
+		if !ok || n > mem.avail {
+			return fmt.Errorf("%w: output %q declares shape %v, at least %s; %s of memory is available (%s): check the model",
+				ErrTooLarge, p.Name, p.Declared, sizeText(n, ok), formatBytes(mem.avail), mem.source)
+		}
+	}
+	return nil
+}
+
+// sizeText formats a size that may have overflowed.
+func sizeText(n int64, ok bool) string {
+	if !ok {
+		return "more than 2^63 bytes"
+	}
+	return formatBytes(n)
 }

@@ -293,24 +293,6 @@ func TestClosed(t *testing.T) {
 	}
 }
 
-func TestConfigErrors(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(fixtures, "mlp_tanh.onnx")
-	for _, tc := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{MaxBatch: -1}, "MaxBatch"},
-		{Config{Provider: "tpu"}, `"tpu"`},
-		{Config{Shapes: map[string][]int64{"obs": {-1}}}, `Config.Shapes["obs"] has rank 1`},
-	} {
-		_, err := Open(ctx, path, tc.cfg)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: error %v, want one naming %s", tc.cfg, err, tc.want)
-		}
-	}
-}
-
 func TestProviders(t *testing.T) {
 	plugin := filepath.Join(t.TempDir(), "libonnxruntime_providers_cuda.so")
 	_, err := Open(context.Background(), filepath.Join(fixtures, "mlp_tanh.onnx"),

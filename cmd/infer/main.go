@@ -4,15 +4,20 @@
 //	infer --model p.onnx --input obs.npy [--input-name NAME] --out DIR
 //
 // Each output is written to DIR/<output>.npy (characters other than letters, digits, '.', '_'
-// and '-' in the output's name become '_'), first under a temporary name and then renamed.
+// and '-' in the output's name become '_'; when two outputs' names become the same file name,
+// the later one in the model's order gets _2, _3, ...), first under a temporary name and then
+// renamed. DIR is created (if missing) only once the model has loaded and the inputs fit it.
 // Progress and errors go to stderr; one JSON object goes to stdout:
 //
 //	{"outputs": [{"name": ..., "shape": [...], "file": ...}], "provider": "cpu", "ms": 0.41, ...}
 //
 // --input may be repeated as NAME=PATH for models with several inputs. The first dimension of
-// every input is the batch.
+// every input is the batch. Every argument is a flag: a stray word is an error, since Go's flag
+// parsing would otherwise stop there and ignore the flags after it. --threads takes 1 to the
+// number of CPUs, or -1 to let ONNX Runtime choose.
 //
-// As a throughput benchmark: --batch B repeats the input rows cyclically up to B rows, and
+// As a throughput benchmark: --batch B (at most 2147483647, and only when the session's
+// buffers fit in the memory available) repeats the input rows cyclically up to B rows, and
 // --repeat N runs the model N more times after the first (warm-up) run and adds ms_per_run and
 // samples_per_sec (their mean) to the summary:
 //
@@ -26,9 +31,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
 
@@ -62,82 +69,116 @@ type summary struct {
 	SamplesPerSec float64 `json:"samples_per_sec,omitempty"`
 }
 
-// bench is --batch and --repeat.
-type bench struct{ batch, repeat int }
+// maxBatch is the largest --batch; past it, the number is a typo (the memory check would
+// refuse most such batches anyway, with a longer message).
+const maxBatch = math.MaxInt32
+
+// maxThreads is the largest --threads: more threads than CPUs only slow ONNX Runtime down.
+var maxThreads = runtime.NumCPU()
+
+// options are the command's flags.
+type options struct {
+	model, inName, out string
+	provider, library  string
+	inputs             inputs
+	threads            int
+	cast, allowNaN     bool
+	batch, repeat      int // --batch and --repeat: the benchmark
+	log                cli.LogFlags
+}
+
+// parseFlags parses the command line (without the program name), writing errors and the
+// usage to stderr.
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.model, "model", "", "ONNX model to run (required)")
+	fs.StringVar(&o.inName, "input-name", "", "model input that --input feeds (default: the model's only input)")
+	fs.StringVar(&o.out, "out", "", "folder for the output .npy files (required; created if missing, once the model has loaded)")
+	fs.StringVar(&o.provider, "provider", "cpu", "execution provider: cpu, cuda or auto")
+	fs.IntVar(&o.threads, "threads", 1, fmt.Sprintf("ONNX Runtime intra-op threads: 1 to %d (the CPUs), or -1 to let ONNX Runtime choose", maxThreads))
+	fs.StringVar(&o.library, "ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
+	fs.BoolVar(&o.cast, "cast", false, "convert inputs whose element type differs from the model's instead of refusing them")
+	fs.BoolVar(&o.allowNaN, "allow-nan", false, "pass NaN observations to the model instead of refusing them")
+	fs.IntVar(&o.batch, "batch", 0, fmt.Sprintf("repeat the input rows cyclically up to this batch, at most %d (0: the input's own)", maxBatch))
+	fs.IntVar(&o.repeat, "repeat", 0, "time this many more runs after the first and report their throughput")
+	fs.Var(&o.inputs, "input", "observations as .npy: PATH, or NAME=PATH (repeatable)")
+	o.log.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		return o, err // fs printed it, with the usage
+	}
+	if err := cli.NoArgs(fs); err != nil {
+		fmt.Fprintf(fs.Output(), "infer: %v\n", err)
+		return o, err
+	}
+	return o, nil
+}
 
 func main() {
-	var (
-		model     = flag.String("model", "", "ONNX model to run (required)")
-		inName    = flag.String("input-name", "", "model input that --input feeds (default: the model's only input)")
-		out       = flag.String("out", "", "folder for the output .npy files (required; created if missing)")
-		provider  = flag.String("provider", "cpu", "execution provider: cpu, cuda or auto")
-		threads   = flag.Int("threads", 1, "ONNX Runtime intra-op threads (-1: one per core)")
-		library   = flag.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
-		cast      = flag.Bool("cast", false, "convert inputs whose element type differs from the model's instead of refusing them")
-		allowNaN  = flag.Bool("allow-nan", false, "pass NaN observations to the model instead of refusing them")
-		batch     = flag.Int("batch", 0, "repeat the input rows cyclically up to this batch (0: the input's own)")
-		repeat    = flag.Int("repeat", 0, "time this many more runs after the first and report their throughput")
-		inputList inputs
-		lf        cli.LogFlags
-	)
-	flag.Var(&inputList, "input", "observations as .npy: PATH, or NAME=PATH (repeatable)")
-	lf.Register(flag.CommandLine)
-	flag.Parse()
-	cli.Main("infer", lf, func(ctx context.Context, log *zap.Logger) error {
-		p, err := onnx.ParseProvider(*provider)
-		if err != nil {
-			return err
-		}
-		return run(ctx, os.Stdout, log, *model, inputList, *inName, *out, onnx.Config{
-			Library: *library, Provider: p, IntraOpThreads: *threads, AllowNaN: *allowNaN, Logger: log,
-		}, *cast, bench{*batch, *repeat})
+	o, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		os.Exit(2)
+	}
+	cli.Main("infer", o.log, func(ctx context.Context, log *zap.Logger) error {
+		return run(ctx, os.Stdout, log, o)
 	})
 }
 
-func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, ins []string, inName, out string, cfg onnx.Config, cast bool, b bench) error {
+// check validates the options that need no file, before any is read.
+func (o options) check() (onnx.Config, error) {
 	switch {
-	case model == "":
-		return errors.New("--model is required")
-	case len(ins) == 0:
-		return errors.New("--input is required")
-	case out == "":
-		return errors.New("--out is required")
-	case b.batch < 0:
-		return fmt.Errorf("--batch %d: want 0 (the input's own) or more", b.batch)
-	case b.repeat < 0:
-		return fmt.Errorf("--repeat %d: want 0 or more", b.repeat)
+	case o.model == "":
+		return onnx.Config{}, errors.New("--model is required")
+	case len(o.inputs) == 0:
+		return onnx.Config{}, errors.New("--input is required")
+	case o.out == "":
+		return onnx.Config{}, errors.New("--out is required")
+	case o.batch < 0 || o.batch > maxBatch:
+		return onnx.Config{}, fmt.Errorf("--batch %d: want 0 (the input's own) to %d", o.batch, maxBatch)
+	case o.repeat < 0:
+		return onnx.Config{}, fmt.Errorf("--repeat %d: want 0 or more", o.repeat)
+	case o.threads != -1 && (o.threads < 1 || o.threads > maxThreads):
+		return onnx.Config{}, fmt.Errorf("--threads %d: want 1 to %d (this machine's CPUs), or -1 to let ONNX Runtime choose", o.threads, maxThreads)
 	}
-	// Fail on an unwritable output folder before any work.
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return fmt.Errorf("--out: %w", err)
-	}
-	probe, err := os.CreateTemp(out, ".infer-check-*")
+	p, err := onnx.ParseProvider(o.provider)
 	if err != nil {
-		return fmt.Errorf("--out %s is not writable: %w", out, err)
+		return onnx.Config{}, fmt.Errorf("--provider: %w", err)
 	}
-	probe.Close()
-	os.Remove(probe.Name())
+	cfg := onnx.Config{Library: o.library, Provider: p, IntraOpThreads: o.threads, AllowNaN: o.allowNaN}
+	return cfg, cfg.Validate()
+}
 
-	arrays, err := readInputs(ins, inName)
+func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err error) {
+	cfg, err := o.check()
 	if err != nil {
 		return err
 	}
-	if b.batch > 0 {
-		for i := range arrays {
-			if err := tile(arrays[i].Array, b.batch); err != nil {
-				return fmt.Errorf("--batch %d: input %s: %w", b.batch, arrays[i].path, err)
-			}
-		}
+	cfg.Logger = log
+	arrays, err := readInputs(o.inputs, o.inName)
+	if err != nil {
+		return err
 	}
-	batch := 0
+	batch := o.batch
 	for _, a := range arrays {
 		if len(a.Shape) == 0 {
 			return fmt.Errorf("input %s is a scalar; the first dimension must be the batch", a.path)
 		}
-		batch = max(batch, a.Shape[0])
+		if o.batch > 0 && a.Shape[0] == 0 {
+			return fmt.Errorf("--batch %d: input %s has no rows to repeat", o.batch, a.path)
+		}
+		if o.batch == 0 {
+			batch = max(batch, a.Shape[0])
+		}
 	}
 	cfg.MaxBatch = max(batch, 1)
-	s, err := onnx.Open(ctx, model, cfg)
+	s, err := onnx.Open(ctx, o.model, cfg)
+	if errors.Is(err, onnx.ErrTooLarge) && o.batch > 0 {
+		return fmt.Errorf("--batch %d: %w", o.batch, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -161,7 +202,7 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, i
 		if err != nil {
 			return err
 		}
-		if n, err = feed(s, i, infos[i], a, cast); err != nil {
+		if n, err = feed(s, i, infos[i], a, o.cast, o.batch); err != nil {
 			return fmt.Errorf("input %s: %w", a.path, err)
 		}
 		fed[i] = true
@@ -171,73 +212,85 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, model string, i
 			return fmt.Errorf("model input %q was not given; pass --input %s=PATH", in.Name, in.Name)
 		}
 	}
-	log.Info("running", zap.String("model", model), zap.Int("batch", n), zap.String("provider", string(s.Provider())))
+	// Only now that the model has loaded and taken the inputs: make the output folder (and
+	// remove what was made if infer fails from here on).
+	cleanup, err := makeDir(o.out)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	log.Info("running", zap.String("model", o.model), zap.Int("batch", n), zap.String("provider", string(s.Provider())))
 	start := time.Now()
 	if err := s.Run(n); err != nil {
 		return err
 	}
 	ms := float64(time.Since(start).Microseconds()) / 1000
 
-	sum := summary{Model: model, Batch: n, Provider: string(s.Provider()), MS: ms}
-	if b.repeat > 0 {
+	sum := summary{Model: o.model, Batch: n, Provider: string(s.Provider()), MS: ms}
+	if o.repeat > 0 {
 		start := time.Now()
-		for k := range b.repeat {
+		for k := range o.repeat {
 			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("after %d of %d timed runs: %w", k, b.repeat, err)
+				return fmt.Errorf("after %d of %d timed runs: %w", k, o.repeat, err)
 			}
 			if err := s.Run(n); err != nil {
 				return err
 			}
 		}
 		el := time.Since(start)
-		sum.Repeat, sum.MSPerRun = b.repeat, el.Seconds()*1000/float64(b.repeat)
-		sum.SamplesPerSec = float64(n*b.repeat) / el.Seconds()
-		log.Info("timed", zap.Int("runs", b.repeat), zap.Float64("ms_per_run", sum.MSPerRun), zap.Float64("samples_per_sec", sum.SamplesPerSec))
+		sum.Repeat, sum.MSPerRun = o.repeat, el.Seconds()*1000/float64(o.repeat)
+		sum.SamplesPerSec = float64(n*o.repeat) / el.Seconds()
+		log.Info("timed", zap.Int("runs", o.repeat), zap.Float64("ms_per_run", sum.MSPerRun), zap.Float64("samples_per_sec", sum.SamplesPerSec))
 	}
-	for i, o := range s.Outputs() {
-		file := filepath.Join(out, fileName(o.Name)+".npy")
-		shape := o.Shape(n)
-		if err := writeOutput(s, i, o, shape, file); err != nil {
-			return fmt.Errorf("writing output %q: %w", o.Name, err)
+	outs := s.Outputs()
+	names := make([]string, len(outs))
+	for i, info := range outs {
+		names[i] = info.Name
+	}
+	files := fileNames(names)
+	for i, info := range outs {
+		file := filepath.Join(o.out, files[i])
+		shape := info.Shape(n)
+		if err := writeOutput(s, i, info, shape, file); err != nil {
+			return fmt.Errorf("writing output %q: %w", info.Name, err)
 		}
-		log.Info("wrote", zap.String("output", o.Name), zap.Int64s("shape", shape), zap.String("file", file))
-		sum.Outputs = append(sum.Outputs, outputSummary{Name: o.Name, Shape: shape, DType: o.DType.String(), File: file})
+		log.Info("wrote", zap.String("output", info.Name), zap.Int64s("shape", shape), zap.String("file", file))
+		sum.Outputs = append(sum.Outputs, outputSummary{Name: info.Name, Shape: shape, DType: info.DType.String(), File: file})
 	}
 	return cli.Summary(stdout, sum)
 }
 
-// tile repeats a's rows (its first dimension) cyclically until it has batch rows, or keeps
-// its first batch rows.
-func tile(a *npy.Array, batch int) error {
-	if len(a.Shape) == 0 || a.Shape[0] == 0 {
-		return errors.New("no rows to repeat")
+// makeDir makes dir and any missing parents, and checks that files can be created in it. The
+// cleanup it returns removes the folders it made, deepest first, when they are still empty.
+func makeDir(dir string) (cleanup func(), err error) {
+	var made []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		made = append(made, d)
 	}
-	rows, row := a.Shape[0], a.Len()/a.Shape[0]
-	switch {
-	case a.F32 != nil:
-		a.F32 = tileRows(a.F32, rows, row, batch)
-	case a.F64 != nil:
-		a.F64 = tileRows(a.F64, rows, row, batch)
-	case a.I32 != nil:
-		a.I32 = tileRows(a.I32, rows, row, batch)
-	case a.I64 != nil:
-		a.I64 = tileRows(a.I64, rows, row, batch)
-	case a.U8 != nil:
-		a.U8 = tileRows(a.U8, rows, row, batch)
-	default:
-		return fmt.Errorf("element type %s", a.Descr)
+	cleanup = func() {
+		for _, d := range made {
+			os.Remove(d) // only an empty folder goes
+		}
 	}
-	a.Shape = append([]int{batch}, a.Shape[1:]...)
-	return nil
-}
-
-// tileRows is batch rows of row values, row r being src's row r mod rows.
-func tileRows[T any](src []T, rows, row, batch int) []T {
-	d := make([]T, batch*row)
-	for r := range batch {
-		copy(d[r*row:(r+1)*row], src[(r%rows)*row:])
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("--out: %w", err)
 	}
-	return d
+	probe, err := os.CreateTemp(dir, ".infer-check-*")
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("--out %s is not writable: %w", dir, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return cleanup, nil
 }
 
 type array struct {
@@ -267,37 +320,47 @@ func readInputs(ins []string, inName string) ([]array, error) {
 	return out, nil
 }
 
-// feed copies a into input i, converting its element type only when cast is set.
-func feed(s *onnx.Session, i int, info onnx.TensorInfo, a array, cast bool) (int, error) {
+// fileTypes names the element types of the .npy files infer reads, as the model's are named.
+var fileTypes = map[string]string{"<f4": "float32", "<f8": "float64", "<i4": "int32", "<i8": "int64", "|u1": "uint8", "<u1": "uint8", "|b1": "bool"}
+
+// feed copies a into input i, converting its element type only when cast is set; with batch
+// > 0, its rows are repeated cyclically (or cut) to batch rows.
+func feed(s *onnx.Session, i int, info onnx.TensorInfo, a array, cast bool, batch int) (int, error) {
 	shape := make([]int64, len(a.Shape))
 	for k, d := range a.Shape {
 		shape[k] = int64(d)
 	}
-	have := map[string]onnx.DType{"<f4": onnx.Float32, "<f8": onnx.Float64, "<i4": onnx.Int32, "<i8": onnx.Int64, "|u1": onnx.Uint8, "<u1": onnx.Uint8}[a.Descr]
-	if have != info.DType && !cast {
-		return 0, fmt.Errorf("%w: the file holds %s (%s), model input %q expects %s; convert it (numpy: arr.astype(...)) or pass --cast",
-			onnx.ErrDType, have, a.Descr, info.Name, info.DType)
+	have := fileTypes[a.Descr]
+	if have != info.DType.String() && !cast {
+		return 0, fmt.Errorf("%w: the file holds %s (%s), model input %q expects %s; convert it (numpy: np.save(path, arr.astype(np.%s))) or pass --cast",
+			onnx.ErrDType, have, a.Descr, info.Name, info.DType, info.DType)
 	}
-	vals := asFloat64(a.Array)
 	switch info.DType {
 	case onnx.Float32:
-		if have == onnx.Float32 {
-			return onnx.Feed(s, i, shape, a.F32)
-		}
-		return onnx.Feed(s, i, shape, convert[float32](vals))
+		return feedAs(s, i, shape, a.F32, a.Array, batch)
 	case onnx.Float64:
-		return onnx.Feed(s, i, shape, vals)
+		return feedAs(s, i, shape, a.F64, a.Array, batch)
 	case onnx.Int32:
-		return onnx.Feed(s, i, shape, convert[int32](vals))
+		return feedAs(s, i, shape, a.I32, a.Array, batch)
 	case onnx.Int64:
-		if have == onnx.Int64 {
-			return onnx.Feed(s, i, shape, a.I64)
-		}
-		return onnx.Feed(s, i, shape, convert[int64](vals))
+		return feedAs(s, i, shape, a.I64, a.Array, batch)
 	case onnx.Uint8:
-		return onnx.Feed(s, i, shape, convert[uint8](vals))
+		return feedAs(s, i, shape, a.U8, a.Array, batch) // bool data is 0 and 1 in U8
 	}
 	return 0, fmt.Errorf("%w: model input %q has element type %s", onnx.ErrDType, info.Name, info.DType)
+}
+
+// feedAs feeds same, the file's data when it already has the model's element type, or else
+// the file's data converted.
+func feedAs[T onnx.Element](s *onnx.Session, i int, shape []int64, same []T, a *npy.Array, batch int) (int, error) {
+	data := same
+	if data == nil {
+		data = convert[T](asFloat64(a))
+	}
+	if batch > 0 {
+		return onnx.FeedRepeat(s, i, shape, data, batch)
+	}
+	return onnx.Feed(s, i, shape, data)
 }
 
 func asFloat64(a *npy.Array) []float64 {
@@ -335,6 +398,24 @@ func fileName(output string) string {
 		name = "output"
 	}
 	return name
+}
+
+// fileNames gives each output its own .npy file name: fileName(output).npy, with _2, _3, ...
+// added to the later of the outputs whose names become the same (compared without case, for
+// case-insensitive file systems).
+func fileNames(outputs []string) []string {
+	used := map[string]bool{}
+	files := make([]string, len(outputs))
+	for i, o := range outputs {
+		base := fileName(o)
+		name := base
+		for k := 2; used[strings.ToLower(name)]; k++ {
+			name = fmt.Sprintf("%s_%d", base, k)
+		}
+		used[strings.ToLower(name)] = true
+		files[i] = name + ".npy"
+	}
+	return files
 }
 
 func writeOutput(s *onnx.Session, i int, o onnx.TensorInfo, shape []int64, file string) error {

@@ -4,19 +4,29 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/towerrl/towerrl/internal/npy"
 	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/onnx/onnxpb"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 )
 
 const fixtures = "../../testdata"
+
+// opts are the options for running model on inputs into out, as the flags' defaults give.
+func opts(model string, inputs []string, out string) options {
+	return options{model: model, inputs: inputs, out: out, provider: "cpu", threads: 1}
+}
 
 func readNPY(t *testing.T, path string) *npy.Array {
 	t.Helper()
@@ -41,8 +51,8 @@ func TestInferMatchesPyTorch(t *testing.T) {
 		t.Run(fx.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
 			var stdout bytes.Buffer
-			err := run(context.Background(), &stdout, zap.NewNop(), filepath.Join(fixtures, fx.name+".onnx"),
-				[]string{filepath.Join(fixtures, fx.name+".input.npy")}, "", out, onnx.Config{}, false, bench{})
+			err := run(context.Background(), &stdout, zap.NewNop(), opts(filepath.Join(fixtures, fx.name+".onnx"),
+				[]string{filepath.Join(fixtures, fx.name+".input.npy")}, out))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +116,9 @@ func TestInferErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout bytes.Buffer
-			err := run(context.Background(), &stdout, zap.NewNop(), tc.model, tc.inputs, tc.inName, tc.out, onnx.Config{}, false, bench{})
+			o := opts(tc.model, tc.inputs, tc.out)
+			o.inName = tc.inName
+			err := run(context.Background(), &stdout, zap.NewNop(), o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
@@ -117,7 +129,9 @@ func TestInferErrors(t *testing.T) {
 	}
 	// With --cast, a float64 file feeds a float32 input.
 	var stdout bytes.Buffer
-	if err := run(context.Background(), &stdout, zap.NewNop(), model, []string{f64}, "", filepath.Join(dir, "cast"), onnx.Config{}, true, bench{}); err != nil {
+	o := opts(model, []string{f64}, filepath.Join(dir, "cast"))
+	o.cast = true
+	if err := run(context.Background(), &stdout, zap.NewNop(), o); err != nil {
 		t.Fatalf("--cast: %v", err)
 	}
 }
@@ -135,8 +149,9 @@ func TestFileName(t *testing.T) {
 func TestInferBench(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	var stdout bytes.Buffer
-	err := run(context.Background(), &stdout, zap.NewNop(), filepath.Join(fixtures, "mlp_tanh.onnx"),
-		[]string{filepath.Join(fixtures, "mlp_tanh.input.npy")}, "", out, onnx.Config{}, false, bench{batch: 40, repeat: 3})
+	o := opts(filepath.Join(fixtures, "mlp_tanh.onnx"), []string{filepath.Join(fixtures, "mlp_tanh.input.npy")}, out)
+	o.batch, o.repeat = 40, 3
+	err := run(context.Background(), &stdout, zap.NewNop(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,11 +179,236 @@ func TestInferBench(t *testing.T) {
 			}
 		}
 	}
-	for _, b := range []bench{{batch: -1}, {repeat: -2}} {
-		err := run(context.Background(), io.Discard, zap.NewNop(), filepath.Join(fixtures, "mlp_tanh.onnx"),
-			[]string{filepath.Join(fixtures, "mlp_tanh.input.npy")}, "", out, onnx.Config{}, false, b)
+	for _, b := range [][2]int{{-1, 0}, {0, -2}} {
+		o.batch, o.repeat = b[0], b[1]
+		err := run(context.Background(), io.Discard, zap.NewNop(), o)
 		if err == nil || !strings.Contains(err.Error(), "want 0") {
-			t.Errorf("bench %+v: %v", b, err)
+			t.Errorf("--batch %d --repeat %d: %v", b[0], b[1], err)
+		}
+	}
+}
+
+// writeNPY writes data of the given shape to dir/name and returns the path.
+func writeNPY[T npy.Element](t *testing.T, dir, name string, shape []int, data []T) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := npy.Write(f, shape, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// twoOutputModel writes a model whose outputs, named as given, are obs and -obs (float32
+// [batch, 2]).
+func twoOutputModel(t *testing.T, dir string, first, second string) string {
+	t.Helper()
+	info := func(name string) *onnxpb.ValueInfoProto {
+		shape := &onnxpb.TensorShapeProto{Dim: []*onnxpb.TensorShapeProto_Dimension{
+			{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: "batch"}},
+			{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: 2}},
+		}}
+		return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
+			TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Shape: shape}}}}
+	}
+	m := &onnxpb.ModelProto{
+		IrVersion:   proto.Int64(8),
+		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(13)}},
+		Graph: &onnxpb.GraphProto{
+			Name:   proto.String("two"),
+			Input:  []*onnxpb.ValueInfoProto{info("obs")},
+			Output: []*onnxpb.ValueInfoProto{info(first), info(second)},
+			Node: []*onnxpb.NodeProto{
+				{OpType: proto.String("Identity"), Input: []string{"obs"}, Output: []string{first}},
+				{OpType: proto.String("Neg"), Input: []string{"obs"}, Output: []string{second}},
+			},
+		},
+	}
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "two.onnx")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestOutputNamesCollide: outputs "a/b" and "a:b" both become a_b; each gets its own file
+// (a_b.npy, a_b_2.npy in the model's order) holding its own values, and the summary names
+// both. Before, the second overwrote the first.
+func TestOutputNamesCollide(t *testing.T) {
+	dir := t.TempDir()
+	model := twoOutputModel(t, dir, "a/b", "a:b")
+	in := writeNPY(t, dir, "in.npy", []int{3, 2}, []float32{1, 2, 3, 4, 5, 6})
+	out := filepath.Join(dir, "out")
+	var stdout bytes.Buffer
+	if err := run(context.Background(), &stdout, zap.NewNop(), opts(model, []string{in}, out)); err != nil {
+		t.Fatal(err)
+	}
+	var sum summary
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	want := []outputSummary{
+		{Name: "a/b", Shape: []int64{3, 2}, DType: "float32", File: filepath.Join(out, "a_b.npy")},
+		{Name: "a:b", Shape: []int64{3, 2}, DType: "float32", File: filepath.Join(out, "a_b_2.npy")},
+	}
+	if d := cmp.Diff(want, sum.Outputs); d != "" {
+		t.Fatalf("summary outputs (-want +got):\n%s", d)
+	}
+	for k, sign := range []float32{1, -1} {
+		got := readNPY(t, want[k].File)
+		for j, v := range got.F32 {
+			if v != sign*float32(j+1) {
+				t.Fatalf("%s element %d: %v, want %v", want[k].File, j, v, sign*float32(j+1))
+			}
+		}
+	}
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"a/b", "a:b", "a_b"}, []string{"a_b.npy", "a_b_2.npy", "a_b_3.npy"}},
+		{[]string{"x", "x_2", "x?2"}, []string{"x.npy", "x_2.npy", "x_2_2.npy"}},
+		{[]string{"Value", "value"}, []string{"Value.npy", "value_2.npy"}},
+		{[]string{"", "..", "output"}, []string{"output.npy", "output_2.npy", "output_3.npy"}},
+	} {
+		if got := fileNames(tc.in); !cmp.Equal(got, tc.want) {
+			t.Errorf("fileNames(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestOutFolderOnlyOnSuccess: when infer refuses the model or the inputs, the --out folder
+// (and the parents it would have made) does not exist afterwards; before, an empty one was
+// left behind.
+func TestOutFolderOnlyOnSuccess(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.onnx")
+	os.WriteFile(garbage, []byte("not a model"), 0o644)
+	input := filepath.Join(fixtures, "mlp_tanh.input.npy")
+	f64 := writeNPY(t, dir, "f64.npy", []int{2, 4}, make([]float64, 8))
+	for _, tc := range []struct {
+		name   string
+		model  string
+		inputs []string
+	}{
+		{"refused model", garbage, []string{input}},
+		{"missing model", filepath.Join(dir, "none.onnx"), []string{input}},
+		{"input of the wrong type", filepath.Join(fixtures, "mlp_tanh.onnx"), []string{f64}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(dir, "new", "out")
+			if err := run(context.Background(), io.Discard, zap.NewNop(), opts(tc.model, tc.inputs, out)); err == nil {
+				t.Fatal("no error")
+			}
+			if _, err := os.Stat(filepath.Join(dir, "new")); !os.IsNotExist(err) {
+				t.Fatalf("%s exists after a failure (%v)", filepath.Join(dir, "new"), err)
+			}
+		})
+	}
+	// makeDir's cleanup removes exactly the empty folders it made.
+	keep := filepath.Join(dir, "keep")
+	os.Mkdir(keep, 0o755)
+	cleanup, err := makeDir(filepath.Join(keep, "a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanup()
+	if _, err := os.Stat(filepath.Join(keep, "a")); !os.IsNotExist(err) {
+		t.Errorf("cleanup left %s", filepath.Join(keep, "a"))
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("cleanup removed the existing %s: %v", keep, err)
+	}
+}
+
+// TestFlagChecks: a stray positional argument (which made Go's flag parsing skip every flag
+// after it), --batch past its range or past memory (a crash before), and --threads outside
+// -1 or 1..NumCPU are errors naming the value.
+func TestFlagChecks(t *testing.T) {
+	model := filepath.Join(fixtures, "mlp_tanh.onnx")
+	input := filepath.Join(fixtures, "mlp_tanh.input.npy")
+	var stderr bytes.Buffer
+	_, err := parseFlags([]string{"--model", model, "oops", "--input", input}, &stderr)
+	if err == nil || !strings.Contains(err.Error(), `unexpected argument "oops"`) || !strings.Contains(err.Error(), `["--input" "`+input+`"]`) {
+		t.Fatalf("stray argument: %v", err)
+	}
+	if !strings.Contains(stderr.String(), `infer: unexpected argument "oops"`) {
+		t.Errorf("stderr lacks the error:\n%s", stderr.String())
+	}
+	if _, err := parseFlags([]string{"--model", model, "--out", "o", "x"}, io.Discard); err == nil || !strings.Contains(err.Error(), `unexpected argument "x"`) {
+		t.Errorf("trailing argument: %v", err)
+	}
+	o, err := parseFlags([]string{"--model", model, "--input", input, "--out", "o"}, io.Discard)
+	if err != nil || o.threads != 1 || o.provider != "cpu" || o.batch != 0 {
+		t.Fatalf("defaults: %+v, %v", o, err)
+	}
+
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(1 << 30))
+	out := filepath.Join(t.TempDir(), "out")
+	for _, tc := range []struct {
+		args []string
+		is   error
+		want string
+	}{
+		{[]string{"--batch", "4611686018427387904"}, nil, "--batch 4611686018427387904: want 0 (the input's own) to 2147483647"},
+		{[]string{"--batch", "2147483648"}, nil, "--batch 2147483648: want 0"},
+		{[]string{"--batch", "1000000000"}, onnx.ErrTooLarge, `--batch 1000000000: loading model`},
+		{[]string{"--threads", "-7"}, nil, "--threads -7: want 1 to"},
+		{[]string{"--threads", "1000"}, nil, "--threads 1000: want 1 to"},
+		{[]string{"--provider", "gpu"}, onnx.ErrConfig, `--provider: onnx: invalid config: Provider "gpu"`},
+	} {
+		o, err := parseFlags(append([]string{"--model", model, "--input", input, "--out", out}, tc.args...), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = run(context.Background(), io.Discard, zap.NewNop(), o)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("--out %s made by refused runs", out)
+	}
+}
+
+// TestBoolInput: a bool .npy is refused with a message saying what to do, and with --cast it
+// feeds the model 0 and 1, as the same values stored as float32 do.
+func TestBoolInput(t *testing.T) {
+	dir := t.TempDir()
+	model := filepath.Join(fixtures, "mlp_tanh.onnx")
+	bits := []bool{true, false, false, true, true, true, false, false}
+	b1 := writeNPY(t, dir, "b1.npy", []int{2, 4}, bits)
+	f32 := make([]float32, len(bits))
+	for i, b := range bits {
+		if b {
+			f32[i] = 1
+		}
+	}
+	f4 := writeNPY(t, dir, "f4.npy", []int{2, 4}, f32)
+	err := run(context.Background(), io.Discard, zap.NewNop(), opts(model, []string{b1}, filepath.Join(dir, "refused")))
+	if !errors.Is(err, onnx.ErrDType) || !strings.Contains(err.Error(), `holds bool (|b1), model input "obs" expects float32`) ||
+		!strings.Contains(err.Error(), "arr.astype(np.float32)") || !strings.Contains(err.Error(), "--cast") {
+		t.Fatalf("bool without --cast: %v", err)
+	}
+	o := opts(model, []string{b1}, filepath.Join(dir, "bool"))
+	o.cast = true
+	if err := run(context.Background(), io.Discard, zap.NewNop(), o); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), io.Discard, zap.NewNop(), opts(model, []string{f4}, filepath.Join(dir, "float"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"logits.npy", "value.npy"} {
+		got, want := readNPY(t, filepath.Join(dir, "bool", name)), readNPY(t, filepath.Join(dir, "float", name))
+		if !cmp.Equal(got.F32, want.F32) {
+			t.Errorf("%s: bool input gave %v, float32 0/1 input %v", name, got.F32, want.F32)
 		}
 	}
 }
