@@ -15,10 +15,12 @@ gpu-setup: setup
 	@bash scripts/setup-cuda-ep.sh
 
 ## test: lint, the whole suite, then the whole suite again under the race detector (some
-## numerical checks too slow for -race run only in the first pass)
+## numerical checks too slow for -race run only in the first pass), then the portability
+## checks: the native code switched off (-tags purego,towerrl_runall) and the arm64 cross-build
 test: setup lint
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 ./...
+	GO=$(GO) bash scripts/portable.sh
 
 ## demo: the main job: train PPO on CartPole-v1, evaluate the ONNX policy over 100 episodes
 demo: setup

@@ -285,7 +285,7 @@ func (t *Towers) Close() error {
 	if t.pool == nil {
 		return nil
 	}
-	t.pool.Close()
+	err := t.pool.Close()
 	t.pool = nil
-	return t.closeTowers()
+	return errors.Join(err, t.closeTowers())
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gofmt and go vet must be clean.
+# gofmt and go vet must be clean, and go.mod/go.sum tidy (go mod tidy -diff prints nothing).
 set -euo pipefail
 unformatted="$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"
 if [[ -n "$unformatted" ]]; then
@@ -7,3 +7,7 @@ if [[ -n "$unformatted" ]]; then
 	exit 1
 fi
 go vet ./...
+if ! tidy="$(go mod tidy -diff 2>&1)"; then
+	printf 'lint: go.mod or go.sum is not tidy; run go mod tidy (keep the go4.org pin, see go.mod):\n%s\n' "$tidy" >&2
+	exit 1
+fi

@@ -1,3 +1,5 @@
+//go:build amd64 && cgo && !purego
+
 // float32 kernels for package kernels: one copy per instruction set (impl.h), chosen at run
 // time by the level the Go side passes (see cpuLevel). No -march flags: each copy carries its
 // own target attribute, so the object runs on any x86-64 CPU.

@@ -1,77 +1,20 @@
-// Package kernels holds the float32 compute kernels of the policy graphs: a matrix product with
-// optional transposes and a fused bias and activation, the activation's derivative, and
-// column sums. They are C compiled by cgo in this package, one copy per instruction set (SSE2,
-// AVX2+FMA, AVX-512), chosen once at start-up from what the CPU supports; no build flag ties
-// the binary to a CPU.
-//
-// Matrices are row-major []float32 with explicit leading dimensions. The functions keep no
-// state and allocate no Go memory (a transposed right operand is packed into a C scratch
-// buffer), so they are safe for concurrent use on disjoint outputs. Shapes are the caller's
-// contract: a slice too short for its shape panics with a message naming it, before any C
-// code runs.
 package kernels
 
-/*
-#cgo CFLAGS: -O3 -std=gnu11
-#include "kernels.h"
-*/
-import "C"
-
-import (
-	"fmt"
-	"unsafe"
-)
+import "fmt"
 
 // Act is an activation applied elementwise after a product.
 type Act int
 
-// The activations.
+// The activations. native.go checks that they equal kernels.h's ACT_* values.
 const (
-	None Act = C.ACT_NONE // identity
-	Tanh Act = C.ACT_TANH // hyperbolic tangent
-	ReLU Act = C.ACT_RELU // max(x, 0)
+	None Act = 0 // identity
+	Tanh Act = 1 // hyperbolic tangent
+	ReLU Act = 2 // max(x, 0)
 )
 
-// Instruction-set levels: which copy of the kernels runs.
-const (
-	levelRef    = C.LEVEL_REF // the plain reference loops
-	levelSSE2   = C.LEVEL_SSE2
-	levelAVX2   = C.LEVEL_AVX2
-	levelAVX512 = C.LEVEL_AVX512
-)
-
-// level is the copy in use: the best the CPU supports. Tests switch it (never concurrently
-// with kernel calls).
-var level = cpuLevel()
-
-func cpuLevel() int { return int(C.twk_cpu_level()) }
-
-// Level names the instruction set the kernels use on this CPU: "avx512", "avx2" or "sse2".
-func Level() string {
-	switch level {
-	case levelAVX512:
-		return "avx512"
-	case levelAVX2:
-		return "avx2"
-	case levelSSE2:
-		return "sse2"
-	}
-	return "reference"
-}
-
-func ptr(s []float32) *C.float {
-	if len(s) == 0 {
-		return nil
-	}
-	return (*C.float)(unsafe.Pointer(&s[0]))
-}
-
-func b2i(b bool) C.int {
-	if b {
-		return 1
-	}
-	return 0
-}
+// Level names the implementation the kernels use: "avx512", "avx2" or "sse2" for the C copy
+// chosen for this CPU, "go" for the plain Go loops (a purego, non-cgo or non-amd64 build).
+func Level() string { return levelName(level) }
 
 // need panics unless s holds a rows×cols matrix with leading dimension ld.
 func need(name string, s []float32, rows, cols, ld int) {
@@ -109,10 +52,7 @@ func Gemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, l
 	if k == 0 {
 		a, b = nil, nil
 	}
-	if C.twk_gemm(C.int(level), b2i(transA), b2i(transB), C.long(m), C.long(n), C.long(k), ptr(a), C.long(lda),
-		ptr(b), C.long(ldb), ptr(c), C.long(ldc), b2i(acc), ptr(bias), C.int(act)) != 0 {
-		panic("kernels: out of C memory for a packing buffer")
-	}
+	gemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act)
 }
 
 // Linear is y = act(x·w + bias) for x [m, k], w [k, n], y [m, n] (all contiguous) and
@@ -130,7 +70,7 @@ func ActGrad(act Act, y, dy, dz []float32) {
 	if len(y) == 0 {
 		return
 	}
-	C.twk_act_grad(C.int(level), C.long(len(y)), ptr(y), ptr(dy), ptr(dz), C.int(act))
+	actGrad(act, y, dy, dz)
 }
 
 // ColSum is dst[j] = Σ_i a[i·n + j] over the m rows of a contiguous [m, n] matrix, added to
@@ -149,13 +89,14 @@ func ColSum(m, n int, a, dst []float32, acc bool) {
 		}
 		return
 	}
-	C.twk_col_sum(C.int(level), C.long(m), C.long(n), ptr(a), ptr(dst), b2i(acc))
+	colSum(m, n, a, dst, acc)
 }
 
 // Adam applies one Adam step to p from the gradient g, updating the moments m and v in place:
 // m = b1·m + c1·g, v = b2·v + c2·g·g, p −= step·m / (√v / sbc2 + eps), element by element in
 // float32 with no fused multiply-adds, exactly as written (learner.Adam's reference loop gives
-// the same bits). The four slices have the same length and must not overlap.
+// the same bits, in every implementation). The four slices have the same length and must not
+// overlap.
 func Adam(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 	if len(g) != len(p) || len(m) != len(p) || len(v) != len(p) {
 		panic(fmt.Sprintf("kernels: Adam over %d parameters with %d gradients and %d, %d moments", len(p), len(g), len(m), len(v)))
@@ -163,6 +104,5 @@ func Adam(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 	if len(p) == 0 {
 		return
 	}
-	C.twk_adam(C.int(level), C.long(len(p)), ptr(p), ptr(g), ptr(m), ptr(v), C.float(b1), C.float(b2),
-		C.float(c1), C.float(c2), C.float(step), C.float(sbc2), C.float(eps))
+	adam(p, g, m, v, b1, b2, c1, c2, step, sbc2, eps)
 }

@@ -7,16 +7,9 @@ import (
 	"testing"
 )
 
-// levels are the kernel copies this CPU can run, each tested against the float64 reference.
-func levels(t testing.TB) []int {
-	var out []int
-	for _, l := range []int{levelRef, levelSSE2, levelAVX2, levelAVX512} {
-		if l <= cpuLevel() {
-			out = append(out, l)
-		}
-	}
-	return out
-}
+// levels are the implementations this build and CPU can run (the Go loops always, the C copies
+// in a native build), each tested against the float64 references.
+func levels(testing.TB) []int { return testLevels() }
 
 // withLevel runs f with the kernels of level l.
 func withLevel(l int, f func()) {
@@ -295,14 +288,18 @@ func BenchmarkGemmBackward(b *testing.B) {
 	})
 }
 
-// adamLoop is Adam's update written out in Go, each product rounded to float32 before it is
-// added (explicit conversions forbid fused multiply-adds), as the C copies compute it.
+// adamLoop is Adam's update written out in float64, each operation rounded to float32 as it is
+// done: for +, −, ×, ÷ and √ of float32 operands that is the correctly rounded float32 result
+// (float64 carries more than twice float32's 24 bits), what every implementation must give.
 func adamLoop(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
+	r := func(x float64) float64 { return float64(float32(x)) }
 	for i := range p {
-		mi := float32(b1*m[i]) + float32(c1*g[i])
-		vi := float32(b2*v[i]) + float32(float32(c2*g[i])*g[i])
-		m[i], v[i] = mi, vi
-		p[i] -= float32(step*mi) / (float32(float32(math.Sqrt(float64(vi)))/sbc2) + eps)
+		gi := float64(g[i])
+		mi := r(r(float64(b1)*float64(m[i])) + r(float64(c1)*gi))
+		vi := r(r(float64(b2)*float64(v[i])) + r(r(float64(c2)*gi)*gi))
+		m[i], v[i] = float32(mi), float32(vi)
+		den := r(r(r(math.Sqrt(vi))/float64(sbc2)) + float64(eps))
+		p[i] = float32(float64(p[i]) - r(r(float64(step)*mi)/den))
 	}
 }
 
@@ -340,5 +337,49 @@ func TestAdamBitIdentical(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLevel: the build constraint picks the implementation, and the tests run the Go loops in
+// every build.
+func TestLevel(t *testing.T) {
+	got := Level()
+	switch {
+	case nativeBuild && got != "sse2" && got != "avx2" && got != "avx512":
+		t.Errorf("Level() = %q in a native build, want the C copy for this CPU", got)
+	case !nativeBuild && got != "go":
+		t.Errorf("Level() = %q in a purego build, want \"go\"", got)
+	}
+	var names []string
+	for _, l := range levels(t) {
+		names = append(names, levelName(l))
+	}
+	if names[0] != "go" || (nativeBuild && len(names) < 3) || (!nativeBuild && len(names) != 1) {
+		t.Errorf("the tests run %v", names)
+	}
+}
+
+// TestNoAllocs: no implementation allocates Go memory, on any path of the product.
+func TestNoAllocs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	a, b, c, bias := randSlice(rng, 64*64), randSlice(rng, 64*64), randSlice(rng, 64*64), randSlice(rng, 64)
+	m, v := make([]float32, 64*64), make([]float32, 64*64)
+	for _, l := range levels(t) {
+		withLevel(l, func() {
+			n := testing.AllocsPerRun(5, func() {
+				for _, ta := range []bool{false, true} {
+					for _, tb := range []bool{false, true} {
+						Gemm(ta, tb, 64, 64, 64, a, 64, b, 64, c, 64, true, bias, Tanh)
+						Gemm(ta, tb, 64, 2, 64, a, 64, b, 64, c, 64, false, nil, None)
+					}
+				}
+				ActGrad(ReLU, a, b, c)
+				ColSum(64, 64, a, c, true)
+				Adam(c, a, m, v, 0.9, 0.999, 0.1, 0.001, 1e-3, 1, 1e-8)
+			})
+			if n != 0 {
+				t.Errorf("%s: %v allocations per run", levelName(l), n)
+			}
+		})
 	}
 }

@@ -2,10 +2,20 @@
 // for a short while before it parks, because waking a parked thread costs tens of µs on a VM
 // (60 µs measured on the 2-core machine this project is benchmarked on), more than many steps
 // of work it waits for. Towers (learner) and env shards (envs) use it.
+//
+// Spinning is decided per use by a Mode: Auto (the zero value) spins only when every waiting
+// goroutine can have its own P and CPU (Allowed), Off never spins, for machines shared with
+// other work or to measure without it. The Mode is passed in (WithMode, Mode.Spins); the
+// package reads no environment and holds no setting.
+//
+// A Signal has one waiter and any number of posters. A Pool's goroutines belong to it: Close
+// stops them and waits for them; Run and Close are called from one goroutine at a time.
 package spin
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -16,6 +26,63 @@ import (
 // of a busy loop (a learner's serial update part, a batcher's inference call), so busy
 // goroutines never park, and idle ones park after For.
 const For = 500 * time.Microsecond
+
+// Mode says whether goroutines waiting for each other may spin before they park.
+type Mode int
+
+const (
+	// Auto spins when Allowed: each waiting goroutine can have its own P and CPU. The default.
+	Auto Mode = iota
+	// Off never spins: a waiter parks at once. Every hand-off then pays a thread wake-up
+	// (tens of µs on a VM), and no CPU burns while goroutines wait.
+	Off
+)
+
+// ErrMode is returned by ParseMode and UnmarshalText for a name that is not a Mode.
+var ErrMode = errors.New("spin: unknown mode")
+
+// Spins reports whether n goroutines waiting for each other spin under m.
+func (m Mode) Spins(n int) bool { return m == Auto && Allowed(n) }
+
+// String is the mode's name: "auto" or "off".
+func (m Mode) String() string {
+	switch m {
+	case Auto:
+		return "auto"
+	case Off:
+		return "off"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode is the Mode named s: "auto" (or "") or "off".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "", "auto":
+		return Auto, nil
+	case "off":
+		return Off, nil
+	}
+	return Auto, fmt.Errorf("%w %q: use \"auto\" or \"off\"", ErrMode, s)
+}
+
+// MarshalText is the mode's name, so a Mode can be a field of a JSON configuration.
+func (m Mode) MarshalText() ([]byte, error) {
+	if m != Auto && m != Off {
+		return nil, fmt.Errorf("%w %d", ErrMode, int(m))
+	}
+	return []byte(m.String()), nil
+}
+
+// UnmarshalText sets m to the mode named by text (see ParseMode).
+func (m *Mode) UnmarshalText(text []byte) error {
+	v, err := ParseMode(string(text))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}
 
 // Allowed reports whether n goroutines may spin while they wait for each other: only when each
 // can have its own P and its own CPU (spinning on a shared one would starve the goroutine being
@@ -89,21 +156,32 @@ func Until(done func() bool) bool {
 }
 
 // Pool runs one function on k shards at once: shard 0 on the goroutine calling Run, shards
-// 1..k-1 each on a goroutine of its own, which waits for the next Run spinning (when Allowed(k))
-// and then parked. Learner towers and env shards use it, one Pool per set.
+// 1..k-1 each on a goroutine of its own, which waits for the next Run spinning (when the
+// pool's Mode spins for k goroutines) and then parked. Learner towers and env shards use it,
+// one Pool per set.
 type Pool struct {
 	k         int
 	work      func(shard int)
+	spin      bool      // waits spin first: Mode.Spins(k)
 	jobs, fin []*Signal // per shard ≥ 1: a Run (or, with stop set, the end) is posted; it is done
 	runs      uint64    // Runs so far; Run's goroutine only
 	stop      atomic.Bool
 	wg        sync.WaitGroup
-	closed    bool
+	closed    bool // Close was called; Run's and Close's goroutine only
 }
 
+// Option configures a Pool.
+type Option func(*Pool)
+
+// WithMode sets whether the pool's waits spin; the default is Auto.
+func WithMode(m Mode) Option { return func(p *Pool) { p.spin = m.Spins(p.k) } }
+
 // NewPool starts the goroutines of shards 1..k-1 (k ≥ 1) running work.
-func NewPool(k int, work func(shard int)) *Pool {
-	p := &Pool{k: k, work: work, jobs: make([]*Signal, k), fin: make([]*Signal, k)}
+func NewPool(k int, work func(shard int), opts ...Option) *Pool {
+	p := &Pool{k: k, work: work, spin: Auto.Spins(k), jobs: make([]*Signal, k), fin: make([]*Signal, k)}
+	for _, o := range opts {
+		o(p)
+	}
 	for s := 1; s < k; s++ {
 		p.jobs[s], p.fin[s] = New(), New()
 		p.wg.Add(1)
@@ -115,7 +193,7 @@ func NewPool(k int, work func(shard int)) *Pool {
 func (p *Pool) run(s int) {
 	defer p.wg.Done()
 	for n := uint64(1); ; n++ {
-		_ = p.jobs[s].Wait(context.Background(), n, Allowed(p.k))
+		_ = p.jobs[s].Wait(context.Background(), n, p.spin)
 		if p.stop.Load() {
 			return
 		}
@@ -126,23 +204,28 @@ func (p *Pool) run(s int) {
 
 // Run calls work(s) for every shard s in parallel and returns when all have returned.
 // Everything written before Run is visible to work, and everything work writes is visible
-// after Run. Not concurrent with itself or Close.
+// after Run. Not concurrent with itself or Close; it panics after Close (its goroutines are
+// gone, so it would wait forever).
 func (p *Pool) Run() {
+	if p.closed {
+		panic("spin: Run on a closed Pool")
+	}
 	p.runs++
 	for s := 1; s < p.k; s++ {
 		p.jobs[s].Post()
 	}
 	p.work(0)
-	spin := Allowed(p.k)
 	for s := 1; s < p.k; s++ {
-		_ = p.fin[s].Wait(context.Background(), p.runs, spin)
+		_ = p.fin[s].Wait(context.Background(), p.runs, p.spin)
 	}
 }
 
-// Close stops the goroutines and waits for them. Idempotent; not concurrent with Run.
-func (p *Pool) Close() {
+// Close stops the goroutines and waits for them. Idempotent; not concurrent with Run. Its
+// error is always nil: a pool's goroutines have nothing that can fail (work's failures are
+// work's to report); it returns one so that a Pool is an io.Closer like its owners.
+func (p *Pool) Close() error {
 	if p.closed {
-		return
+		return nil
 	}
 	p.closed = true
 	p.stop.Store(true)
@@ -150,4 +233,5 @@ func (p *Pool) Close() {
 		p.jobs[s].Post()
 	}
 	p.wg.Wait()
+	return nil
 }

@@ -2,6 +2,7 @@ package spin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -77,24 +78,90 @@ func TestContext(t *testing.T) {
 
 // TestPool: every Run calls work once for every shard, in parallel with the caller's shard,
 // with the Run's writes visible to work and work's writes visible after Run (-race checks the
-// hand-offs); Close stops the goroutines and is idempotent.
+// hand-offs), spinning or not; Close stops the goroutines, returns nil and is idempotent, and
+// a Run after it panics instead of waiting forever.
 func TestPool(t *testing.T) {
-	for _, k := range []int{1, 2, 5} {
-		in := make([]int, k)
-		out := make([]int, k)
-		p := NewPool(k, func(s int) { out[s] += in[s] })
-		for run := 1; run <= 300; run++ {
-			for s := range in {
-				in[s] = run * (s + 1)
+	for _, mode := range []Mode{Auto, Off} {
+		for _, k := range []int{1, 2, 5} {
+			in := make([]int, k)
+			out := make([]int, k)
+			p := NewPool(k, func(s int) { out[s] += in[s] }, WithMode(mode))
+			if want := mode == Auto && Allowed(k); p.spin != want {
+				t.Errorf("%v k=%d: the pool spins: %v, want %v", mode, k, p.spin, want)
 			}
-			p.Run()
-			for s := range out {
-				if want := (s + 1) * run * (run + 1) / 2; out[s] != want {
-					t.Fatalf("k=%d run %d: shard %d total %d, want %d", k, run, s, out[s], want)
+			for run := 1; run <= 300; run++ {
+				for s := range in {
+					in[s] = run * (s + 1)
+				}
+				p.Run()
+				for s := range out {
+					if want := (s + 1) * run * (run + 1) / 2; out[s] != want {
+						t.Fatalf("%v k=%d run %d: shard %d total %d, want %d", mode, k, run, s, out[s], want)
+					}
 				}
 			}
+			for i := range 2 {
+				if err := p.Close(); err != nil {
+					t.Fatalf("%v k=%d: Close #%d = %v", mode, k, i+1, err)
+				}
+			}
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("%v k=%d: Run after Close did not panic", mode, k)
+					}
+				}()
+				p.Run()
+			}()
 		}
-		p.Close()
-		p.Close()
+	}
+	if p := NewPool(2, func(int) {}); p.spin != Allowed(2) {
+		t.Errorf("the default pool spins: %v, want Allowed(2) = %v", p.spin, Allowed(2))
+	} else if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMode: the modes' names, parsing, text (JSON) round trip, and Spins.
+func TestMode(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want Mode
+		err  bool
+	}{
+		{"", Auto, false}, {"auto", Auto, false}, {"off", Off, false},
+		{"on", Auto, true}, {"Off", Auto, true}, {"0", Auto, true},
+	} {
+		got, err := ParseMode(c.text)
+		if (err != nil) != c.err || (err != nil && !errors.Is(err, ErrMode)) || got != c.want {
+			t.Errorf("ParseMode(%q) = %v, %v; want %v, error %v", c.text, got, err, c.want, c.err)
+		}
+	}
+	type config struct{ Spin Mode }
+	for _, m := range []Mode{Auto, Off} {
+		data, err := json.Marshal(config{m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := `{"Spin":"` + m.String() + `"}`; string(data) != want {
+			t.Errorf("%v marshals to %s, want %s", m, data, want)
+		}
+		var back config
+		if err := json.Unmarshal(data, &back); err != nil || back.Spin != m {
+			t.Errorf("%s unmarshals to %v, %v", data, back.Spin, err)
+		}
+	}
+	var c config
+	if err := json.Unmarshal([]byte(`{"Spin":"always"}`), &c); !errors.Is(err, ErrMode) {
+		t.Errorf("unmarshalling an unknown mode: %v, want ErrMode", err)
+	}
+	if _, err := json.Marshal(config{Mode(7)}); !errors.Is(err, ErrMode) {
+		t.Errorf("marshalling Mode(7): %v, want ErrMode", err)
+	}
+	if Mode(7).String() != "Mode(7)" {
+		t.Errorf("Mode(7).String() = %q", Mode(7).String())
+	}
+	if Off.Spins(1) || Auto.Spins(1) != Allowed(1) || Auto.Spins(1<<20) {
+		t.Errorf("Spins: Off %v, Auto(1) %v, Auto(2^20) %v", Off.Spins(1), Auto.Spins(1), Auto.Spins(1<<20))
 	}
 }

@@ -5,32 +5,32 @@
 // runs on another OS thread, and every run costs two thread hand-offs (golang/go#21827): about
 // 25 µs on the 2-core VM this project is measured on, and worse when several towers run at
 // once, because the hand-offs bounce threads between cores. A Machine runs the same program
-// on the goroutine that calls Run instead, through gorgonia's own unexported execution loop,
-// when that is exactly what RunAll would do:
+// on the goroutine that calls Run instead, through gorgonia's own unexported execution loop
+// (reached by go:linkname), when that is exactly what RunAll would do:
 //
-//   - the build is not tagged cuda (the CUDA engine feeds RunAll work through channels);
-//   - the gorgonia module is the version whose internals this package was written against;
+//   - the build is tagged neither cuda (the CUDA engine feeds RunAll work through channels)
+//     nor towerrl_runall (which forces RunAll and links no gorgonia internals);
+//   - gorgonia's tape machine is the one this package was written against: in every binary,
+//     its structure as reflect sees it (the field names, types and offsets of tapeMachine, its
+//     ExternMetadata and its program) is v0.9.18's, and where the binary lists its
+//     dependencies (test binaries do not), gorgonia is v0.9.18, unreplaced;
 //   - the machine has no batched extern work (ExternMetadata.WorkAvailable is nil);
 //   - the graph has no identity (Iop) nodes, whose gradients RunAll applies in closures after
 //     the loop.
 //
 // Otherwise Run is RunAll. Fast reports which path a Machine takes. Results are identical
-// either way (the loop is the same code); the package's tests check it bit for bit.
+// either way (the loop is the same code); the package's tests check it bit for bit, and
+// check that a machine whose structure differs takes RunAll.
+//
+// A Machine, like the tape machine it wraps, belongs to one goroutine at a time.
 package tape
 
 import (
 	"reflect"
-	"runtime/debug"
-	"sync"
-	"testing"
 	"unsafe"
 
 	G "gorgonia.org/gorgonia"
 )
-
-// gorgoniaVersion is the gorgonia release whose unexported (*tapeMachine).runall the fast path
-// calls; any other version takes RunAll.
-const gorgoniaVersion = "v0.9.18"
 
 // Machine is a gorgonia tape machine with a Run that executes on the calling goroutine where
 // that is safe. Like the tape machine, it belongs to one goroutine at a time.
@@ -43,16 +43,25 @@ type Machine struct {
 
 // New compiles g into a gorgonia tape machine with opts, as G.NewTapeMachine does (it panics
 // where that panics).
-func New(g *G.ExprGraph, opts ...G.VMOpt) *Machine {
+func New(g *G.ExprGraph, opts ...G.VMOpt) *Machine { return newMachine(g, fastErr(), opts...) }
+
+// newMachine is New with the fast path refused when refuse is not nil.
+func newMachine(g *G.ExprGraph, refuse error, opts ...G.VMOpt) *Machine {
 	vm := G.NewTapeMachine(g, opts...)
 	m := &Machine{VM: vm}
-	if fastAllowed() && noExternWork(vm) && !hasIop(g) {
+	if refuse == nil && noExternWork(vm) && !hasIop(g) {
 		m.fast = reflect.ValueOf(vm).UnsafePointer()
 		m.errc = make(chan error, 1)
 		m.done = make(chan struct{}, 1)
 	}
 	return m
 }
+
+// Check returns nil when this binary's Machines may run on the calling goroutine (each one
+// still takes RunAll for a graph with identity ops or extern work), else why none does: a
+// build tagged cuda or towerrl_runall, or a gorgonia other than the one this package was
+// written against. Tests that expect the fast path ask it first.
+func Check() error { return fastErr() }
 
 // Fast reports whether Run executes on the calling goroutine (true) or through RunAll.
 func (m *Machine) Fast() bool { return m.fast != nil }
@@ -87,22 +96,3 @@ func hasIop(g *G.ExprGraph) bool {
 	}
 	return false
 }
-
-// versionOK reports whether the gorgonia module linked into this binary is gorgoniaVersion,
-// unreplaced. Test binaries carry no dependency list; for them TestGoModPinsGorgonia checks
-// go.mod instead.
-var versionOK = sync.OnceValue(func() bool {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	if len(info.Deps) == 0 {
-		return testing.Testing()
-	}
-	for _, d := range info.Deps {
-		if d.Path == "gorgonia.org/gorgonia" {
-			return d.Replace == nil && d.Version == gorgoniaVersion
-		}
-	}
-	return false
-})

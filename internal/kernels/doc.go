@@ -1,0 +1,28 @@
+// Package kernels holds the float32 compute kernels of the policy graphs: a matrix product with
+// optional transposes and a fused bias and activation, the activation's derivative, column
+// sums and Adam's update.
+//
+// # Two implementations
+//
+// On amd64 with cgo, the kernels are C compiled by cgo in this package, one copy per
+// instruction set (SSE2, AVX2+FMA, AVX-512), chosen once at start-up from what the CPU
+// supports; no build flag ties the binary to a CPU. Everywhere else (other architectures,
+// CGO_ENABLED=0), and on amd64 when the build is tagged purego, they are plain Go loops
+// (generic.go): the same contracts, slower. The build constraint is
+// `amd64 && cgo && !purego` for the C kernels (native.go, kernels.c) and its negation for the
+// Go ones (purego.go), so `go test -tags purego` rules a C kernel bug in or out in one command.
+// Level names the implementation in use. The tests run every implementation the build and CPU
+// have (the Go loops always among them) against the same float64 references.
+//
+// Products, sums and tanh agree between the implementations to float32 rounding (the order of
+// the additions differs, and tanh is the same rational approximation in both). Adam gives the
+// same bits in every implementation: element by element in float32, no fused multiply-adds.
+//
+// # Use
+//
+// Matrices are row-major []float32 with explicit leading dimensions. The functions keep no
+// state and allocate no Go memory (the C matrix product packs a transposed right operand into
+// a C scratch buffer), so they are safe for concurrent use on disjoint outputs. Shapes are the
+// caller's contract: a slice too short for its shape panics with a message naming it, before
+// any kernel runs.
+package kernels
