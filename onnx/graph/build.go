@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -17,13 +18,37 @@ import (
 // A Graph belongs to one goroutine (with the tape machine that runs it); build one Graph per
 // tower over the same Params.
 type Graph struct {
-	model   *Model
-	params  *Params
-	g       *G.ExprGraph
-	batch   int
-	inputs  G.Nodes // in model input order
-	outputs G.Nodes // in model output order
-	learn   G.Nodes // parameter nodes, in Params order
+	model    *Model
+	params   *Params
+	g        *G.ExprGraph
+	batch    int
+	inputs   G.Nodes  // in model input order
+	outNames []string // the tensors computed, in the order asked for
+	outputs  G.Nodes  // their nodes
+	learn    G.Nodes  // trainable parameter nodes the graph uses, in Params order
+	pnodes   map[string]*G.Node
+}
+
+// BuildOptions tunes [Model.BuildWith].
+type BuildOptions struct {
+	// Batch is the batch size: dimension 0 of every input whose dimension 0 is dynamic and
+	// that Shapes does not name. Required (positive).
+	Batch int
+	// Outputs are the tensors to compute: graph outputs or inner tensors (any name of
+	// [Model.Tensors]). Only the nodes they depend on are built, so nodes that only feed
+	// other tensors (an ArgMax of actions, a log-probability) may use any operator. Default:
+	// the graph outputs.
+	Outputs []string
+	// NoFusion builds every node on its own. By default a dense layer (a Gemm, or a MatMul
+	// and an Add of a bias row, then a Tanh or Relu) whose intermediate tensors nothing else
+	// reads is one fused op over the native policies' matrix kernels, several times faster.
+	// Default false.
+	NoFusion bool
+	// Shapes gives the full concrete shape of an input by name, for inputs with dynamic
+	// dimensions besides dimension 0 or whose batch is not on dimension 0 (a recurrent state
+	// [layers, batch, hidden]). Each must agree with the declared fixed dimensions. Default:
+	// none.
+	Shapes map[string][]int
 }
 
 // Import parses a serialized ONNX model, makes fresh float32 parameters and builds a graph
@@ -38,43 +63,72 @@ func Import(data []byte, batch int) (*Graph, error) {
 	return m.Build(G.NewGraph(), m.NewParams(), batch)
 }
 
-// Build adds the model's computation for batch rows to g and returns the graph's handles.
-// Parameter nodes are bound to p's tensors (no copy), so graphs built over the same p share
-// one set of weights; the graph computes in p's element type (float32, or float64 after
-// [Params.As]). Input nodes have no value: bind one with gorgonia.Let before each run.
+// Build adds the computation of the named tensors (graph outputs or inner tensors; the graph
+// outputs when none are named) for batch rows to g: BuildWith with only Batch and Outputs.
+func (m *Model) Build(g *G.ExprGraph, p *Params, batch int, outputs ...string) (*Graph, error) {
+	return m.BuildWith(g, p, BuildOptions{Batch: batch, Outputs: outputs})
+}
+
+// BuildWith adds the model's computation of opts.Outputs to g and returns the graph's
+// handles. Only the nodes those tensors depend on are built; an unknown name is an
+// [ErrNoTensor] error and the unsupported operators on their path are listed together in an
+// [*UnsupportedError]. Parameter nodes are bound to p's tensors (no copy), so graphs built
+// over the same p share one set of weights; the graph computes in p's element type (float32,
+// or float64 after [Params.As]). Input nodes have no value: bind one with gorgonia.Let before
+// each run (inputs the computed tensors do not read need none).
 //
 // Shape-only subgraphs (Shape, Gather, Unsqueeze, Concat of shapes, Constant...) are
 // evaluated here, since shapes are static once the batch is fixed. On error g may hold a
 // partial graph and should be dropped. Bad models and shapes are errors, never panics.
-func (m *Model) Build(g *G.ExprGraph, p *Params, batch int) (gr *Graph, err error) {
+func (m *Model) BuildWith(g *G.ExprGraph, p *Params, opts BuildOptions) (gr *Graph, err error) {
 	if g == nil {
 		return nil, fmt.Errorf("%w: nil gorgonia graph", ErrModel)
 	}
-	if batch <= 0 {
-		return nil, fmt.Errorf("%w: batch %d, must be positive", ErrShape, batch)
+	if opts.Batch <= 0 {
+		return nil, fmt.Errorf("%w: batch %d, must be positive", ErrShape, opts.Batch)
 	}
 	if err := m.checkParams(p); err != nil {
 		return nil, err
 	}
-	b := &builder{m: m, g: g, dt: p.dt, batch: batch, env: map[string]value{}, refs: map[string]*G.Node{}}
+	outs, err := m.resolve(opts.Outputs)
+	if err != nil {
+		return nil, err
+	}
+	need := m.needed(outs)
+	if err := m.unsupported(need, outs); err != nil {
+		return nil, err
+	}
+	for name := range opts.Shapes {
+		if !slices.ContainsFunc(m.inputs, func(in Input) bool { return in.Name == name }) {
+			return nil, fmt.Errorf("%w: BuildOptions.Shapes names %q, which is not a graph input; the inputs are %v", ErrModel, name, m.inputNames())
+		}
+	}
+	b := &builder{m: m, g: g, dt: p.dt, batch: opts.Batch, env: map[string]value{}, refs: map[string]*G.Node{}}
 	defer func() {
 		if r := recover(); r != nil {
 			gr, err = nil, fmt.Errorf("%w: gorgonia refused node %q (op %s): %v", ErrShape, b.at.name, b.at.op, r)
 		}
 	}()
-	gr = &Graph{model: m, params: p, g: g, batch: batch}
+	gr = &Graph{model: m, params: p, g: g, batch: opts.Batch, outNames: outs, pnodes: map[string]*G.Node{}}
 	for name, c := range m.consts {
 		b.env[name] = value{c: c}
 	}
+	used := m.usedParams(outs)
 	for _, pa := range m.params {
+		if !used[pa.name] {
+			continue
+		}
 		b.at = nodeRef{name: pa.name, op: "parameter"}
 		n := G.NewTensor(g, b.dt, len(pa.shape), G.WithShape(pa.shape...), G.WithName(pa.name), G.WithValue(p.vals[pa.name]))
 		b.env[pa.name] = value{n: n}
-		gr.learn = append(gr.learn, n)
+		gr.pnodes[pa.name] = n
+		if !p.frozen[pa.name] {
+			gr.learn = append(gr.learn, n)
+		}
 	}
 	for _, in := range m.inputs {
 		b.at = nodeRef{name: in.Name, op: "input"}
-		shape, err := concreteShape(in, batch)
+		shape, err := concreteShape(in, opts.Batch, opts.Shapes[in.Name])
 		if err != nil {
 			return nil, err
 		}
@@ -82,26 +136,91 @@ func (m *Model) Build(g *G.ExprGraph, p *Params, batch int) (gr *Graph, err erro
 		b.env[in.Name] = value{n: n}
 		gr.inputs = append(gr.inputs, n)
 	}
+	var plans map[int]*dense
+	if !opts.NoFusion {
+		plans = m.planDense(need, outs)
+	}
+	done := map[int]bool{}
 	for k, pn := range m.nodes {
-		if err := b.node(pn, k); err != nil {
+		if !need[k] || done[k] {
+			continue
+		}
+		if d, ok := plans[k]; ok {
+			b.at = m.refs[k]
+			fused, err := b.buildDense(d)
+			if err != nil {
+				return nil, nodeError(m.refs[k], err)
+			}
+			if fused {
+				done[d.add], done[d.act] = true, true
+				continue
+			}
+		}
+		if err := b.node(pn, m.refs[k]); err != nil {
 			return nil, err
 		}
 	}
-	for _, out := range m.outputs {
+	for _, out := range outs {
 		b.at = nodeRef{name: out, op: "output"}
-		v := b.env[out]
+		v, ok := b.env[out]
+		if !ok {
+			return nil, fmt.Errorf("%w: tensor %q was not computed", ErrModel, out)
+		}
 		n, err := b.toNode(v)
 		if err != nil {
 			return nil, err
 		}
 		gr.outputs = append(gr.outputs, n)
 	}
+	// An asked-for tensor that other nodes read is copied to a node of its own: gorgonia's
+	// tape machine frees a value after its last reader within the graph and may overwrite it
+	// in place there, not knowing the caller reads it after the run.
+	for k, n := range gr.outputs {
+		if to := g.To(n.ID()); n.Op() == nil || to == nil || to.Len() == 0 {
+			continue
+		}
+		b.at = nodeRef{name: outs[k], op: "output"}
+		if gr.outputs[k], err = copyNode(n); err != nil {
+			return nil, err
+		}
+	}
 	return gr, nil
 }
 
-func concreteShape(in Input, batch int) ([]int, error) {
+// copyNode returns a node holding a copy of x's value.
+func copyNode(x *G.Node) (*G.Node, error) {
+	shape := []int(x.Shape())
+	if x.IsScalar() {
+		shape = nil
+	}
+	return G.ApplyOp(&fnOp{spec: fnSpec{desc: "Copy", shape: shape,
+		fwd:   func(in [][]float64, y []float64) error { copy(y, in[0]); return nil },
+		grads: []gradFn{func(_ [][]float64, _, dy, dx []float64) { copy(dx, dy) }},
+	}, shapes: [][]int{shape}}, x)
+}
+
+func (m *Model) inputNames() []string {
+	out := make([]string, len(m.inputs))
+	for k, in := range m.inputs {
+		out[k] = in.Name
+	}
+	return out
+}
+
+func concreteShape(in Input, batch int, given []int) ([]int, error) {
 	if len(in.Shape) == 0 {
 		return nil, fmt.Errorf("%w: input %q is a scalar; inputs need a batch dimension", ErrShape, in.Name)
+	}
+	if given != nil {
+		if len(given) != len(in.Shape) {
+			return nil, fmt.Errorf("%w: BuildOptions.Shapes gives input %q shape %v, its declared rank is %d (%v)", ErrShape, in.Name, given, len(in.Shape), in.Shape)
+		}
+		for k, d := range given {
+			if d <= 0 || (in.Shape[k] >= 0 && in.Shape[k] != d) {
+				return nil, fmt.Errorf("%w: BuildOptions.Shapes gives input %q shape %v, its declared shape is %v (-1 dynamic)", ErrShape, in.Name, given, in.Shape)
+			}
+		}
+		return slices.Clone(given), checkShape(given)
 	}
 	shape := slices.Clone(in.Shape)
 	switch {
@@ -112,10 +231,10 @@ func concreteShape(in Input, batch int) ([]int, error) {
 	}
 	for k, d := range shape[1:] {
 		if d < 0 {
-			return nil, fmt.Errorf("%w: input %q has dynamic dimension %d besides the batch; only dimension 0 may be dynamic", ErrShape, in.Name, k+1)
+			return nil, fmt.Errorf("%w: input %q has dynamic dimension %d besides the batch; give its full shape in BuildOptions.Shapes", ErrShape, in.Name, k+1)
 		}
 	}
-	return shape, nil
+	return shape, checkShape(shape)
 }
 
 // ExprGraph is the gorgonia graph the nodes live in.
@@ -133,11 +252,16 @@ func (gr *Graph) Params() *Params { return gr.params }
 // Inputs returns the input nodes, in [Model.Inputs] order; bind each a value with gorgonia.Let.
 func (gr *Graph) Inputs() G.Nodes { return slices.Clone(gr.inputs) }
 
-// Outputs returns the output nodes, in [Model.Outputs] order.
+// Outputs returns the nodes of the tensors computed, in the order they were asked for
+// ([Model.Outputs] order by default).
 func (gr *Graph) Outputs() G.Nodes { return slices.Clone(gr.outputs) }
 
-// Learnables returns the parameter nodes in [Params.Names] order: the nodes to differentiate
-// with gorgonia.Grad and to bind dual values for.
+// OutputNames returns the names of the tensors computed, in [Graph.Outputs] order.
+func (gr *Graph) OutputNames() []string { return slices.Clone(gr.outNames) }
+
+// Learnables returns the nodes of the trainable parameters the graph uses, in [Params.Names]
+// order: the nodes to differentiate with gorgonia.Grad and to bind dual values for. Frozen
+// parameters and those the computed tensors do not depend on are left out.
 func (gr *Graph) Learnables() G.Nodes { return slices.Clone(gr.learn) }
 
 // Input returns the input node called name.
@@ -147,27 +271,68 @@ func (gr *Graph) Input(name string) (*G.Node, error) {
 			return gr.inputs[k], nil
 		}
 	}
-	return nil, fmt.Errorf("%w: the model has no input %q", ErrModel, name)
+	return nil, fmt.Errorf("%w: the model has no input %q; its inputs are %v", ErrNoTensor, name, gr.model.inputNames())
 }
 
-// Output returns the output node called name.
+// Output returns the node of a tensor the graph computes (one of [Graph.OutputNames]).
 func (gr *Graph) Output(name string) (*G.Node, error) {
-	for k, out := range gr.model.outputs {
+	for k, out := range gr.outNames {
 		if out == name {
 			return gr.outputs[k], nil
 		}
 	}
-	return nil, fmt.Errorf("%w: the model has no output %q", ErrModel, name)
+	return nil, fmt.Errorf("%w: the graph was not built to compute %q (it computes %s); name it in Build's outputs",
+		ErrNoTensor, name, strings.Join(quoteAll(gr.outNames), ", "))
 }
 
-// Param returns the node of the named parameter.
+// Param returns the node of the named parameter, trainable or frozen, if the graph uses it.
 func (gr *Graph) Param(name string) (*G.Node, error) {
-	for k, pa := range gr.model.params {
-		if pa.name == name {
-			return gr.learn[k], nil
-		}
+	if n, ok := gr.pnodes[name]; ok {
+		return n, nil
+	}
+	if _, ok := gr.params.vals[name]; ok {
+		return nil, fmt.Errorf("%w: the graph does not use parameter %q (no computed tensor depends on it)", ErrParams, name)
 	}
 	return nil, fmt.Errorf("%w: the model has no parameter %q", ErrParams, name)
+}
+
+// Gradients writes the gradients of the trainable parameters, after a run of a graph
+// differentiated with respect to [Graph.Learnables], into dst in the [Params.Flat] layout
+// ([Params.TrainableNames] order): zero for a trainable parameter this graph does not use.
+func (gr *Graph) Gradients(dst []float32) error {
+	if n := gr.params.TrainableSize(); len(dst) != n {
+		return fmt.Errorf("%w: %d gradient values for %d trainable parameter values", ErrParams, len(dst), n)
+	}
+	off := 0
+	for _, name := range gr.params.TrainableNames() {
+		size := gr.params.vals[name].Shape().TotalSize()
+		part := dst[off : off+size]
+		off += size
+		n, ok := gr.pnodes[name]
+		if !ok {
+			clear(part)
+			continue
+		}
+		g, err := n.Grad()
+		if err != nil {
+			return fmt.Errorf("%w: no gradient for %q (differentiate with respect to Learnables and run first): %v", ErrParams, name, err)
+		}
+		d, ok := g.(tensor.Tensor)
+		if !ok || d.Shape().TotalSize() != size {
+			return fmt.Errorf("%w: the gradient of %q is %v, want %d values", ErrParams, name, g, size)
+		}
+		switch data := d.Data().(type) {
+		case []float32:
+			copy(part, data)
+		case []float64:
+			for k, v := range data {
+				part[k] = float32(v)
+			}
+		default:
+			return fmt.Errorf("%w: the gradient of %q holds %T", ErrParams, name, data)
+		}
+	}
+	return nil
 }
 
 // value is what a tensor name stands for while building: a gorgonia node, or a constant
@@ -193,6 +358,7 @@ type builder struct {
 	refs   map[string]*G.Node // constant tensors of ones by shape, the size references of Expand
 	at     nodeRef            // the node being built, for errors
 	nconst int                // constants made so far, for unique names
+	depth  int                // If branches being built, nested
 }
 
 // onode is an ONNX node being built, with its inputs resolved.
@@ -241,13 +407,17 @@ func (n *onode) attrString(name, def string) string {
 	return def
 }
 
-func (b *builder) node(pn *onnxpb.NodeProto, index int) error {
-	n := &onode{NodeProto: pn, ref: refOf(pn, index)}
+func (b *builder) node(pn *onnxpb.NodeProto, ref nodeRef) error {
+	n := &onode{NodeProto: pn, ref: ref}
 	b.at = n.ref
 	for _, name := range pn.GetInput() {
 		n.in = append(n.in, b.env[name]) // "" (absent) maps to the zero value
 	}
-	outs, err := ops[pn.GetOpType()].build(b, n)
+	o, ok := ops[pn.GetOpType()]
+	if d := pn.GetDomain(); !ok || (d != "" && d != "ai.onnx") {
+		return &UnsupportedError{Nodes: []UnsupportedNode{{Node: ref.name, OpType: pn.GetOpType(), Domain: d}}, Outputs: []string{b.at.name}}
+	}
+	outs, err := o.build(b, n)
 	if err != nil {
 		var ue *UnsupportedError
 		if errors.As(err, &ue) {
@@ -299,7 +469,10 @@ func (b *builder) scalar(x float64) *G.Node {
 	return G.NewConstant(float32(x), G.In(b.g))
 }
 
-// reshape returns x with a new shape of the same size (x itself when unchanged).
+// reshape returns x with a new shape of the same size (x itself when unchanged). It copies:
+// gorgonia's own Reshape shares its input's memory, and its tape machine, tracking liveness
+// per node, may then overwrite that memory in place while the input (a graph input, a
+// parameter, an op's output read later) still needs it.
 func reshape(x *G.Node, shape []int) (*G.Node, error) {
 	if slices.Equal([]int(x.Shape()), shape) {
 		return x, nil
@@ -307,7 +480,14 @@ func reshape(x *G.Node, shape []int) (*G.Node, error) {
 	if product([]int(x.Shape())) != product(shape) {
 		return nil, fmt.Errorf("%w: cannot reshape %v to %v", ErrShape, x.Shape(), shape)
 	}
-	return G.Reshape(x, tensor.Shape(slices.Clone(shape)))
+	in := []int(x.Shape())
+	if x.IsScalar() {
+		in = nil
+	}
+	return G.ApplyOp(&fnOp{spec: fnSpec{desc: "Reshape", shape: slices.Clone(shape),
+		fwd:   func(in [][]float64, y []float64) error { copy(y, in[0]); return nil },
+		grads: []gradFn{func(_ [][]float64, _, dy, dx []float64) { copy(dx, dy) }},
+	}, shapes: [][]int{in}}, x)
 }
 
 // broadcastShape is numpy's (and ONNX's multidirectional) broadcast of two shapes.
@@ -331,7 +511,7 @@ func broadcastShape(a, b []int) ([]int, error) {
 			return nil, fmt.Errorf("%w: shapes %v and %v do not broadcast", ErrShape, a, b)
 		}
 	}
-	return out, nil
+	return out, checkShape(out)
 }
 
 func padShape(s []int, rank int) []int {
@@ -403,10 +583,8 @@ func (b *builder) broadcastTo(x *G.Node, out []int) (*G.Node, error) {
 	var err error
 	if x.IsScalar() {
 		sx = nil
-		if x, err = G.Reshape(x, tensor.Shape(padShape(nil, len(out)))); err != nil {
-			return nil, err
-		}
-	} else if x, err = reshape(x, padShape(sx, len(out))); err != nil {
+	}
+	if x, err = reshape(x, padShape(sx, len(out))); err != nil {
 		return nil, err
 	}
 	var left []byte

@@ -3,6 +3,7 @@ package graph
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 	"gorgonia.org/tensor"
@@ -15,6 +16,10 @@ type Input struct {
 	Name string
 	// Shape is the declared shape; a dynamic dimension is -1. Dimension 0 is the batch.
 	Shape []int
+	// ElemType is the declared element type. Integer inputs (uint8 pixels, int64 indices)
+	// are accepted: their graph node holds floats like every other, so feed the integers'
+	// values converted to float32 (float64 for a float64 Params).
+	ElemType onnxpb.TensorProto_DataType
 }
 
 // param is one trainable tensor of a model.
@@ -41,8 +46,17 @@ type Model struct {
 	outputs []string
 	params  []param
 	consts  map[string]*constant // non-float (or rank-0) initializers
-	nodes   []*onnxpb.NodeProto  // the nodes to build, untied Identities left out
+	nodes   []*onnxpb.NodeProto  // the nodes in graph order, untied Identities left out
+	refs    []nodeRef            // the nodes' names for errors, by index in nodes
 	untied  map[*onnxpb.NodeProto]bool
+	// producer maps a node output to the index in nodes of the node computing it.
+	producer map[string]int
+	// outer lists, for a node with subgraphs (If), the enclosing graph's tensors they read,
+	// by index in nodes.
+	outer map[int][]string
+	// tensors lists every tensor name (inputs, initializers, parameters, node outputs) in
+	// graph order.
+	tensors []string
 }
 
 // Parse reads a serialized ONNX model and checks it for import.
@@ -63,16 +77,20 @@ func Parse(data []byte) (*Model, error) {
 // Every FLOAT or DOUBLE initializer of rank ≥ 1 becomes a parameter named after it; an
 // Identity node whose input is such an initializer becomes a parameter of its own named
 // after the Identity's output (the untie rule, see the package doc). Other initializers
-// (integer, rank 0) are constants. Every node's operator must be one of [SupportedOps]; the
-// first that is not is an [*UnsupportedError].
+// (integer, rank 0) are constants. New checks the graph's structure (every node input
+// defined before use, no name defined twice, inputs with a declared shape) but not its
+// operators: [Model.Check] and [Model.Build] report the unsupported operators on the path
+// to the tensors asked for, so nodes no asked-for tensor needs may use any operator.
 func New(model *onnxpb.ModelProto) (*Model, error) {
 	if model == nil || model.GetGraph() == nil {
 		return nil, fmt.Errorf("%w: the model has no graph", ErrModel)
 	}
 	m := &Model{
-		proto:  proto.Clone(model).(*onnxpb.ModelProto),
-		consts: map[string]*constant{},
-		untied: map[*onnxpb.NodeProto]bool{},
+		proto:    proto.Clone(model).(*onnxpb.ModelProto),
+		consts:   map[string]*constant{},
+		untied:   map[*onnxpb.NodeProto]bool{},
+		producer: map[string]int{},
+		outer:    map[int][]string{},
 	}
 	g := m.proto.GetGraph()
 	for _, o := range m.proto.GetOpsetImport() {
@@ -80,7 +98,7 @@ func New(model *onnxpb.ModelProto) (*Model, error) {
 			m.opset = o.GetVersion()
 		}
 	}
-	if m.opset == 0 {
+	if m.opset <= 0 {
 		return nil, fmt.Errorf("%w: the model imports no version of the default ONNX operator set", ErrModel)
 	}
 	if len(g.GetSparseInitializer()) > 0 {
@@ -109,6 +127,7 @@ func New(model *onnxpb.ModelProto) (*Model, error) {
 	}
 
 	// Inputs: graph inputs that no initializer backs (IR < 4 lists initializers as inputs).
+	seenInput := map[string]bool{}
 	for _, vi := range g.GetInput() {
 		if _, ok := inits[vi.GetName()]; ok {
 			continue
@@ -117,10 +136,18 @@ func New(model *onnxpb.ModelProto) (*Model, error) {
 		if err != nil {
 			return nil, err
 		}
+		if seenInput[in.Name] {
+			return nil, fmt.Errorf("%w: two inputs are named %q", ErrModel, in.Name)
+		}
+		seenInput[in.Name] = true
 		m.inputs = append(m.inputs, in)
+		m.tensors = append(m.tensors, in.Name)
 	}
 	if len(m.inputs) == 0 {
 		return nil, fmt.Errorf("%w: the graph has no input to feed", ErrModel)
+	}
+	for _, t := range g.GetInitializer() {
+		m.tensors = append(m.tensors, t.GetName())
 	}
 	for _, vi := range g.GetOutput() {
 		m.outputs = append(m.outputs, vi.GetName())
@@ -129,7 +156,7 @@ func New(model *onnxpb.ModelProto) (*Model, error) {
 		return nil, fmt.Errorf("%w: the graph has no output", ErrModel)
 	}
 
-	// Nodes: check operators and that every input is defined before use; untie Identities.
+	// Nodes: check that every input is defined before use; untie Identities.
 	defined := map[string]bool{"": true}
 	for name := range inits {
 		defined[name] = true
@@ -144,15 +171,15 @@ func New(model *onnxpb.ModelProto) (*Model, error) {
 	var untied []param
 	for k, n := range g.GetNode() {
 		ref := refOf(n, k)
-		if d := n.GetDomain(); d != "" && d != "ai.onnx" {
-			return nil, &UnsupportedError{Node: ref.name, OpType: n.GetOpType(), Domain: d}
-		}
-		if _, ok := ops[n.GetOpType()]; !ok {
-			return nil, &UnsupportedError{Node: ref.name, OpType: n.GetOpType()}
-		}
 		for _, in := range n.GetInput() {
 			if !defined[in] {
 				return nil, nodeError(ref, fmt.Errorf("%w: input %q is not defined by an earlier node, an initializer or a graph input", ErrModel, in))
+			}
+		}
+		outer := outerNames(n, 0)
+		for _, in := range outer {
+			if !defined[in] {
+				return nil, nodeError(ref, fmt.Errorf("%w: a subgraph reads %q, which is not defined before the node", ErrModel, in))
 			}
 		}
 		for _, out := range n.GetOutput() {
@@ -160,15 +187,28 @@ func New(model *onnxpb.ModelProto) (*Model, error) {
 				return nil, nodeError(ref, fmt.Errorf("%w: output %q is defined twice", ErrModel, out))
 			}
 			defined[out] = true
+			if out != "" {
+				m.tensors = append(m.tensors, out)
+			}
 		}
-		if n.GetOpType() == "Identity" && len(n.GetInput()) == 1 && len(n.GetOutput()) == 1 {
+		if n.GetOpType() == "Identity" && (n.GetDomain() == "" || n.GetDomain() == "ai.onnx") &&
+			len(n.GetInput()) == 1 && len(n.GetOutput()) == 1 {
 			if src, ok := isParam[n.GetInput()[0]]; ok && !src.untied {
 				m.untied[n] = true
 				untied = append(untied, param{name: n.GetOutput()[0], shape: src.shape, init: src.init, untied: true})
 				continue
 			}
 		}
+		for _, out := range n.GetOutput() {
+			if out != "" {
+				m.producer[out] = len(m.nodes)
+			}
+		}
+		if len(outer) > 0 {
+			m.outer[len(m.nodes)] = outer
+		}
 		m.nodes = append(m.nodes, n)
+		m.refs = append(m.refs, ref)
 	}
 	m.params = append(m.params, untied...)
 	for _, out := range m.outputs {
@@ -177,6 +217,180 @@ func New(model *onnxpb.ModelProto) (*Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// resolve returns the tensors asked for (the graph outputs when none are named), checking
+// that the graph defines each.
+func (m *Model) resolve(names []string) ([]string, error) {
+	if len(names) == 0 {
+		return slices.Clone(m.outputs), nil
+	}
+	known := map[string]bool{}
+	for _, t := range m.tensors {
+		known[t] = true
+	}
+	for _, pa := range m.params {
+		known[pa.name] = true
+	}
+	var missing []string
+	for _, n := range names {
+		if !known[n] {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: %s; the nearest tensor names the graph has are %s; "+
+			"name a graph output (%s) or an inner tensor ([Model.Tensors] lists them)",
+			ErrNoTensor, strings.Join(quoteAll(missing), ", "),
+			strings.Join(quoteAll(nearest(missing[0], m.tensors, 8)), ", "), strings.Join(quoteAll(m.outputs), ", "))
+	}
+	return slices.Clone(names), nil
+}
+
+// needed marks the nodes (by index in m.nodes) the given tensors depend on.
+func (m *Model) needed(outputs []string) []bool {
+	need := make([]bool, len(m.nodes))
+	stack := slices.Clone(outputs)
+	seen := map[string]bool{}
+	for len(stack) > 0 {
+		t := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[t] {
+			continue
+		}
+		seen[t] = true
+		k, ok := m.producer[t]
+		if !ok || need[k] {
+			continue
+		}
+		need[k] = true
+		for _, in := range append(slices.Clone(m.nodes[k].GetInput()), m.outer[k]...) {
+			if in != "" && !seen[in] {
+				stack = append(stack, in)
+			}
+		}
+	}
+	return need
+}
+
+// unsupported returns the needed nodes whose operator the importer lacks, as an
+// *UnsupportedError, or nil.
+func (m *Model) unsupported(need []bool, outputs []string) error {
+	var bad []UnsupportedNode
+	var check func(n *onnxpb.NodeProto, ref nodeRef, depth int)
+	check = func(n *onnxpb.NodeProto, ref nodeRef, depth int) {
+		d := n.GetDomain()
+		_, known := ops[n.GetOpType()]
+		if (d != "" && d != "ai.onnx") || !known {
+			bad = append(bad, UnsupportedNode{Node: ref.name, OpType: n.GetOpType(), Domain: d})
+			return
+		}
+		if depth >= maxSubgraphDepth {
+			return
+		}
+		for _, a := range n.GetAttribute() { // the branches of an If
+			for k, sn := range a.GetG().GetNode() {
+				check(sn, refOf(sn, k), depth+1)
+			}
+		}
+	}
+	for k, n := range m.nodes {
+		if need[k] {
+			check(n, m.refs[k], 0)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return &UnsupportedError{Nodes: bad, Outputs: outputs}
+}
+
+// Check reports whether the model can compute the named tensors (graph outputs or inner
+// tensors; the graph outputs when none are named): an [ErrNoTensor] error naming the nearest
+// names for an unknown tensor, or an [*UnsupportedError] listing every node on their path
+// whose operator the importer lacks. Attribute values outside the importer's limits are found
+// only by [Model.Build].
+func (m *Model) Check(outputs ...string) error {
+	outs, err := m.resolve(outputs)
+	if err != nil {
+		return err
+	}
+	return m.unsupported(m.needed(outs), outs)
+}
+
+// Tensors lists every tensor name of the graph in graph order: inputs, initializers, then
+// each node's outputs (an untied Identity's output included). Any of them may be asked for
+// as an output of [Model.Build].
+func (m *Model) Tensors() []string { return slices.Clone(m.tensors) }
+
+// Producer returns the operator type of the node computing tensor name, "input" for a graph
+// input, "initializer" for an initializer, and false when the graph has no such tensor.
+func (m *Model) Producer(name string) (string, bool) {
+	if k, ok := m.producer[name]; ok {
+		return m.nodes[k].GetOpType(), true
+	}
+	for _, in := range m.inputs {
+		if in.Name == name {
+			return "input", true
+		}
+	}
+	if _, ok := m.consts[name]; ok {
+		return "initializer", true
+	}
+	for _, pa := range m.params {
+		if pa.name == name {
+			if pa.untied {
+				return "Identity", true
+			}
+			return "initializer", true
+		}
+	}
+	return "", false
+}
+
+// maxSubgraphDepth bounds the nesting of subgraphs (If inside If) the importer follows.
+const maxSubgraphDepth = 16
+
+// outerNames lists the tensors the subgraphs of n (If's branches) read from enclosing graphs:
+// the names their nodes use that the subgraph does not define itself.
+func outerNames(n *onnxpb.NodeProto, depth int) []string {
+	var out []string
+	if depth >= maxSubgraphDepth {
+		return nil
+	}
+	for _, a := range n.GetAttribute() {
+		sg := a.GetG()
+		if sg == nil {
+			continue
+		}
+		local := map[string]bool{"": true}
+		for _, t := range sg.GetInitializer() {
+			local[t.GetName()] = true
+		}
+		for _, vi := range sg.GetInput() {
+			local[vi.GetName()] = true
+		}
+		use := func(name string) {
+			if !local[name] && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+		for _, sn := range sg.GetNode() {
+			for _, in := range sn.GetInput() {
+				use(in)
+			}
+			for _, in := range outerNames(sn, depth+1) {
+				use(in)
+			}
+			for _, o := range sn.GetOutput() {
+				local[o] = true
+			}
+		}
+		for _, vi := range sg.GetOutput() {
+			use(vi.GetName())
+		}
+	}
+	return out
 }
 
 func refOf(n *onnxpb.NodeProto, index int) nodeRef {
@@ -195,14 +409,14 @@ func inputOf(vi *onnxpb.ValueInfoProto) (Input, error) {
 	if tt == nil {
 		return Input{}, fmt.Errorf("%w: input %q is not a tensor", ErrModel, vi.GetName())
 	}
-	if !isFloatType(tt.GetElemType()) {
-		return Input{}, fmt.Errorf("%w: input %q has element type %v; only float inputs are supported",
+	if !isFloatType(tt.GetElemType()) && !isIntType(tt.GetElemType()) {
+		return Input{}, fmt.Errorf("%w: input %q has element type %v; only float, double and integer inputs are supported",
 			ErrModel, vi.GetName(), onnxpb.TensorProto_DataType(tt.GetElemType()))
 	}
 	if tt.GetShape() == nil {
 		return Input{}, fmt.Errorf("%w: input %q has no declared shape", ErrModel, vi.GetName())
 	}
-	in := Input{Name: vi.GetName()}
+	in := Input{Name: vi.GetName(), ElemType: onnxpb.TensorProto_DataType(tt.GetElemType())}
 	for _, d := range tt.GetShape().GetDim() {
 		if _, ok := d.GetValue().(*onnxpb.TensorShapeProto_Dimension_DimValue); ok && d.GetDimValue() >= 0 {
 			in.Shape = append(in.Shape, int(d.GetDimValue()))
@@ -220,7 +434,7 @@ func (m *Model) Opset() int64 { return m.opset }
 func (m *Model) Inputs() []Input {
 	out := make([]Input, len(m.inputs))
 	for k, in := range m.inputs {
-		out[k] = Input{Name: in.Name, Shape: slices.Clone(in.Shape)}
+		out[k] = Input{Name: in.Name, Shape: slices.Clone(in.Shape), ElemType: in.ElemType}
 	}
 	return out
 }
@@ -256,21 +470,6 @@ func (m *Model) Metadata() map[string]string {
 		out[kv.GetKey()] = kv.GetValue()
 	}
 	return out
-}
-
-// NewParams returns fresh float32 parameter values, read from the initializers (an untied
-// parameter gets its own copy of the shared value).
-func (m *Model) NewParams() *Params {
-	p := &Params{vals: make(map[string]*tensor.Dense, len(m.params)), dt: tensor.Float32}
-	for _, pa := range m.params {
-		c, err := decodeTensor(pa.init)
-		if err != nil { // New decoded every initializer already
-			panic(fmt.Sprintf("graph: initializer %q no longer decodes: %v", pa.init.GetName(), err))
-		}
-		p.names = append(p.names, pa.name)
-		p.vals[pa.name] = newDense(tensor.Float32, tensor.Shape(pa.shape), c.f)
-	}
-	return p
 }
 
 // checkParams verifies that p belongs to m.

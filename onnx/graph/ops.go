@@ -44,12 +44,41 @@ func init() {
 		"Shape":      {buildShape},
 		"Expand":     {buildExpand},
 		"Gather":     {buildGather},
+
+		"Cast":               {buildCast},
+		"Clip":               {buildClip},
+		"Where":              {buildWhere},
+		"Min":                {buildVariadic("Min")},
+		"Max":                {buildVariadic("Max")},
+		"Sum":                {buildVariadic("Sum")},
+		"Mean":               {buildVariadic("Mean")},
+		"ArgMax":             {buildArg},
+		"ArgMin":             {buildArg},
+		"Transpose":          {buildTranspose},
+		"Slice":              {buildSlice},
+		"Split":              {buildSplit},
+		"Tile":               {buildTile},
+		"GatherElements":     {buildGatherElements},
+		"ConstantOfShape":    {buildConstantOfShape},
+		"Range":              {buildRange},
+		"LayerNormalization": {buildLayerNorm},
+		"If":                 {buildIf},
+		"LSTM":               {buildLSTM},
+		"GRU":                {buildGRU},
+		"RNN":                {buildRNN},
+	}
+	for name, f := range unaryOps {
+		ops[name] = op{f}
+	}
+	for name := range binaryOps {
+		ops[name] = op{buildBinary(name)}
+	}
+	for name := range reduceKinds {
+		ops[name] = op{buildReduce}
 	}
 }
 
 // SupportedOps lists the ONNX operators (default domain) the importer handles, sorted.
-// Gather is supported on constants only (shape arithmetic), which covers the
-// Shape→Gather→Unsqueeze→Concat→Reshape pattern exporters emit for x.view(x.size(0), -1).
 func SupportedOps() []string {
 	out := make([]string, 0, len(ops))
 	for name := range ops {
@@ -108,17 +137,11 @@ func elementwise(kind string) func(*builder, *onode) ([]value, error) {
 		if err != nil {
 			return nil, err
 		}
-		// A one-element constant against a tensor of the output's shape is a scalar.
-		for _, v := range []*value{&x, &y} {
-			if v.c != nil && v.c.size() == 1 && len(v.c.shape) <= len(out) {
-				other := x
-				if v == &x {
-					other = y
-				}
-				if slices.Equal(other.shape(), out) {
-					*v = value{n: b.scalar(v.c.floats()[0])}
-				}
-			}
+		// A one-element constant second operand against a tensor of the output's shape is a
+		// scalar. (Not the first: gorgonia's scalar-first ops may write their result into
+		// the tensor operand's memory while later nodes still read it.)
+		if y.c != nil && y.c.size() == 1 && len(y.c.shape) <= len(out) && slices.Equal(x.shape(), out) {
+			y = value{n: b.scalar(y.c.floats()[0])}
 		}
 		xn, err := b.toNode(x)
 		if err != nil {
@@ -127,6 +150,11 @@ func elementwise(kind string) func(*builder, *onode) ([]value, error) {
 		yn, err := b.toNode(y)
 		if err != nil {
 			return nil, err
+		}
+		if xn.IsScalar() && !yn.IsScalar() {
+			if xn, err = b.broadcastTo(xn, []int(yn.Shape())); err != nil {
+				return nil, err
+			}
 		}
 		if xn, yn, err = b.broadcastPair(xn, yn); err != nil {
 			return nil, err
@@ -657,9 +685,6 @@ func buildSqueeze(b *builder, n *onode) ([]value, error) {
 			out = append(out, s)
 		}
 	}
-	if len(out) == 0 && n.in[0].n != nil {
-		return nil, fmt.Errorf("%w: Squeeze to a scalar is not supported on computed tensors", ErrUnsupported)
-	}
 	return reshapeValue(n.in[0], out)
 }
 
@@ -694,7 +719,7 @@ func buildExpand(b *builder, n *onode) ([]value, error) {
 	}
 	want := make([]int, len(spec))
 	for k, d := range spec {
-		if d < 0 {
+		if d < 0 || d > maxElements {
 			return nil, fmt.Errorf("%w: Expand to %v", ErrShape, spec)
 		}
 		want[k] = int(d)
@@ -709,67 +734,19 @@ func buildExpand(b *builder, n *onode) ([]value, error) {
 	return one(b.broadcastTo(n.in[0].n, out))
 }
 
-func buildGather(b *builder, n *onode) ([]value, error) {
-	if err := arity(n, 2, 2); err != nil {
-		return nil, err
-	}
-	if n.in[0].c == nil || n.in[1].c == nil {
-		return nil, fmt.Errorf("%w: Gather is supported on constants only (shape arithmetic), not on computed tensors", ErrUnsupported)
-	}
-	data, idx := n.in[0].c, n.in[1].c
-	ax, err := axis(n.attrInt("axis", 0), len(data.shape))
-	if err != nil {
-		return nil, err
-	}
-	dim := data.shape[ax]
-	outer, inner := product(data.shape[:ax]), product(data.shape[ax+1:])
-	out := &constant{isInt: data.isInt}
-	out.shape = append(append(slices.Clone(data.shape[:ax]), idx.shape...), data.shape[ax+1:]...)
-	for o := range outer {
-		for _, i := range idx.ints() {
-			if i < 0 {
-				i += int64(dim)
-			}
-			if i < 0 || i >= int64(dim) {
-				return nil, fmt.Errorf("%w: Gather index %d out of range for dimension %d", ErrShape, i, dim)
-			}
-			base := (o*dim + int(i)) * inner
-			if data.isInt {
-				out.i = append(out.i, data.i[base:base+inner]...)
-			} else {
-				out.f = append(out.f, data.f[base:base+inner]...)
-			}
-		}
-	}
-	return []value{{c: out}}, nil
-}
-
 // foldBroadcast repeats c to shape out (out is a valid broadcast of c's shape).
 func foldBroadcast(c *constant, out []int) *constant {
-	in := padShape(c.shape, len(out))
 	res := &constant{isInt: c.isInt, shape: slices.Clone(out)}
-	total := product(out)
-	idx := make([]int, len(out))
-	for range total {
-		src := 0
-		for d := range out {
-			i := idx[d]
-			if in[d] == 1 {
-				i = 0
-			}
-			src = src*in[d] + i
+	idx := broadcastIndex(c.shape, out)
+	for i := range product(out) {
+		src := i
+		if idx != nil {
+			src = idx[i]
 		}
 		if c.isInt {
 			res.i = append(res.i, c.i[src])
 		} else {
 			res.f = append(res.f, c.f[src])
-		}
-		for d := len(out) - 1; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < out[d] {
-				break
-			}
-			idx[d] = 0
 		}
 	}
 	return res
@@ -837,4 +814,63 @@ func foldConcat(cs []*constant, ax int) *constant {
 		}
 	}
 	return out
+}
+
+// buildIf inlines the branch its condition selects. The condition must be known when the
+// graph is built (exporters test shapes, which are static once the batch is fixed).
+func buildIf(b *builder, n *onode) ([]value, error) {
+	if err := arity(n, 1, 1); err != nil {
+		return nil, err
+	}
+	cond := n.in[0].c
+	if cond == nil {
+		return nil, fmt.Errorf("%w: If whose condition is computed at run time; only conditions known when the graph is built (shape tests) are supported", ErrUnsupported)
+	}
+	if cond.size() != 1 {
+		return nil, fmt.Errorf("%w: If condition of shape %v; want one element", ErrShape, cond.shape)
+	}
+	name := "else_branch"
+	if cond.floats()[0] != 0 {
+		name = "then_branch"
+	}
+	a := n.attr(name)
+	if a == nil || a.GetG() == nil {
+		return nil, fmt.Errorf("%w: If without %s", ErrModel, name)
+	}
+	sg := a.GetG()
+	if len(sg.GetOutput()) != len(n.GetOutput()) {
+		return nil, fmt.Errorf("%w: If %s has %d outputs, the node %d", ErrModel, name, len(sg.GetOutput()), len(n.GetOutput()))
+	}
+	if b.depth >= maxSubgraphDepth {
+		return nil, fmt.Errorf("%w: If nested deeper than %d", ErrUnsupported, maxSubgraphDepth)
+	}
+	b.depth++
+	defer func() { b.depth-- }()
+	for _, t := range sg.GetInitializer() {
+		c, err := decodeTensor(t)
+		if err != nil {
+			return nil, err
+		}
+		b.env[t.GetName()] = value{c: c}
+	}
+	for k, sn := range sg.GetNode() {
+		for _, in := range sn.GetInput() {
+			if _, ok := b.env[in]; !ok && in != "" {
+				return nil, fmt.Errorf("%w: %s node %q reads %q, which is not defined", ErrModel, name, refOf(sn, k).name, in)
+			}
+		}
+		if err := b.node(sn, refOf(sn, k)); err != nil {
+			return nil, err
+		}
+	}
+	b.at = n.ref
+	out := make([]value, len(sg.GetOutput()))
+	for k, vi := range sg.GetOutput() {
+		v, ok := b.env[vi.GetName()]
+		if !ok {
+			return nil, fmt.Errorf("%w: If %s output %q is never computed", ErrModel, name, vi.GetName())
+		}
+		out[k] = v
+	}
+	return out, nil
 }

@@ -2,13 +2,16 @@ package graph
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	"gorgonia.org/tensor"
 )
 
 // Params holds the values of a model's parameters, one dense tensor per name: the float
-// initializers of the ONNX graph, plus one per untied Identity (see the package doc).
+// initializers of the ONNX graph, plus one per untied Identity (see the package doc). Each is
+// trainable or frozen ([TrainOptions]); frozen ones are read by the graphs but never
+// differentiated, and stay out of the flat vector.
 //
 // One Params is meant to be shared: every [Graph] built over it binds its parameter nodes to
 // these very tensors, without copying, so an in-place update (an optimiser step, CopyFrom) is
@@ -18,7 +21,9 @@ type Params struct {
 	names []string                 // in model order
 	vals  map[string]*tensor.Dense // name → value
 	dt    tensor.Dtype
-	flat  []float32 // set by Flat: the buffer every tensor views
+	flat  []float32 // set by Flat: the buffer every trainable tensor views
+	// frozen marks the parameters that do not train (see TrainOptions).
+	frozen map[string]bool
 }
 
 // Names returns the parameter names in model order (initializers first, in the order the ONNX
@@ -38,7 +43,7 @@ func (p *Params) Value(name string) (*tensor.Dense, bool) {
 	return v, ok
 }
 
-// Size is the total number of scalar parameters.
+// Size is the total number of scalar parameters, frozen ones included.
 func (p *Params) Size() int {
 	n := 0
 	for _, name := range p.names {
@@ -49,7 +54,7 @@ func (p *Params) Size() int {
 
 // Clone returns a deep copy of p.
 func (p *Params) Clone() *Params {
-	q := &Params{names: slices.Clone(p.names), vals: make(map[string]*tensor.Dense, len(p.vals)), dt: p.dt}
+	q := &Params{names: slices.Clone(p.names), vals: make(map[string]*tensor.Dense, len(p.vals)), dt: p.dt, frozen: maps.Clone(p.frozen)}
 	for name, v := range p.vals {
 		q.vals[name] = v.Clone().(*tensor.Dense)
 	}
@@ -62,7 +67,7 @@ func (p *Params) As(dt tensor.Dtype) (*Params, error) {
 	if dt != tensor.Float32 && dt != tensor.Float64 {
 		return nil, fmt.Errorf("%w: element type %v; want float32 or float64", ErrParams, dt)
 	}
-	q := &Params{names: slices.Clone(p.names), vals: make(map[string]*tensor.Dense, len(p.vals)), dt: dt}
+	q := &Params{names: slices.Clone(p.names), vals: make(map[string]*tensor.Dense, len(p.vals)), dt: dt, frozen: maps.Clone(p.frozen)}
 	for name, v := range p.vals {
 		q.vals[name] = newDense(dt, v.Shape(), floatsOf(v))
 	}
@@ -138,24 +143,25 @@ func floatsOf(t *tensor.Dense) []float64 {
 	return nil
 }
 
-// Flat moves every tensor of a float32 Params into one contiguous buffer, in Names order, and
-// returns it: the flat parameter vector a learner's optimiser updates in place. Tensors keep
-// their shapes and values; graphs must be built after Flat (they bind the tensors they find).
-// Calling it again returns the same buffer.
+// Flat moves every trainable tensor of a float32 Params into one contiguous buffer, in
+// [Params.TrainableNames] order, and returns it: the flat parameter vector a learner's
+// optimiser updates in place (the layout of [Graph.Learnables] and [Graph.Gradients]). Frozen
+// tensors stay where they are. Tensors keep their shapes and values; graphs must be built
+// after Flat (they bind the tensors they find). Calling it again returns the same buffer.
 func (p *Params) Flat() ([]float32, error) {
 	if p.dt != tensor.Float32 {
 		return nil, fmt.Errorf("%w: Flat needs float32 parameters, these are %v", ErrParams, p.dt)
 	}
-	total := p.Size()
+	total := p.TrainableSize()
 	if total == 0 {
-		return nil, fmt.Errorf("%w: no parameters", ErrParams)
+		return nil, fmt.Errorf("%w: no trainable parameters (%d frozen)", ErrParams, len(p.Frozen()))
 	}
 	if p.flat != nil && p.contiguous(p.flat) {
 		return p.flat, nil
 	}
 	flat := make([]float32, total)
 	off := 0
-	for _, name := range p.names {
+	for _, name := range p.TrainableNames() {
 		v := p.vals[name]
 		if v.Shape().Dims() == 0 {
 			return nil, fmt.Errorf("%w: parameter %q is a scalar", ErrParams, name)
@@ -169,10 +175,10 @@ func (p *Params) Flat() ([]float32, error) {
 	return flat, nil
 }
 
-// contiguous reports whether the tensors already lie in flat, in Names order.
+// contiguous reports whether the trainable tensors already lie in flat, in Names order.
 func (p *Params) contiguous(flat []float32) bool {
 	off := 0
-	for _, name := range p.names {
+	for _, name := range p.TrainableNames() {
 		data, ok := p.vals[name].Data().([]float32)
 		if !ok || len(data) == 0 || &data[0] != &flat[off] {
 			return false

@@ -60,6 +60,74 @@ func product(s []int) int {
 	return p
 }
 
+// rowStrides returns the row-major strides of shape.
+func rowStrides(shape []int) []int {
+	strides := make([]int, len(shape))
+	s := 1
+	for d := len(shape) - 1; d >= 0; d-- {
+		strides[d] = s
+		s *= shape[d]
+	}
+	return strides
+}
+
+// advance moves pos to the next position of a tensor of the given shape in row-major order,
+// and reports false after the last one (pos is then all zeros again).
+func advance(pos, shape []int) bool {
+	for d := len(shape) - 1; d >= 0; d-- {
+		pos[d]++
+		if pos[d] < shape[d] {
+			return true
+		}
+		pos[d] = 0
+	}
+	return false
+}
+
+// affineIndex lists, for each position of a tensor of shape out in row-major order, the
+// offset Σ pos[d]·strides[d]: with a source's strides permuted, zeroed on broadcast axes...,
+// the index map of a transpose, a broadcast...
+func affineIndex(out, strides []int) []int {
+	idx := make([]int, product(out))
+	if len(idx) == 0 {
+		return idx
+	}
+	pos := make([]int, len(out))
+	for i := range idx {
+		for d := range pos {
+			idx[i] += pos[d] * strides[d]
+		}
+		advance(pos, out)
+	}
+	return idx
+}
+
+// maxElements bounds the size of any tensor the importer makes or folds (2^28 values): a
+// policy never comes near it, and a corrupt shape must be an error, not an allocation that
+// exhausts memory.
+const maxElements = 1 << 28
+
+// checkShape refuses negative dimensions and shapes of more than maxElements values (without
+// overflowing on the way).
+func checkShape(shape []int) error {
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			return fmt.Errorf("%w: negative dimension in %v", ErrShape, shape)
+		}
+		if d == 0 {
+			return nil
+		}
+	}
+	for _, d := range shape {
+		if n > maxElements/d {
+			return fmt.Errorf("%w: a tensor of shape %v holds more than %d values", ErrShape, shape, maxElements)
+		}
+		n *= d
+	}
+	return nil
+}
+
 // isFloatType reports whether an ONNX element type is one the importer treats as trainable.
 func isFloatType(dt int32) bool {
 	return dt == int32(onnxpb.TensorProto_FLOAT) || dt == int32(onnxpb.TensorProto_DOUBLE)
@@ -89,6 +157,9 @@ func decodeTensor(t *onnxpb.TensorProto) (*constant, error) {
 			return nil, fmt.Errorf("%w: tensor %q has dimension %d", ErrModel, t.GetName(), d)
 		}
 		shape[k] = int(d)
+	}
+	if err := checkShape(shape); err != nil {
+		return nil, fmt.Errorf("%w: tensor %q: %v", ErrModel, t.GetName(), err)
 	}
 	n := product(shape)
 	c := &constant{shape: shape}
