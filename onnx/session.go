@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"reflect"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -427,7 +428,7 @@ func (s *Session) probe(batch int) ([]ort.Shape, error) {
 	outs := make([]ort.Value, len(s.outputs))
 	defer func() {
 		for _, v := range slices.Concat(ins, outs) {
-			if v != nil {
+			if !nilValue(v) {
 				v.Destroy()
 			}
 		}
@@ -442,13 +443,34 @@ func (s *Session) probe(batch int) ([]ort.Shape, error) {
 		ins[i] = v
 	}
 	if err := s.sess.Run(ins, outs); err != nil {
+		for i, v := range outs {
+			if nilValue(v) && len(s.outputs[i].Declared) == 0 {
+				err = fmt.Errorf("output %q is a scalar (rank 0); a policy's outputs need a batch dimension (export it as shape [1] or [batch])", s.outputs[i].Name)
+				break
+			}
+		}
 		return nil, fmt.Errorf("%w: running the model on a zero batch of %d to learn its output shapes: %v", ErrModel, batch, err)
 	}
 	shapes := make([]ort.Shape, len(outs))
 	for i, v := range outs {
+		if nilValue(v) {
+			// onnxruntime_go cannot wrap an output it allocated without dimensions.
+			return nil, fmt.Errorf("%w: output %q is a scalar (rank 0); a policy's outputs need a batch dimension (export it as shape [1] or [batch])",
+				ErrModel, s.outputs[i].Name)
+		}
 		shapes[i] = v.GetShape().Clone()
 	}
 	return shapes, nil
+}
+
+// nilValue reports whether v is nil, or an interface holding a nil pointer (what
+// onnxruntime_go leaves for an output it could not wrap).
+func nilValue(v ort.Value) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
 func newValue(d DType, shape []int64, mem []uint64) (ort.Value, error) {

@@ -327,3 +327,13 @@ func TestConcurrentInit(t *testing.T) {
 		t.Fatalf("second library: %v", err)
 	}
 }
+
+// TestScalarOutput: a model with a rank-0 output is refused with an error naming it, not a
+// nil-pointer panic in the shape probe (onnxruntime_go cannot wrap such an output).
+// testdata/scalar_output.onnx: y = ReduceSum(x, keepdims=0), z = Relu(x).
+func TestScalarOutput(t *testing.T) {
+	_, err := Open(context.Background(), filepath.Join("testdata", "scalar_output.onnx"), Config{MaxBatch: 4})
+	if !errors.Is(err, ErrModel) || !strings.Contains(err.Error(), `output "y" is a scalar`) {
+		t.Fatalf("Open: %v", err)
+	}
+}
