@@ -68,6 +68,10 @@ type Config struct {
 	LogitsOutput string `json:"logits_output,omitempty"` // tensor holding the logits or the Gaussian mean
 	LogStdOutput string `json:"logstd_output,omitempty"` // tensor holding the Gaussian log_std
 	ValueOutput  string `json:"value_output,omitempty"`  // tensor holding the state value
+	// ValueWarmup is the number of first iterations in which a new critic (given to a
+	// foreign policy without a value output) trains alone, the actor's gradients zeroed.
+	// Default 10; negative: none.
+	ValueWarmup int `json:"value_warmup,omitempty"`
 }
 
 // ParseConfig decodes a JSON object of Config fields strictly: a field Config does not have
@@ -206,6 +210,7 @@ func (c Config) WithDefaults() (Config, error) {
 	setInt(&c.Epochs, pick(4, 10))
 	setInt(&c.EvalEpisodes, 10)
 	setInt(&c.CheckpointEvery, 10)
+	setInt(&c.ValueWarmup, 10)
 	if discrete {
 		setF(&c.LR, 2.5e-4)
 		setF(&c.EntCoef, 0.01)

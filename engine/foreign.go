@@ -4,71 +4,270 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"strings"
+	"sync/atomic"
 
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/internal/tape"
 	"github.com/towerrl/towerrl/learner"
+	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/models/layout"
 	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/onnx/edit"
 	"github.com/towerrl/towerrl/onnx/graph"
+	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
 // foreign is a pretrained ONNX policy imported for fine-tuning: its own graph and names, with
-// its initializers as the trainable parameters, gathered in one flat vector.
+// its initializers as the trainable parameters, gathered in one flat vector. The head is bound
+// as the batchers bind it (models/layout: the exporter's layout, towerrl metadata, or the
+// names the user gave), so the tensors the loss reads may be inner tensors of the graph.
 type foreign struct {
-	model  *graph.Model
+	model  *graph.Model // the graph trained: the policy, its batch made dynamic when it was fixed
+	orig   *graph.Model // the graph written back: the policy as given
 	params *graph.Params
 	flat   []float32
-	spec   head.Spec
-	names  head.Names // the outputs as the config named them (for the batchers' binding)
-	source []byte     // the model as loaded, kept in checkpoints so a resume needs no file
-	input  string     // observation input
-	outs   struct{ params, logStd, value string }
+	spec   head.Spec      // the head the loss computes: a tanh-gaussian is a Gaussian over the pre-tanh action
+	names  head.Names     // the outputs as the config named them (for the batchers' binding)
+	bind   layout.Binding // what was recognised
+	source []byte         // the model as loaded, kept in checkpoints so a resume needs no file
+	input  string         // observation input
+	outs   struct {
+		params, logStd, value string
+		split                 bool // params holds the mean then the log_std (RLlib)
+	}
+	// consts are the other inputs and the values they are fed (zeros, or ones for seq_lens).
+	consts map[string]float32
+	// critic: the graph trained is the policy with a new critic (models.AddCritic); rewritten:
+	// its batch was made dynamic. Either way the batchers run the graph trained, and
+	// policy.onnx is origProto with the trained weights.
+	critic, rewritten bool
+	origProto         *onnxpb.ModelProto
+	// actorFrozen zeroes the gradients of every parameter but the new critic's (the value
+	// warm-up); set by the trainer between iterations, read by the towers.
+	actorFrozen atomic.Bool
+	actorRanges [][2]int
 }
 
-// loadForeign imports model for fine-tuning on an env whose head spec is spec. The outputs
-// carrying the head's parameters and the value are found as the batchers find them (head.Bind).
-func loadForeign(ctx context.Context, data []byte, spec head.Spec, names head.Names, session onnx.Config) (*foreign, error) {
-	m, err := graph.Parse(data)
+// ErrFineTune is wrapped by errors about a foreign policy that cannot be fine-tuned.
+var ErrFineTune = errors.New("engine: cannot fine-tune this policy")
+
+// loadForeign imports model for fine-tuning on an env whose head spec is spec, bound with the
+// user's overrides o (names, head).
+//
+// A policy without a value output gets a new critic, initialised from rng.
+func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Overrides, session onnx.Config, rng *rand.Rand) (*foreign, error) {
+	var mp onnxpb.ModelProto
+	if err := proto.Unmarshal(data, &mp); err != nil {
+		return nil, fmt.Errorf("%w: not a readable ONNX model: %v", graph.ErrModel, err)
+	}
+	if session.Logger == nil {
+		session.Logger = zap.NewNop()
+	}
+	tensors, err := edit.Tensors(ctx, data, session)
+	if err != nil {
+		tensors = nil // shapes help recognition; without them it goes by declarations
+	}
+	b, err := layout.Recognise(&mp, tensors, spec, o)
 	if err != nil {
 		return nil, err
 	}
-	sc := session
-	sc.MaxBatch = 1
-	s, err := onnx.New(ctx, data, sc)
+	notes := strings.Join(b.Notes, "; ")
+	switch {
+	case b.DeterministicOnly:
+		return nil, fmt.Errorf("%w: no action distribution could be found in the graph (%s); it runs in eval and batcher with --deterministic. Name the logits or the mean and log_std with --logits-output and --logstd-output if the graph computes them",
+			ErrFineTune, notes)
+	case len(b.State) > 0:
+		return nil, fmt.Errorf("%w: it is recurrent (%d state inputs); fine-tuning recurrent policies is not implemented yet (they run in eval and batcher)", ErrFineTune, len(b.State))
+	}
+	orig, err := graph.New(&mp)
 	if err != nil {
 		return nil, err
 	}
-	defer s.Close()
-	infos := s.Outputs()
-	o, err := head.Bind(spec, infos, names)
-	if err != nil {
+	m, train := orig, data
+	critic := b.Value == ""
+	if critic {
+		// No value in the graph (RLlib's export, actor-only policies): PPO gets a new critic,
+		// an MLP on the observations added to a copy of the graph, trained from scratch (with a
+		// value warm-up before the actor moves). policy.onnx stays the original graph.
+		aug := proto.Clone(&mp).(*onnxpb.ModelProto)
+		if err := models.AddCritic(aug, b.Observation, obsSize(spec), []int{64, 64}, rng); err != nil {
+			return nil, fmt.Errorf("%w: adding a critic: %v", ErrFineTune, err)
+		}
+		if train, err = proto.Marshal(aug); err != nil {
+			return nil, err
+		}
+		if m, err = graph.New(aug); err != nil {
+			return nil, err
+		}
+		b.Value = models.CriticOutput
+		b.Notes = append(b.Notes, "value: "+models.CriticOutput+", a new critic")
+		session.Logger.Info("fine-tuning: the policy has no value output; training a new critic (64×64 tanh MLP on the observations)")
+	}
+	if fixedBatch(orig) {
+		dyn, rep, err := edit.DynamicBatch(ctx, train, edit.Options{Config: session})
+		if err != nil {
+			return nil, fmt.Errorf("%w: its batch is fixed and could not be made dynamic: %v", ErrFineTune, err)
+		}
+		session.Logger.Info("fine-tuning: the policy's fixed batch was made dynamic", zap.String("report", rep.String()))
+		if m, err = graph.Parse(dyn); err != nil {
+			return nil, err
+		}
+	}
+	f := &foreign{model: m, orig: orig, origProto: &mp, spec: spec, names: o.Names, bind: b, input: b.Observation,
+		consts: map[string]float32{}, critic: critic, rewritten: m != orig}
+	if f.spec.Head == head.TanhGaussianKind {
+		f.spec.Head = head.GaussianKind // PPO over the pre-tanh action u (the batcher stores u and log N(u))
+	}
+	f.outs.params, f.outs.logStd, f.outs.value, f.outs.split = b.Params, b.LogStd, b.Value, b.Split
+	if f.spec.Head == head.GaussianKind && f.outs.logStd == "" {
+		return nil, fmt.Errorf("%w: the Gaussian head has no log_std in the graph (%s); name it with --logstd-output", ErrFineTune, notes)
+	}
+	for _, in := range m.Inputs() {
+		switch in.Name {
+		case f.input:
+		case b.SeqLens:
+			f.consts[in.Name] = 1
+		default:
+			f.consts[in.Name] = 0
+		}
+	}
+	if f.input == "" {
+		if ins := m.Inputs(); len(ins) == 1 {
+			f.input = ins[0].Name
+		} else {
+			return nil, fmt.Errorf("%w: which of its %d inputs takes the observations was not recognised", ErrFineTune, len(ins))
+		}
+	}
+	if f.params, err = m.NewParamsFor(graph.TrainOptions{Outputs: f.outputs()}); err != nil {
 		return nil, err
-	}
-	if o.Value < 0 {
-		return nil, fmt.Errorf("engine: fine-tuning needs a value output; the model's outputs are %v", infos)
-	}
-	if len(m.Inputs()) != 1 {
-		return nil, fmt.Errorf("engine: fine-tuning needs a model with one input (the observations), this one has %d", len(m.Inputs()))
-	}
-	f := &foreign{model: m, params: m.NewParams(), spec: spec, names: names, input: m.Inputs()[0].Name}
-	f.outs.params, f.outs.value = infos[o.Params].Name, infos[o.Value].Name
-	if o.LogStd >= 0 {
-		f.outs.logStd = infos[o.LogStd].Name
 	}
 	if f.flat, err = f.params.Flat(); err != nil {
 		return nil, err
 	}
+	if critic {
+		// The flat ranges of every trainable parameter but the critic's.
+		off := 0
+		for _, name := range f.params.TrainableNames() {
+			v, _ := f.params.Value(name)
+			if n := v.Shape().TotalSize(); !strings.HasPrefix(name, models.CriticPrefix+".") {
+				f.actorRanges = append(f.actorRanges, [2]int{off, off + n})
+				off += n
+			} else {
+				off += n
+			}
+		}
+	}
+	session.Logger.Info("fine-tuning a foreign policy", zap.String("binding", notes),
+		zap.Int("trainable", len(f.flat)), zap.Strings("frozen", f.params.Frozen()))
 	return f, nil
 }
 
-// export writes the foreign graph back with the current weights and towerrl.version = version.
+// outputs are the tensors the loss reads.
+func (f *foreign) outputs() []string {
+	outs := []string{f.outs.params, f.outs.value}
+	if f.outs.logStd != "" && !f.outs.split {
+		outs = append(outs, f.outs.logStd)
+	}
+	return outs
+}
+
+// fixedBatch reports whether an input of m has a fixed dimension 0.
+func fixedBatch(m *graph.Model) bool {
+	for _, in := range m.Inputs() {
+		if len(in.Shape) > 0 && in.Shape[0] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// export writes the graph trained back with the current weights and towerrl.version =
+// version: what the batchers run.
 func (f *foreign) export(version int64) ([]byte, error) {
 	return f.model.WriteBack(f.params, graph.WriteOptions{Version: strconv.FormatInt(version, 10)})
+}
+
+// artifact is policy.onnx for the batchers' model (an export): the policy as it was given —
+// its inputs, outputs, opset, names and batch — with the trained weights. A new critic is not
+// part of it (it is in the checkpoint and in policy_with_critic.onnx).
+func (f *foreign) artifact(model []byte) ([]byte, error) {
+	if !f.critic && !f.rewritten {
+		return model, nil
+	}
+	var trained onnxpb.ModelProto
+	if err := proto.Unmarshal(model, &trained); err != nil {
+		return nil, err
+	}
+	out := proto.Clone(f.origProto).(*onnxpb.ModelProto)
+	if err := copyWeights(out, &trained); err != nil {
+		return nil, err
+	}
+	return proto.Marshal(out)
+}
+
+// copyWeights replaces each initializer of dst with src's of the same name (the trained
+// values; written back with the original's names, dims and element type), and takes src's
+// towerrl.version. Every initializer of dst that src lacks is an error, unless it is an
+// untied copy (the write-back drops those Identities' sources only when unused).
+func copyWeights(dst, src *onnxpb.ModelProto) error {
+	byName := map[string]*onnxpb.TensorProto{}
+	for _, t := range src.GetGraph().GetInitializer() {
+		byName[t.GetName()] = t
+	}
+	g := dst.GetGraph()
+	// Untied Identity outputs become initializers in src; keep dst's structure by writing
+	// them back as the Identity's source only when src has it.
+	for i, t := range g.GetInitializer() {
+		if w, ok := byName[t.GetName()]; ok {
+			g.Initializer[i] = proto.Clone(w).(*onnxpb.TensorProto)
+		}
+	}
+	// The untie rule: src holds an initializer for each Identity output over a shared
+	// weight; dst keeps its Identity nodes, so those are written as new initializers and
+	// the Identities dropped, as graph.Model.WriteBack does.
+	keep := g.Node[:0]
+	for _, n := range g.GetNode() {
+		if n.GetOpType() == "Identity" && len(n.GetOutput()) == 1 {
+			if w, ok := byName[n.GetOutput()[0]]; ok {
+				g.Initializer = append(g.Initializer, proto.Clone(w).(*onnxpb.TensorProto))
+				continue
+			}
+		}
+		keep = append(keep, n)
+	}
+	g.Node = keep
+	for _, kv := range src.GetMetadataProps() {
+		if kv.GetKey() == graph.VersionKey {
+			set := false
+			for _, d := range dst.MetadataProps {
+				if d.GetKey() == graph.VersionKey {
+					d.Value, set = proto.String(kv.GetValue()), true
+				}
+			}
+			if !set {
+				dst.MetadataProps = append(dst.MetadataProps, proto.Clone(kv).(*onnxpb.StringStringEntryProto))
+			}
+		}
+	}
+	return nil
+}
+
+// obsSize is the number of values in one observation of spec.
+func obsSize(spec head.Spec) int {
+	n := 1
+	for _, d := range spec.ObsShape {
+		n *= d
+	}
+	return n
 }
 
 // towers makes the PPO towers over the imported graph.
@@ -87,6 +286,7 @@ func (f *foreign) towers(c Loss) learner.TowerFactory {
 // foreignTower computes the PPO loss's gradient on an imported graph.
 type foreignTower struct {
 	f                         *foreign
+	gr                        *graph.Graph
 	rows                      int
 	vm                        *tape.Machine
 	obsNode                   *G.Node
@@ -100,7 +300,7 @@ type foreignTower struct {
 
 func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) {
 	g := G.NewGraph()
-	gr, err := f.model.Build(g, f.params, rows)
+	gr, err := f.model.Build(g, f.params, rows, f.outputs()...)
 	if err != nil {
 		return nil, err
 	}
@@ -109,9 +309,23 @@ func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) 
 			err = fmt.Errorf("engine: building the PPO loss on the imported graph: %v", r)
 		}
 	}()
-	t = &foreignTower{f: f, rows: rows, learn: gr.Learnables()}
+	t = &foreignTower{f: f, rows: rows, gr: gr, learn: gr.Learnables()}
 	if t.obsNode, err = gr.Input(f.input); err != nil {
 		return nil, err
+	}
+	// The other inputs (RLlib's dummy state, seq_lens) hold constants, bound once.
+	for name, v := range f.consts {
+		n, err := gr.Input(name)
+		if err != nil {
+			return nil, err
+		}
+		data := make([]float32, n.Shape().TotalSize())
+		for i := range data {
+			data[i] = v
+		}
+		if err := G.Let(n, tensor.New(tensor.WithShape(n.Shape().Clone()...), tensor.WithBacking(data))); err != nil {
+			return nil, err
+		}
 	}
 	t.obs = tensor.New(tensor.WithShape(t.obsNode.Shape().Clone()...), tensor.WithBacking(make([]float32, t.obsNode.Shape().TotalSize())))
 	in := func(name string, shape ...int) (*G.Node, []float32) {
@@ -135,12 +349,21 @@ func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) 
 		t.acts = make([]int32, rows)
 		terms = &categoricalTerms{n: f.spec.N, acts: t.acts}
 	} else {
-		ls, err := gr.Output(f.outs.logStd)
-		if err != nil {
+		var ls *G.Node
+		if f.outs.split {
+			// RLlib's Box head: each row holds the mean, then the log_std.
+			if params.Dims() != 2 || params.Shape()[1] != 2*d {
+				return nil, fmt.Errorf("engine: output %q has shape %v, want [%d, %d] (mean and log_std side by side)", f.outs.params, params.Shape(), rows, 2*d)
+			}
+			both := params
+			params = must(G.Slice(both, nil, G.S(0, d)))
+			ls = must(G.Slice(both, nil, G.S(d, 2*d)))
+			ins[0] = params
+		} else if ls, err = gr.Output(f.outs.logStd); err != nil {
 			return nil, err
 		}
-		if !ls.Shape().Eq(params.Shape()) {
-			return nil, fmt.Errorf("engine: log_std output %v and mean output %v differ in shape", ls.Shape(), params.Shape())
+		if ls, err = broadcastLogStd(ls, params, rows, d); err != nil {
+			return nil, err
 		}
 		t.act = make([]float32, rows*d)
 		terms = &gaussianTerms{d: d, acts: t.act}
@@ -201,19 +424,37 @@ func (t *foreignTower) Grad(mb *learner.SampleBatch, grads []float32, stats []fl
 	if err := t.vm.Run(); err != nil {
 		return fmt.Errorf("engine: running the imported graph: %w", err)
 	}
-	off := 0
-	for _, p := range t.learn {
-		g, err := p.Grad()
-		if err != nil {
-			return fmt.Errorf("engine: gradient of %s: %w", p.Name(), err)
-		}
-		d := g.(tensor.Tensor).Data().([]float32)
-		copy(grads[off:off+len(d)], d)
-		off += len(d)
+	if err := t.gr.Gradients(grads); err != nil {
+		return fmt.Errorf("engine: gradients of the imported graph: %w", err)
 	}
-	if off != len(grads) {
-		return fmt.Errorf("engine: gradients of %d values for %d parameters", off, len(grads))
+	if t.f.actorFrozen.Load() {
+		for _, r := range t.f.actorRanges {
+			clear(grads[r[0]:r[1]])
+		}
 	}
 	t.nodes.stats(stats)
 	return nil
+}
+
+// broadcastLogStd gives a Gaussian's log_std the mean's shape [rows, D]: it may be per row
+// already, or one shared row ([D] or [1, D], head.LogStdLayout's shared forms).
+func broadcastLogStd(ls, mean *G.Node, rows, d int) (*G.Node, error) {
+	switch s := ls.Shape(); {
+	case s.Eq(mean.Shape()):
+		return ls, nil
+	case s.TotalSize() == d:
+		row, err := G.Reshape(ls, tensor.Shape{1, d})
+		if err != nil {
+			return nil, err
+		}
+		// 0·mean + log_std, broadcast over the rows: the mean's gradient gets 0 from it.
+		zero := G.NewConstant(float32(0), G.WithName("towerrl.zero"))
+		z, err := G.HadamardProd(mean, zero)
+		if err != nil {
+			return nil, err
+		}
+		return G.BroadcastAdd(z, row, nil, []byte{0})
+	default:
+		return nil, fmt.Errorf("engine: log_std of shape %v for a mean of shape %v: want [%d], [1, %d] or [%d, %d]", s, mean.Shape(), d, d, rows, d)
+	}
 }

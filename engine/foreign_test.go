@@ -9,6 +9,7 @@ import (
 
 	"github.com/towerrl/towerrl/internal/tape"
 	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/models/layout"
 	"github.com/towerrl/towerrl/onnx"
 )
 
@@ -21,7 +22,7 @@ func TestForeignTowerLossAndGradient(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
-	f, err := loadForeign(context.Background(), data, spec, head.Names{}, onnx.Config{})
+	f, err := loadForeign(context.Background(), data, spec, layout.Overrides{}, onnx.Config{}, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		t.Fatal(err)
 	}

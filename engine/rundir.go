@@ -27,6 +27,7 @@ const (
 	metricsFile = "metrics.jsonl"
 	policyFile  = "policy.onnx"
 	curveFile   = "curve.png"
+	trainedFile = "policy_with_critic.onnx"
 	lockFile    = ".lock"
 )
 
@@ -39,9 +40,14 @@ var checkpointFile = filepath.Join("checkpoint", "state.ckpt")
 // train or resume writes into the directory meanwhile.
 type runDir struct {
 	dir     string
-	lock    *os.File
-	metrics *os.File
-	history []Metrics // for the learning curve
+	created bool // Train made the folder
+	// resumable: a checkpoint exists. A fresh run that fails before its first checkpoint (a
+	// policy that does not fit, a bad flag) removes what it wrote, so the same command can be
+	// run again once fixed.
+	resumable bool
+	lock      *os.File
+	metrics   *os.File
+	history   []Metrics // for the learning curve
 }
 
 // lockRunDir takes dir's exclusive lock, or says which process holds it.
@@ -84,13 +90,14 @@ func newRunDir(dir string, cfg Config) (_ *runDir, err error) {
 	if dir == "" {
 		return &runDir{}, nil
 	}
+	_, statErr := os.Stat(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRunDir, err)
 	}
 	if err := checkEmpty(dir); err != nil {
 		return nil, err
 	}
-	r := &runDir{dir: dir}
+	r := &runDir{dir: dir, created: errors.Is(statErr, os.ErrNotExist)}
 	if r.lock, err = lockRunDir(dir); err != nil {
 		return nil, err
 	}
@@ -190,7 +197,7 @@ func openRunDir(dir string, lock *os.File, iterations int) (*runDir, error) {
 		r.metrics.Close()
 		return nil, fmt.Errorf("engine: resuming: %w", err)
 	}
-	r.lock = lock
+	r.lock, r.resumable = lock, true
 	return r, nil
 }
 
@@ -201,7 +208,9 @@ func (r *runDir) policyPath() string {
 	return filepath.Join(r.dir, policyFile)
 }
 
-func (r *runDir) iteration(_ context.Context, m Metrics, model []byte) error {
+// iteration appends m to metrics.jsonl and writes policy.onnx, and trained, when not nil, as
+// policy_with_critic.onnx (the graph with the new critic a value-less policy was given).
+func (r *runDir) iteration(_ context.Context, m Metrics, model, trained []byte) error {
 	if r.dir == "" {
 		return nil
 	}
@@ -213,6 +222,11 @@ func (r *runDir) iteration(_ context.Context, m Metrics, model []byte) error {
 		return fmt.Errorf("engine: writing metrics: %w", err)
 	}
 	r.history = append(r.history, m)
+	if trained != nil {
+		if err := writeAtomic(filepath.Join(r.dir, trainedFile), trained); err != nil {
+			return err
+		}
+	}
 	return writeAtomic(r.policyPath(), model)
 }
 
@@ -223,6 +237,27 @@ func (r *runDir) curve(title string) (string, error) {
 	}
 	path := filepath.Join(r.dir, curveFile)
 	return path, WriteCurve(path, title, r.history)
+}
+
+// discard removes what a fresh run wrote before its first checkpoint (and the folder, when it
+// made it), so that nothing half-made is left to resume.
+func (r *runDir) discard() error {
+	if r.dir == "" || r.resumable {
+		return nil
+	}
+	var errs []error
+	for _, name := range []string{configFile, metricsFile, policyFile, trainedFile, curveFile, filepath.Dir(checkpointFile)} {
+		if err := os.RemoveAll(filepath.Join(r.dir, name)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, removeTemps(r.dir))
+	if r.created {
+		errs = append(errs, r.close())
+		os.Remove(filepath.Join(r.dir, lockFile))
+		os.Remove(r.dir) // only if empty
+	}
+	return errors.Join(errs...)
 }
 
 // close closes metrics.jsonl and releases the lock.

@@ -298,3 +298,36 @@ func TestFineTuneResumeNeedsNoFile(t *testing.T) {
 		t.Fatal("the resumed fine-tune differs from the uninterrupted one")
 	}
 }
+
+// TestFailedSetupLeavesNothing: a fresh run refused before its first checkpoint (here a policy
+// that does not fit the env) removes what it wrote, so the corrected command can be run again
+// with the same --out.
+func TestFailedSetupLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, existed := range []bool{false, true} {
+		dir := filepath.Join(t.TempDir(), "run")
+		if existed {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg := smallRun(7)
+		cfg.InitPolicy = filepath.Join("..", "testdata", "gaussian_relu.onnx") // Pendulum's
+		if _, err := Train(ctx, cfg, Options{Out: dir}); err == nil {
+			t.Fatal("a Pendulum policy fine-tuned on CartPole")
+		}
+		entries, err := os.ReadDir(dir)
+		switch {
+		case !existed && !errors.Is(err, os.ErrNotExist):
+			t.Errorf("the folder Train made is still there: %v", entries)
+		case existed && err != nil:
+			t.Errorf("the user's empty folder is gone: %v", err)
+		case existed && checkEmpty(dir) != nil:
+			t.Errorf("the user's folder is left with %v", entries)
+		}
+		cfg.InitPolicy = ""
+		if _, err := Train(ctx, cfg, Options{Out: dir}); err != nil {
+			t.Fatalf("the corrected run into the same folder: %v", err)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/models/layout"
 	"github.com/towerrl/towerrl/onnx"
 )
 
@@ -145,7 +146,11 @@ func Train(ctx context.Context, cfg Config, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return train(ctx, cfg, opts, run, nil, initData)
+	res, err := train(ctx, cfg, opts, run, nil, initData)
+	if err != nil {
+		err = errors.Join(err, run.discard())
+	}
+	return res, err
 }
 
 // Resume continues the run in dir from its last checkpoint with the configuration in its
@@ -321,7 +326,8 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 	}
 	var pm policyModel
 	if cfg.InitPolicy != "" {
-		f, err := loadForeign(ctx, initData, hs, names, opts.Session)
+		f, err := loadForeign(ctx, initData, hs, layout.Overrides{Names: names, Head: head.Kind(cfg.Head)}, opts.Session,
+			rand.New(rand.NewPCG(cfg.Seed, 0x63726974696373)))
 		if err != nil {
 			return res, fmt.Errorf("engine: fine-tuning %s: %w", cfg.InitPolicy, err)
 		}
@@ -357,6 +363,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		if err := t.checkpoint(ctx, ckptPath, 0); err != nil {
 			return res, err
 		}
+		run.resumable = true
 	}
 	iters := cfg.Iterations()
 	for it := first; it < iters; it++ {
@@ -365,7 +372,11 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
 		}
 		m.WallSeconds = Float(time.Since(start).Seconds())
-		if err := run.iteration(ctx, m, t.model); err != nil {
+		art, err := t.pm.artifact(t.model)
+		if err != nil {
+			return res, err
+		}
+		if err := run.iteration(ctx, m, art, t.pm.trained(t.model)); err != nil {
 			return res, err
 		}
 		saved := ckptPath != "" && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
@@ -480,6 +491,10 @@ type policyModel interface {
 	flatParams() []float32
 	headSpec() head.Spec
 	export(version int64) ([]byte, error)
+	// artifact is policy.onnx for an export; trained is the graph the batchers run when it
+	// differs from the artifact (written beside it), else nil.
+	artifact(model []byte) ([]byte, error)
+	trained(model []byte) []byte
 	towers(Loss) learner.TowerFactory
 }
 
@@ -490,8 +505,17 @@ func (n native) flatParams() []float32              { return n.p.Data() }
 func (n native) headSpec() head.Spec                { return n.p.Config().Spec }
 func (n native) export(v int64) ([]byte, error)     { return models.Export(n.p, v) }
 func (n native) towers(c Loss) learner.TowerFactory { return ppoTowerFactory(n.p, c) }
-func (f *foreign) flatParams() []float32            { return f.flat }
-func (f *foreign) headSpec() head.Spec              { return f.spec }
+func (n native) artifact(m []byte) ([]byte, error)  { return m, nil }
+func (n native) trained([]byte) []byte              { return nil }
+
+func (f *foreign) trained(m []byte) []byte {
+	if f.critic {
+		return m
+	}
+	return nil
+}
+func (f *foreign) flatParams() []float32 { return f.flat }
+func (f *foreign) headSpec() head.Spec   { return f.spec }
 
 func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	cfg := t.cfg
@@ -508,7 +532,16 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	var err error
 	pc := batcher.PolicyConfig{Session: t.session}
 	if f, ok := t.pm.(*foreign); ok {
-		pc.Spec, pc.Names = &f.spec, f.names
+		// The batchers bind the policy as loadForeign did: the user's names and head, else
+		// recognition (and the new critic's value).
+		pc.Names = f.bind.Names()
+		if cfg.Head != "" {
+			hs, _, err := cfg.binding(t.spec)
+			if err != nil {
+				return err
+			}
+			pc.Spec = &hs
+		}
 	}
 	if t.pol, err = batcher.NewPolicy(ctx, t.model, t.version, t.spec, pc); err != nil {
 		return err
@@ -567,6 +600,10 @@ func (t *trainer) publish(ctx context.Context) error {
 
 func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	cfg := t.cfg
+	if f, ok := t.pm.(*foreign); ok && f.critic {
+		// A new critic trains alone for the first ValueWarmup iterations.
+		f.actorFrozen.Store(it < cfg.ValueWarmup)
+	}
 	c0 := time.Now()
 	r, err := t.b.Collect(ctx, cfg.RolloutSteps)
 	if err != nil {

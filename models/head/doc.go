@@ -1,13 +1,24 @@
 // Package head turns a policy network's outputs into actions: a categorical distribution over
-// logits (sampled, or argmax) and a diagonal Gaussian over actions (mean and log standard
-// deviation; sampled, or the mean), with log-probabilities, and clipping of Gaussian actions to
-// the action space's bounds.
+// logits (sampled, or argmax), a diagonal Gaussian over actions (mean and log standard
+// deviation; sampled, or the mean) with clipping to the action space's bounds, and a
+// tanh-squashed Gaussian ([TanhGaussian], Soft Actor-Critic's policy) whose actions in
+// [−1, 1] are mapped onto the bounds, each with log-probabilities.
 //
 // A [Spec] says which head a policy has and the spaces it acts in. It comes from the
-// towerrl.* metadata of the ONNX file ([FromMetadata]) or, for foreign models, from the caller.
-// [Bind] finds which of the model's outputs carry the distribution's parameters and the value.
+// towerrl.* metadata of the ONNX file ([FromMetadata]) or, for foreign models, from the caller
+// (package models/layout recognises the common exporters' layouts). [Bind] finds which of the
+// model's outputs carry the distribution's parameters, the value and the policy's own
+// deterministic actions. A policy with no recoverable distribution (actions only, or a mean
+// without a log_std) binds as DeterministicOnly: it runs deterministically, and
+// [Outputs.Stochastic] says so with an error naming --deterministic.
+//
+// One rule reads a Gaussian's log_std everywhere, in batchers and trainers alike:
+// [LogStdLayout]. A log_std is shared when it holds D values and does not follow the batch
+// ([D] as SB3's parameter, [1] for one dimension, [1, D] as CleanRL's), and per row when it is
+// [batch, D]; RLlib's layout puts the mean and log_std side by side in one [batch, 2·D] output
+// (Outputs.Split).
 //
 // Randomness comes only from the *rand.Rand the caller passes, so a seed reproduces the
 // actions exactly. The head values are immutable and safe for concurrent use; the buffers
-// passed to them belong to the caller. Sample and Mode allocate nothing.
+// passed to them belong to the caller. Sample, Mode and LogProb allocate nothing.
 package head

@@ -134,12 +134,11 @@ func (g Gaussian) check(mean, logStd, raw, clipped, logp []float32) (batch int, 
 		return 0, false, fmt.Errorf("head: action buffer of %d is not a multiple of the action size %d", len(raw), d)
 	}
 	batch = len(raw) / d
+	shared = len(logStd) == d
 	switch {
 	case len(mean) < batch*d:
 		return 0, false, fmt.Errorf("head: %d means for a batch of %d rows of %d", len(mean), batch, d)
-	case len(logStd) == d:
-		shared = true
-	case len(logStd) < batch*d:
+	case !shared && len(logStd) < batch*d:
 		return 0, false, fmt.Errorf("head: %d log_std values: want %d (shared) or %d (per row)", len(logStd), d, batch*d)
 	case clipped != nil && len(clipped) < batch*d:
 		return 0, false, fmt.Errorf("head: clipped buffer holds %d values, want %d", len(clipped), batch*d)
@@ -170,10 +169,7 @@ func (g Gaussian) act(rng *rand.Rand, mean, logStd, raw, clipped, logp []float32
 		var lp float64
 		for j := range d {
 			k := i*d + j
-			ls := float64(logStd[j])
-			if !shared {
-				ls = float64(logStd[k])
-			}
+			ls := logStdOf(logStd, shared, j, k)
 			mu := float64(mean[k])
 			if math.IsNaN(mu) || math.IsNaN(ls) {
 				return fmt.Errorf("head: row %d dimension %d has mean %v, log_std %v", i, j, mu, ls)
@@ -196,4 +192,12 @@ func (g Gaussian) act(rng *rand.Rand, mean, logStd, raw, clipped, logp []float32
 		}
 	}
 	return nil
+}
+
+// logStdOf is the log_std of element k (dimension j of its row): the shared row's, or its own.
+func logStdOf(logStd []float32, shared bool, j, k int) float64 {
+	if shared {
+		return float64(logStd[j])
+	}
+	return float64(logStd[k])
 }

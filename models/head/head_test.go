@@ -2,6 +2,7 @@ package head
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -174,6 +175,8 @@ func TestMetadataRoundTrip(t *testing.T) {
 		{Head: CategoricalKind, EnvID: "CartPole-v1", ObsShape: []int{4}, N: 2, Version: 3},
 		{Head: GaussianKind, EnvID: "Pendulum-v1", ObsShape: []int{3}, Low: []float32{-2}, High: []float32{2}},
 		{Head: GaussianKind, Low: []float32{-1, 0}, High: []float32{1, 0.5}},
+		{Head: TanhGaussianKind, Low: []float32{-2}, High: []float32{2}},
+		{Head: TanhGaussianKind, Low: []float32{-1, -1}, High: []float32{1, 1}, Scale: ScaleNone},
 	} {
 		got, ok, err := FromMetadata(spec.Metadata())
 		if err != nil || !ok {
@@ -196,6 +199,8 @@ func TestMetadataRoundTrip(t *testing.T) {
 		{KeyHead: "gaussian", KeyActionSpace: "box:2:-1:1,2,3"},
 		{KeyHead: "gaussian", KeyActionSpace: "box:1:2:-2"},
 		{KeyHead: "categorical", KeyActionSpace: "discrete:2", KeyObsShape: "4,x"},
+		{KeyHead: "tanh-gaussian", KeyActionSpace: "box:1:-2:2", KeyActionScale: "half"},
+		{KeyHead: "tanh-gaussian", KeyActionSpace: "box:1:-inf:inf"},
 	} {
 		if _, _, err := FromMetadata(bad); err == nil {
 			t.Errorf("%v: no error", bad)
@@ -215,7 +220,7 @@ func TestBindFixtures(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	o, err := Bind(spec, mlp.Outputs(), Names{})
-	if err != nil || o != (Outputs{Params: 0, LogStd: -1, Value: 1}) {
+	if err != nil || o != (Outputs{Params: 0, LogStd: -1, Value: 1, Actions: -1}) {
 		t.Fatalf("mlp: %+v %v", o, err)
 	}
 	g, err := onnx.Open(ctx, "../../testdata/gaussian_relu.onnx", onnx.Config{})
@@ -224,7 +229,7 @@ func TestBindFixtures(t *testing.T) {
 	}
 	defer g.Close()
 	pend := Spec{Head: GaussianKind, Low: []float32{-2}, High: []float32{2}}
-	if o, err = Bind(pend, g.Outputs(), Names{}); err != nil || o != (Outputs{Params: 0, LogStd: 1, Value: -1}) {
+	if o, err = Bind(pend, g.Outputs(), Names{}); err != nil || o != (Outputs{Params: 0, LogStd: 1, Value: -1, Actions: -1}) {
 		t.Fatalf("gaussian: %+v %v", o, err)
 	}
 	if _, err := Bind(Spec{Head: CategoricalKind, N: 3}, mlp.Outputs(), Names{}); err == nil || !strings.Contains(err.Error(), `"logits"`) {
@@ -232,5 +237,101 @@ func TestBindFixtures(t *testing.T) {
 	}
 	if _, err := Bind(spec, mlp.Outputs(), Names{Value: "critic"}); err == nil || !strings.Contains(err.Error(), `"critic"`) {
 		t.Errorf("unknown name: %v", err)
+	}
+}
+
+func info(name string, dt onnx.DType, batched bool, row ...int64) onnx.TensorInfo {
+	decl := row
+	if batched {
+		decl = append([]int64{-1}, row...)
+	}
+	return onnx.TensorInfo{Name: name, DType: dt, Declared: decl, Batched: batched, Row: row}
+}
+
+// The one log_std rule: [D], [1, D], [1] for D = 1 shared; [batch, D] per row; others refused.
+func TestLogStdLayout(t *testing.T) {
+	for _, tc := range []struct {
+		info   onnx.TensorInfo
+		d      int
+		shared bool
+		bad    bool
+	}{
+		{info("sb3", onnx.Float32, false, 3), 3, true, false},
+		{info("sb3_1d", onnx.Float32, false, 1), 1, true, false},
+		{info("cleanrl", onnx.Float32, false, 1, 3), 3, true, false},
+		{info("cleanrl_1d", onnx.Float32, false, 1, 1), 1, true, false},
+		{info("per_row", onnx.Float32, true, 3), 3, false, false},
+		{info("per_row_1d", onnx.Float32, true, 1), 1, false, false},
+		{info("per_row_3d", onnx.Float32, true, 1, 3), 3, false, false},
+		{info("wrong_size", onnx.Float32, false, 2), 3, false, true},
+		{info("matrix", onnx.Float32, false, 2, 3), 6, false, true},
+		{info("batched_wrong", onnx.Float32, true, 6), 3, false, true},
+	} {
+		shared, err := LogStdLayout(tc.info, tc.d)
+		if (err != nil) != tc.bad || shared != tc.shared {
+			t.Errorf("%s (D=%d): shared %v err %v; want shared %v error %v", tc.info, tc.d, shared, err, tc.shared, tc.bad)
+		}
+	}
+}
+
+func TestBindLayouts(t *testing.T) {
+	cat := Spec{Head: CategoricalKind, N: 2}
+	box := Spec{Head: GaussianKind, Low: []float32{-1, -1}, High: []float32{1, 1}}
+	sac := Spec{Head: TanhGaussianKind, Low: []float32{-2, -2}, High: []float32{2, 2}}
+	none := Outputs{Params: -1, LogStd: -1, Value: -1, Actions: -1}
+	with := func(f func(*Outputs)) Outputs { o := none; f(&o); return o }
+	for _, tc := range []struct {
+		name  string
+		spec  Spec
+		outs  []onnx.TensorInfo
+		names Names
+		want  Outputs
+		err   string
+	}{
+		{"sb3 discrete actions only", cat, []onnx.TensorInfo{info("a", onnx.Int64, true), info("24", onnx.Float32, true, 1), info("log_prob", onnx.Float32, true)},
+			Names{}, with(func(o *Outputs) { o.Actions, o.DeterministicOnly = 0, true }), ""}, // "24" is the value only to a layout that knows SB3
+		{"sb3 discrete with exposed logits", cat, []onnx.TensorInfo{info("a", onnx.Int64, true), info("24", onnx.Float32, true, 1), info("/policy/action_net/Gemm_output_0", onnx.Float32, true, 2)},
+			Names{Params: "/policy/action_net/Gemm_output_0", Value: "24"}, with(func(o *Outputs) { o.Actions, o.Value, o.Params = 0, 1, 2 }), ""},
+		{"sample factory actions", cat, []onnx.TensorInfo{info("output_actions", onnx.Int64, true, 1), info("output_rnn_states", onnx.Float32, true, 8)},
+			Names{}, with(func(o *Outputs) { o.Actions, o.DeterministicOnly = 0, true }), ""},
+		{"rllib split", box, []onnx.TensorInfo{info("output", onnx.Float32, true, 4)},
+			Names{}, with(func(o *Outputs) { o.Params, o.LogStd, o.Split = 0, 0, true }), ""},
+		{"sb3 log_std parameter", box, []onnx.TensorInfo{info("mean", onnx.Float32, true, 2), info("policy.log_std", onnx.Float32, false, 2)},
+			Names{}, with(func(o *Outputs) { o.Params, o.LogStd = 0, 1 }), ""},
+		{"cleanrl log_std [1,D]", box, []onnx.TensorInfo{info("mean", onnx.Float32, true, 2), info("actor_logstd", onnx.Float32, false, 1, 2), info("value", onnx.Float32, true, 1)},
+			Names{}, with(func(o *Outputs) { o.Params, o.LogStd, o.Value = 0, 1, 2 }), ""},
+		{"sac deterministic", sac, []onnx.TensorInfo{info("16", onnx.Float32, true, 2), info("mu", onnx.Float32, true, 2)},
+			Names{Actions: "16", Params: "mu"}, with(func(o *Outputs) { o.Params, o.Actions, o.DeterministicOnly = 1, 0, true }), ""},
+		{"sac with log_std", sac, []onnx.TensorInfo{info("mu", onnx.Float32, true, 2), info("ls", onnx.Float32, true, 2)},
+			Names{LogStd: "ls"}, with(func(o *Outputs) { o.Params, o.LogStd = 0, 1 }), ""},
+		{"float actions by name", box, []onnx.TensorInfo{info("actions", onnx.Float32, true, 2)},
+			Names{}, with(func(o *Outputs) { o.Actions, o.DeterministicOnly = 0, true }), ""},
+		{"wrong log_std", box, []onnx.TensorInfo{info("mean", onnx.Float32, true, 2), info("log_std", onnx.Float32, false, 3)},
+			Names{}, Outputs{}, "log_std"},
+		{"wrong actions", box, []onnx.TensorInfo{info("actions", onnx.Int64, true, 1)},
+			Names{}, Outputs{}, "float32 values a row"},
+		{"nothing", cat, []onnx.TensorInfo{info("log_prob", onnx.Float32, true)},
+			Names{}, Outputs{}, "--logits-output"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Bind(tc.spec, tc.outs, tc.names)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+			if err := got.Stochastic(tc.spec); (err != nil) != got.DeterministicOnly || (err != nil && !errors.Is(err, ErrDeterministicOnly)) {
+				t.Errorf("Stochastic: %v", err)
+			} else if err != nil && !strings.Contains(err.Error(), "--deterministic") {
+				t.Errorf("Stochastic error does not name --deterministic: %v", err)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package head
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +17,39 @@ const (
 	CategoricalKind Kind = "categorical"
 	// GaussianKind is a diagonal Gaussian (mean, state-independent or per-row log_std), for a Box space.
 	GaussianKind Kind = "gaussian"
+	// TanhGaussianKind is a diagonal Gaussian squashed by tanh into [−1, 1] and mapped onto the
+	// Box's bounds (Soft Actor-Critic's policy), for a Box space.
+	TanhGaussianKind Kind = "tanh-gaussian"
 )
+
+// Kinds lists the heads, in the order help texts show them.
+var Kinds = []Kind{CategoricalKind, GaussianKind, TanhGaussianKind}
+
+// Continuous reports whether the head acts in a Box space (gaussian, tanh-gaussian).
+func (k Kind) Continuous() bool { return k == GaussianKind || k == TanhGaussianKind }
+
+// Scale says how a tanh-gaussian head's squashed actions, in [−1, 1], become the env's.
+type Scale string
+
+const (
+	// ScaleEnv maps [−1, 1] linearly onto [Low, High]: low + (a+1)/2·(high−low), as SB3's
+	// unscale_action does. It is the default (the empty Scale means it too).
+	ScaleEnv Scale = "env"
+	// ScaleNone passes squashed actions to the env as they are (clipped to its bounds): for an
+	// env that takes [−1, 1] actions, or a policy trained without the mapping.
+	ScaleNone Scale = "none"
+)
+
+// ParseScale parses "env", "none" or "" (the default, env).
+func ParseScale(text string) (Scale, error) {
+	switch s := Scale(strings.TrimSpace(text)); s {
+	case "", ScaleEnv:
+		return ScaleEnv, nil
+	case ScaleNone:
+		return s, nil
+	}
+	return "", fmt.Errorf("%w: action scale %q; choose env or none", ErrSpec, text)
+}
 
 // Metadata keys of the towerrl ONNX contract (DESIGN.md).
 const (
@@ -25,6 +58,8 @@ const (
 	KeyActionSpace = "towerrl.action_space"
 	KeyHead        = "towerrl.head"
 	KeyVersion     = "towerrl.version"
+	// KeyActionScale is a tanh-gaussian head's Scale; absent means env.
+	KeyActionScale = "towerrl.action_scale"
 )
 
 // ErrSpec is wrapped by every error about a malformed or inconsistent Spec.
@@ -37,9 +72,12 @@ type Spec struct {
 	ObsShape []int  // shape of one observation; may be empty when unknown
 	// N is the number of actions of a Discrete space (categorical head).
 	N int
-	// Low and High bound each dimension of a Box space (Gaussian head); len is the action size.
+	// Low and High bound each dimension of a Box space (Gaussian heads); len is the action size.
 	Low, High []float32
-	Version   int64 // policy version; 0 when unknown
+	// Scale is how a tanh-gaussian head's actions reach the env; "" means ScaleEnv. Other
+	// heads ignore it.
+	Scale   Scale
+	Version int64 // policy version; 0 when unknown
 }
 
 // ActionDim is the number of floats per row the head's parameters take: N logits, or one mean
@@ -58,19 +96,39 @@ func (s Spec) Validate() error {
 		if s.N < 1 {
 			return fmt.Errorf("%w: categorical head over %d actions", ErrSpec, s.N)
 		}
-	case GaussianKind:
+	case GaussianKind, TanhGaussianKind:
 		if len(s.Low) == 0 || len(s.Low) != len(s.High) {
-			return fmt.Errorf("%w: gaussian head with %d low and %d high bounds", ErrSpec, len(s.Low), len(s.High))
+			return fmt.Errorf("%w: %s head with %d low and %d high bounds", ErrSpec, s.Head, len(s.Low), len(s.High))
 		}
 		for i := range s.Low {
 			if !(s.Low[i] <= s.High[i]) {
 				return fmt.Errorf("%w: action dimension %d has low %g above high %g", ErrSpec, i, s.Low[i], s.High[i])
 			}
 		}
+		if s.Head == TanhGaussianKind {
+			sc, err := ParseScale(string(s.Scale))
+			if err != nil {
+				return err
+			}
+			for i := range s.Low {
+				if sc == ScaleEnv && (math.IsInf(float64(s.Low[i]), 0) || math.IsInf(float64(s.High[i]), 0)) {
+					return fmt.Errorf("%w: tanh-gaussian head over unbounded dimension %d [%g, %g] cannot map [-1, 1] onto it; use action scale none",
+						ErrSpec, i, s.Low[i], s.High[i])
+				}
+			}
+		}
 	default:
-		return fmt.Errorf("%w: head %q; choose categorical or gaussian", ErrSpec, string(s.Head))
+		return fmt.Errorf("%w: head %q; choose %s", ErrSpec, string(s.Head), kindList())
 	}
 	return nil
+}
+
+func kindList() string {
+	parts := make([]string, len(Kinds))
+	for i, k := range Kinds {
+		parts[i] = string(k)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ActionSpace formats the action space as the metadata contract does: "discrete:N" or
@@ -170,8 +228,8 @@ func FromMetadata(meta map[string]string) (spec Spec, ok bool, err error) {
 		return Spec{}, false, nil
 	}
 	spec = Spec{Head: Kind(h), EnvID: meta[KeyEnvID]}
-	if spec.Head != CategoricalKind && spec.Head != GaussianKind {
-		return spec, true, fmt.Errorf("%w: metadata %s is %q; want categorical or gaussian", ErrSpec, KeyHead, h)
+	if !slices.Contains(Kinds, spec.Head) {
+		return spec, true, fmt.Errorf("%w: metadata %s is %q; want one of %s", ErrSpec, KeyHead, h, kindList())
 	}
 	as, found := meta[KeyActionSpace]
 	if !found {
@@ -182,6 +240,11 @@ func FromMetadata(meta map[string]string) (spec Spec, ok bool, err error) {
 	}
 	if v, found := meta[KeyObsShape]; found {
 		if spec.ObsShape, err = ParseShape(v); err != nil {
+			return spec, true, err
+		}
+	}
+	if v, found := meta[KeyActionScale]; found {
+		if spec.Scale, err = ParseScale(v); err != nil {
 			return spec, true, err
 		}
 	}
@@ -202,6 +265,9 @@ func (s Spec) Metadata() map[string]string {
 	}
 	if s.EnvID != "" {
 		m[KeyEnvID] = s.EnvID
+	}
+	if s.Head == TanhGaussianKind && s.Scale != "" {
+		m[KeyActionScale] = string(s.Scale)
 	}
 	if len(s.ObsShape) > 0 {
 		parts := make([]string, len(s.ObsShape))
