@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/internal/names"
 	"github.com/towerrl/towerrl/models/head"
 )
 
@@ -126,7 +127,7 @@ func configFields() []string {
 func suggest(name string, known []string) string {
 	best, bestD := "", len(name)/3+1
 	for _, k := range known {
-		if d := editDistance(strings.ToLower(name), k); d < bestD {
+		if d := names.Distance(strings.ToLower(name), k); d < bestD {
 			best, bestD = k, d
 		}
 	}
@@ -147,27 +148,6 @@ func suggest(name string, known []string) string {
 		return fmt.Sprintf("; did you mean %q?", best)
 	}
 	return "; known fields: " + strings.Join(known, ", ")
-}
-
-// editDistance is the Levenshtein distance between a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // WithDefaults fills zero fields and validates the result; errors name the field.

@@ -4,12 +4,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/towerrl/towerrl/internal/names"
 	"github.com/towerrl/towerrl/onnx"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
@@ -284,50 +284,9 @@ func constValue(n *onnxpb.NodeProto) *onnxpb.TensorProto {
 	return nil
 }
 
-// closest returns up to three of names nearest to want: those containing it (or contained in
-// it) first, then by edit distance.
-func closest(want string, names []string) []string {
-	type cand struct {
-		name string
-		d    int
-	}
-	lw := strings.ToLower(want)
-	cands := make([]cand, 0, len(names))
-	for _, n := range names {
-		ln := strings.ToLower(n)
-		d := editDistance(lw, ln)
-		if lw != "" && (strings.Contains(ln, lw) || strings.Contains(lw, ln)) {
-			d = -1
-		}
-		cands = append(cands, cand{n, d})
-	}
-	sort.SliceStable(cands, func(i, j int) bool { return cands[i].d < cands[j].d })
-	var out []string
-	for _, c := range cands[:min(3, len(cands))] {
-		out = append(out, c.name)
-	}
-	return out
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+// closest returns up to three of candidates nearest to want (names.Nearest).
+func closest(want string, candidates []string) []string {
+	return names.Nearest(want, candidates, 3)
 }
 
 func quoteAll(names []string) string {

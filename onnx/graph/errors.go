@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/towerrl/towerrl/internal/names"
 )
 
 // Sentinel errors, matched with errors.Is; the errors returned wrap them with the details
@@ -102,62 +104,7 @@ func nodeError(n nodeRef, err error) error {
 
 type nodeRef struct{ name, op string }
 
-// nearest returns up to k of names closest to name: those containing it or contained in it
-// first, then those sharing the longest prefix with it (exporters name tensors by module
-// path), then by edit distance.
-func nearest(name string, names []string, k int) []string {
-	type cand struct {
-		name             string
-		contains         bool
-		prefix, distance int
-	}
-	lower := strings.ToLower(name)
-	var cs []cand
-	for _, n := range names {
-		ln := strings.ToLower(n)
-		c := cand{name: n, distance: editDistance(lower, ln)}
-		c.contains = lower != "" && (strings.Contains(ln, lower) || strings.Contains(lower, ln))
-		for c.prefix < min(len(ln), len(lower)) && ln[c.prefix] == lower[c.prefix] {
-			c.prefix++
-		}
-		cs = append(cs, c)
-	}
-	slices.SortStableFunc(cs, func(a, b cand) int {
-		switch {
-		case a.contains != b.contains:
-			if a.contains {
-				return -1
-			}
-			return 1
-		case a.prefix != b.prefix:
-			return b.prefix - a.prefix
-		}
-		return a.distance - b.distance
-	})
-	out := make([]string, 0, k)
-	for _, c := range cs[:min(k, len(cs))] {
-		out = append(out, c.name)
-	}
-	return out
-}
-
-// editDistance is the Levenshtein distance between a and b (bytes).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+// nearest returns up to k of names closest to name (names.Nearest).
+func nearest(name string, candidates []string, k int) []string {
+	return names.Nearest(name, candidates, k)
 }

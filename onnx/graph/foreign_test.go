@@ -344,8 +344,8 @@ func (fx foreignFixture) extraShapes(t *testing.T) (map[string][]int, map[string
 type foreignRecurrent struct {
 	StatePairs []struct {
 		Input, Output string
-		Shape         []int
-		BatchAxis     int `json:"batch_axis"`
+		Shape         []any // sizes, and a name (or -1) for a dynamic batch
+		BatchAxis     int   `json:"batch_axis"`
 	} `json:"state_pairs"`
 	SeqLens *struct {
 		Input string
@@ -378,7 +378,12 @@ func testForeignRecurrent(t *testing.T, fx foreignFixture) {
 	state := map[string]string{} // state input → the output that feeds it next step
 	fill := map[string]float64{}
 	for _, sp := range rec.StatePairs {
-		s := slices.Clone(sp.Shape)
+		s := make([]int, len(sp.Shape))
+		for k, d := range sp.Shape {
+			if f, ok := d.(float64); ok && k != sp.BatchAxis {
+				s[k] = int(f)
+			}
+		}
 		s[sp.BatchAxis] = 1
 		shapes[sp.Input], state[sp.Input] = s, sp.Output
 	}
