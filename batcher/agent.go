@@ -9,8 +9,6 @@ import (
 
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/models/head"
-	"github.com/towerrl/towerrl/onnx"
 )
 
 // Agent is the policy side of a worker, as in rlstructures: from observations (and a
@@ -29,18 +27,28 @@ type Agent interface {
 
 // AgentInput is what an Agent reads for one step.
 type AgentInput struct {
-	N     int            // number of envs (rows) this step
-	Obs   *device.Tensor // [N × obs]
+	N   int            // number of envs (rows) this step
+	Obs *device.Tensor // [N × obs]
+	// State is the recurrent state before the step, one tensor [N × row] per state of the
+	// agent (from Initial); nil for a feed-forward agent.
 	State []*device.Tensor
+	// Starts is [N]: 1 where the step is the first of an env's episode (its state is then
+	// zero), else 0. Nil means no episode starts.
+	Starts *device.Tensor
 }
 
 // AgentOutput is what an Agent writes for one step.
 type AgentOutput struct {
-	Actions    *device.Tensor // [N × act] raw actions; a Discrete action is its index as a float32
-	EnvActions *device.Tensor // [N × act] actions as the env takes them (a Box's clipped to its bounds)
-	LogP       *device.Tensor // [N] log-probability of Actions
+	// Actions [N × act] are the raw actions LogP refers to: a Discrete action's index as a
+	// float32; a Gaussian's unclipped draw; a tanh-gaussian's draw u before tanh (see Rollout).
+	Actions *device.Tensor
+	// EnvActions [N × act] are the actions as the env takes them: a Box's clipped to its
+	// bounds; a tanh-gaussian's tanh(u) mapped onto them.
+	EnvActions *device.Tensor
+	LogP       *device.Tensor // [N] log-probability of Actions; 0 for a deterministic-only policy
 	Value      *device.Tensor // [N] state value; zeros for a policy without a value output
-	State      []*device.Tensor
+	// State receives the recurrent state after the step, laid out as AgentInput.State.
+	State []*device.Tensor
 }
 
 func (o AgentOutput) tensors() []*device.Tensor {
@@ -70,6 +78,11 @@ func (c *checked) Initial(n int) ([]*device.Tensor, error) {
 func (c *checked) Act(in AgentInput, out AgentOutput) error {
 	if err := device.CheckDevice(c.dev, in.Obs); err != nil {
 		return fmt.Errorf("batcher: agent input: %w", err)
+	}
+	if in.Starts != nil {
+		if err := device.CheckDevice(c.dev, in.Starts); err != nil {
+			return fmt.Errorf("batcher: agent input episode starts: %w", err)
+		}
 	}
 	if err := device.CheckDevice(c.dev, in.State...); err != nil {
 		return fmt.Errorf("batcher: agent input state: %w", err)
@@ -114,108 +127,14 @@ func (o AgentOutput) host() (acts, envActs, logp, value []float32, err error) {
 // valuer is implemented by agents that can evaluate the state value of observations without
 // acting (no random draws): the batcher asks it for the values it bootstraps from.
 type valuer interface {
-	// values writes the value of the first n rows of obs (row-major, as AgentInput.Obs) to dst.
-	values(obs []float32, n int, dst []float32) error
-}
-
-// values implements valuer: one inference over the rows, the value output read.
-func (a *onnxAgent) values(obs []float32, n int, dst []float32) error {
-	if a.value == nil {
-		clear(dst[:n])
-		return nil
-	}
-	copy(a.in, obs[:len(a.in)/a.sess.MaxBatch()*n])
-	start := time.Now()
-	if err := a.sess.Run(n); err != nil {
-		return err
-	}
-	a.inference += time.Since(start)
-	copy(dst[:n], a.value[:n])
-	return nil
+	// values writes the value of the first n rows of obs (row-major, as AgentInput.Obs) to
+	// dst; state holds the n rows' recurrent states (nil for a feed-forward agent) and
+	// starts their episode-start flags (nil: none starts).
+	values(obs []float32, state [][]float32, starts []float32, n int, dst []float32) error
 }
 
 // timed is implemented by agents that measure their inference time apart from sampling.
 type timed interface{ inferenceTime() time.Duration }
-
-// onnxAgent runs an ONNX policy on CPU memory and samples its head. Each env has its own
-// random stream, so actions do not depend on how envs are spread over workers.
-type onnxAgent struct {
-	sess          *onnx.Session
-	spec          head.Spec
-	in            []float32 // session input buffer
-	params        []float32 // logits or mean
-	logStd        []float32 // nil for categorical
-	value         []float32 // nil without a value output
-	logStdPerRow  bool
-	act           []int32 // one discrete action, scratch
-	lp            []float32
-	rngs          []*rand.Rand // one per env, owned by the worker
-	deterministic bool
-	version       int64
-	inference     time.Duration
-}
-
-func (a *onnxAgent) Initial(int) ([]*device.Tensor, error) { return nil, nil }
-func (a *onnxAgent) Version() int64                        { return a.version }
-func (a *onnxAgent) Close() error                          { return a.sess.Close() }
-func (a *onnxAgent) inferenceTime() time.Duration          { return a.inference }
-
-func (a *onnxAgent) Act(in AgentInput, out AgentOutput) error {
-	obs, err := host(in.Obs)
-	if err != nil {
-		return err
-	}
-	acts, envActs, logp, value, err := out.host()
-	if err != nil {
-		return err
-	}
-	n := in.N
-	copy(a.in, obs[:len(obs)/in.Obs.Shape()[0]*n])
-	start := time.Now()
-	if err := a.sess.Run(n); err != nil {
-		return err
-	}
-	a.inference += time.Since(start)
-	d := a.spec.ActionDim()
-	if a.spec.Head == head.CategoricalKind {
-		c := head.Categorical{N: a.spec.N}
-		for i := range n {
-			row := a.params[i*d : (i+1)*d]
-			if a.deterministic {
-				err = c.Mode(row, a.act, a.lp)
-			} else {
-				err = c.Sample(a.rngs[i], row, a.act, a.lp)
-			}
-			if err != nil {
-				return fmt.Errorf("batcher: env %d: %w", i, err)
-			}
-			acts[i], envActs[i], logp[i] = float32(a.act[0]), float32(a.act[0]), a.lp[0]
-		}
-	} else {
-		g := head.Gaussian{Low: a.spec.Low, High: a.spec.High}
-		for i := range n {
-			ls := a.logStd[:d]
-			if a.logStdPerRow {
-				ls = a.logStd[i*d : (i+1)*d]
-			}
-			mean, raw, clipped := a.params[i*d:(i+1)*d], acts[i*d:(i+1)*d], envActs[i*d:(i+1)*d]
-			if a.deterministic {
-				err = g.Mode(mean, ls, raw, clipped, logp[i:i+1])
-			} else {
-				err = g.Sample(a.rngs[i], mean, ls, raw, clipped, logp[i:i+1])
-			}
-			if err != nil {
-				return fmt.Errorf("batcher: env %d: %w", i, err)
-			}
-		}
-	}
-	if a.value != nil {
-		copy(value[:n], a.value[:n])
-	} else {
-		clear(value[:n])
-	}
-	return nil
-}
 
 // randomAgent acts uniformly at random over the action space.
 type randomAgent struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,7 @@ type Batcher struct {
 	wg      sync.WaitGroup
 
 	device string // where the workers' policy runs: "cpu", "cuda", or "random" for no policy
+	states string // the policy's recurrent state layout (Policy.stateLayout); a new policy must match
 
 	mu      sync.Mutex // guards closed and serialises Collect; held while a rollout runs
 	closed  bool
@@ -114,12 +116,19 @@ type worker struct {
 	fin      []float32 // final observations of truncated episodes, gathered for their values
 	finRow   []int     // their rows in the rollout
 	finV     []float32 // their values
-	ret      []float64 // running return per env
-	length   []int     // running length per env
-	episodes []Episode
-	timings  Timings
-	reqs     chan request
-	done     chan error
+	// Recurrent state: in.State holds each env's state before the next step, out.State
+	// receives the state after it; the two swap after every step. stIn and stOut are their
+	// host memory, finSt the states of truncated episodes gathered for their values.
+	stIn, stOut [][]float32
+	stSize      []int // elements of one env's state, per state
+	finSt       [][]float32
+	starts      []float32 // host memory of in.Starts: 1 where an env's episode starts
+	ret         []float64 // running return per env
+	length      []int     // running length per env
+	episodes    []Episode
+	timings     Timings
+	reqs        chan request
+	done        chan error
 
 	pendingMu sync.Mutex  // guards pending
 	pending   Agent       // next agent, installed between steps
@@ -149,9 +158,22 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 	if _, ok := spec.Action.(envs.Discrete); ok {
 		actDim, discrete = 1, true
 	}
+	if policy != nil && !cfg.Deterministic {
+		if err := policy.stochastic(); err != nil {
+			return nil, err
+		}
+	}
 	b := &Batcher{cfg: cfg, spec: spec}
 	n := cfg.Workers * cfg.EnvsPerWorker
 	b.rollout = newRollout(cfg.Steps, n, spec.Observation.Shape, actDim, discrete)
+	if policy != nil {
+		b.states = policy.stateLayout()
+		for _, st := range policy.feeds.states {
+			b.rollout.StateNames = append(b.rollout.StateNames, st.name)
+			b.rollout.StateShapes = append(b.rollout.StateShapes, slices.Clone(st.row))
+			b.rollout.InitialState = append(b.rollout.InitialState, make([]float32, n*st.size))
+		}
+	}
 	for w := range cfg.Workers {
 		wk, err := b.newWorker(ctx, w, policy, actDim, discrete)
 		if err != nil {
@@ -214,11 +236,17 @@ func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim i
 	if err != nil {
 		return nil, errors.Join(err, wk.close())
 	}
+	wk.starts = make([]float32, m)
+	wk.in.Starts, _ = cpu.Mirror("episode_starts", wk.starts, m)
+
 	wk.out = AgentOutput{
 		Actions:    mk("actions", m*actDim, m, actDim),
 		EnvActions: mk("env_actions", m*actDim, m, actDim),
 		LogP:       mk("logp", m, m),
 		Value:      mk("value", m, m),
+	}
+	if err := wk.initState(); err != nil {
+		return nil, errors.Join(err, wk.close())
 	}
 	if discrete {
 		wk.acts.Discrete = make([]int, m)
@@ -226,6 +254,30 @@ func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim i
 		wk.acts.Box = make([]float32, m*actDim)
 	}
 	return wk, nil
+}
+
+// initState makes the agent's recurrent states (zero) and their double buffer.
+func (w *worker) initState() error {
+	var err error
+	if w.in.State, err = w.agent.Initial(w.m); err != nil {
+		return err
+	}
+	if w.out.State, err = w.agent.Initial(w.m); err != nil {
+		return err
+	}
+	k := len(w.in.State)
+	w.stIn, w.stOut, w.finSt, w.stSize = make([][]float32, k), make([][]float32, k), make([][]float32, k), make([]int, k)
+	for j := range k {
+		if w.stIn[j], err = host(w.in.State[j]); err != nil {
+			return err
+		}
+		if w.stOut[j], err = host(w.out.State[j]); err != nil {
+			return err
+		}
+		w.stSize[j] = len(w.stIn[j]) / w.m
+		w.finSt[j] = make([]float32, len(w.stIn[j]))
+	}
+	return nil
 }
 
 func (w *worker) close() error {
@@ -312,6 +364,15 @@ func (b *Batcher) UpdatePolicy(ctx context.Context, policy *Policy) error {
 	if policy == nil {
 		return errors.New("batcher: UpdatePolicy needs a policy")
 	}
+	if l := policy.stateLayout(); l != b.states {
+		return fmt.Errorf("%w: the new policy's recurrent states (%s) are not the batcher's (%s); make a new Batcher for it",
+			ErrPolicy, orNone(l), orNone(b.states))
+	}
+	if !b.cfg.Deterministic {
+		if err := policy.stochastic(); err != nil {
+			return err
+		}
+	}
 	agents := make([]Agent, len(b.workers))
 	for i, w := range b.workers {
 		a, err := policy.agent(ctx, w.m, w.rngs, b.cfg.Deterministic)
@@ -334,6 +395,13 @@ func (b *Batcher) UpdatePolicy(ctx context.Context, policy *Policy) error {
 		w.pendingMu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // Close stops the workers, waits for them and releases envs and sessions. It is idempotent.
@@ -378,6 +446,10 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 	logp, _ := w.out.LogP.Host()
 	value, _ := w.out.Value.Host()
 	w.episodes = w.episodes[:0]
+	for j, st := range w.stIn {
+		sz := w.stSize[j]
+		copy(r.InitialState[j][off*sz:(off+m)*sz], st)
+	}
 	var inf0 time.Duration
 	if a, ok := w.agent.(timed); ok {
 		inf0 = a.inferenceTime()
@@ -398,11 +470,20 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 		t0 := time.Now()
 		base := t*n + off
 		copy(r.Obs[base*od:(base+m)*od], bufs.Obs)
+		for i, l := range w.length {
+			w.starts[i] = 0
+			if l == 0 {
+				w.starts[i] = 1
+			}
+		}
+		copy(r.EpisodeStarts[base:base+m], w.starts)
 		t1 := time.Now()
 		if err := w.agent.Act(w.in, w.out); err != nil {
 			return err
 		}
 		t2 := time.Now()
+		w.in.State, w.out.State = w.out.State, w.in.State
+		w.stIn, w.stOut = w.stOut, w.stIn
 		version := w.agent.Version()
 		copy(r.Actions[base*ad:(base+m)*ad], acts)
 		copy(r.EnvActions[base*ad:(base+m)*ad], envActs)
@@ -439,6 +520,7 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 		if err := w.truncationValues(r, base, od); err != nil {
 			return err
 		}
+		w.resetStates(bufs.Terminated, bufs.Truncated)
 		w.timings.Env += t4.Sub(t3)
 		w.timings.Sampling += t2.Sub(t1) + time.Since(t5) // inference is moved out below
 		w.timings.Buffers += t1.Sub(t0) + t3.Sub(t2) + t5.Sub(t4)
@@ -447,7 +529,13 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 	copy(r.LastObs[off*od:(off+m)*od], bufs.Obs)
 	tl := time.Now()
 	if v, ok := w.agent.(valuer); ok {
-		if err := v.values(bufs.Obs, m, r.LastValues[off:off+m]); err != nil {
+		for i, l := range w.length {
+			w.starts[i] = 0
+			if l == 0 {
+				w.starts[i] = 1
+			}
+		}
+		if err := v.values(bufs.Obs, w.stIn, w.starts, m, r.LastValues[off:off+m]); err != nil {
 			return err
 		}
 	} else {
@@ -470,19 +558,34 @@ func (w *worker) truncationValues(r *Rollout, base, od int) error {
 		if row := base + i; r.Truncated[row] != 0 && r.Terminated[row] == 0 {
 			k := len(w.finRow)
 			copy(w.fin[k*od:(k+1)*od], r.FinalObs[row*od:(row+1)*od])
+			for j, sz := range w.stSize { // the state the episode's last step left
+				copy(w.finSt[j][k*sz:(k+1)*sz], w.stIn[j][i*sz:(i+1)*sz])
+			}
 			w.finRow = append(w.finRow, row)
 		}
 	}
 	if len(w.finRow) == 0 {
 		return nil
 	}
-	if err := v.values(w.fin, len(w.finRow), w.finV); err != nil {
+	if err := v.values(w.fin, w.finSt, nil, len(w.finRow), w.finV); err != nil {
 		return err
 	}
 	for k, row := range w.finRow {
 		r.FinalValues[row] = w.finV[k]
 	}
 	return nil
+}
+
+// resetStates zeroes the recurrent state of every env whose episode just ended: the env was
+// reset, and its next step starts an episode.
+func (w *worker) resetStates(terminated, truncated []float32) {
+	for j, sz := range w.stSize {
+		for i := range w.m {
+			if terminated[i] != 0 || truncated[i] != 0 {
+				clear(w.stIn[j][i*sz : (i+1)*sz])
+			}
+		}
+	}
 }
 
 // accountInference moves the agent's inference time since *since from Sampling to Inference.

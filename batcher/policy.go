@@ -7,36 +7,78 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
+
+	"go.uber.org/zap"
 
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/models/layout"
 	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
 // ErrPolicy is wrapped by every error about a policy that does not fit the environment.
 var ErrPolicy = errors.New("batcher: policy does not fit the environment")
 
-// PolicyConfig says how to run an ONNX policy.
+// PolicyConfig says how to run an ONNX policy. The zero value binds the policy by itself (see
+// NewPolicy).
 type PolicyConfig struct {
-	// Spec describes a foreign policy's head and spaces. Default: the model's towerrl.*
-	// metadata, else the environment's action space (categorical over a Discrete space,
-	// Gaussian over a Box).
+	// Spec names a foreign policy's head and action space (--head with --action-space); the
+	// action space must be the env's. Default: recognised from the graph (package
+	// models/layout): towerrl.* metadata, an exporter's layout, naming conventions.
 	Spec *head.Spec
-	// Names picks the outputs holding the head's parameters, log_std and value. Default:
-	// head.Bind's conventions.
+	// Head names the head (--head) without an action space, when Spec is nil. Default:
+	// recognised.
+	Head head.Kind
+	// Names binds the head's logits or mean, log_std, value and deterministic actions to
+	// tensors by name (--logits-output, --logstd-output, --value-output, --actions-output):
+	// graph outputs, inner tensors or initializers. Default: recognised.
 	Names head.Names
+	// ActionScale says how a tanh-gaussian head's actions in [−1, 1] reach the env
+	// (--action-scale): head.ScaleEnv maps them onto the env's bounds, head.ScaleNone passes
+	// them as they are. Default: detected (a graph that scales its own actions says so).
+	ActionScale head.Scale
 	// Session configures the ONNX Runtime sessions (provider, threads, library). MaxBatch is
-	// set by the batcher.
+	// set by the batcher. Its Logger receives, at info level, what the policy was bound to
+	// and how its graph was rewritten.
 	Session onnx.Config
 }
 
 // Policy is an ONNX policy checked against an environment, ready to make one agent per worker.
+// It is immutable and safe for concurrent use.
 type Policy struct {
-	model   []byte
+	model   []byte // what sessions are made from: the given bytes, or their edited copy
 	version int64
 	spec    head.Spec
 	outs    head.Outputs
+	binding layout.Binding // names in the original graph, for Binding
+	feeds   feeds          // session inputs and outputs by role
 	cfg     PolicyConfig
+	// fixed is the batch a model that could not be freed is fixed at (the agents run it one
+	// batch per call); 0 for a dynamic batch.
+	fixed int
+	// reweigh carries the edits over to WithModel's bytes; nil when the model runs unedited.
+	reweigh *reweigh
+	// err is WithModel's failure, returned when agents are made from the policy.
+	err error
+}
+
+// feeds locates what a session's inputs take and its recurrent state outputs, by index.
+type feeds struct {
+	obs     int
+	seqLens int // -1 when absent
+	starts  int // -1 when absent
+	zeros   []int
+	states  []stateIO
+}
+
+// stateIO is one recurrent state as the session sees it (batch first).
+type stateIO struct {
+	name    string // the graph input's name, for messages
+	in, out int    // session input and output indexes
+	row     []int  // shape of one env's state
+	size    int    // elements in row
 }
 
 // Spec is the policy's head and spaces.
@@ -49,111 +91,284 @@ func (p *Policy) HasValue() bool { return p.outs.Value >= 0 }
 // Version is the policy version its samples carry.
 func (p *Policy) Version() int64 { return p.version }
 
-// NewPolicy checks an ONNX policy against env before any step: its single input must take the
-// env's observation rows and its head must match the env's action space. The model bytes are
-// kept, not copied: do not modify them.
+// Binding is what the policy's head and inputs were bound to, with names in the graph given
+// to NewPolicy (inner tensors and initializers included, before any tensor was exposed):
+// what a trainer fine-tuning that graph reads its head from.
+func (p *Policy) Binding() layout.Binding {
+	b := p.binding
+	b.State = slices.Clone(b.State)
+	b.Zeros = slices.Clone(b.Zeros)
+	b.Notes = slices.Clone(b.Notes)
+	return b
+}
+
+// Recurrent reports whether the policy carries a recurrent state from step to step.
+func (p *Policy) Recurrent() bool { return len(p.feeds.states) > 0 }
+
+// FixedBatch is the batch a policy whose fixed batch could not be made dynamic runs at, one
+// batch per call; 0 when the policy runs at any batch.
+func (p *Policy) FixedBatch() int { return p.fixed }
+
+// NewPolicy checks an ONNX policy against env before any step and binds it without flags:
+//
+//  1. A model whose batch is fixed (every input dimension a number) is rewritten with a
+//     dynamic batch (edit.DynamicBatch, verified against the original); when that cannot be
+//     done the workers run it one fixed batch per call, with a warning.
+//  2. layout.Recognise finds its head (categorical, gaussian, tanh-gaussian), the tensors
+//     holding logits or mean, log_std, value and deterministic actions, and how its inputs
+//     are fed (observations, recurrent states, seq_lens, episode_starts, dummy inputs); cfg's
+//     Spec, Head, Names and ActionScale win over what it finds. When nothing fits its error
+//     lists the candidate tensors and the flags to pass, and NewPolicy returns it as it is.
+//  3. layout.Expose makes the inner tensors named graph outputs, and recurrent states with
+//     their batch on axis 1 are transposed to batch-first at the graph's edge.
+//  4. A session checks the result: the observation input takes the env's observations, and
+//     head.Bind binds the outputs.
+//
+// Every binding note and rewrite goes to cfg.Session.Logger at info level. A towerrl model
+// (dynamic batch, head outputs named) is used as it is. The model bytes are kept, not copied:
+// do not modify them.
 func NewPolicy(ctx context.Context, model []byte, version int64, env envs.Spec, cfg PolicyConfig) (*Policy, error) {
+	log := cfg.Session.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	envHead, err := envHeadSpec(env)
+	if err != nil {
+		return nil, err
+	}
+	orig, err := parseModel(model)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkObsDeclared(orig, env); err != nil {
+		return nil, err
+	}
+	over := layout.Overrides{Names: cfg.Names, Head: cfg.Head, Scale: cfg.ActionScale}
+	if cfg.Spec != nil {
+		if err := checkGivenSpec(*cfg.Spec, envHead, env.ID); err != nil {
+			return nil, err
+		}
+		over.Head = cfg.Spec.Head
+		if cfg.Spec.Head == head.TanhGaussianKind && over.Scale == "" && cfg.Spec.Scale != "" {
+			over.Scale = cfg.Spec.Scale
+		}
+	}
+	meta := map[string]string{}
+	for _, kv := range orig.GetMetadataProps() {
+		meta[kv.GetKey()] = kv.GetValue()
+	}
+	fromMeta, hasMeta, metaErr := head.FromMetadata(meta)
+	if hasMeta && metaErr == nil && cfg.Spec == nil {
+		if err := checkGivenSpec(fromMeta, envHead, env.ID); err != nil {
+			return nil, err
+		}
+	}
+
+	pr, err := prepare(ctx, model, orig, envHead, over, cfg.Session, log)
+	if err != nil {
+		return nil, err
+	}
 	sc := cfg.Session
 	sc.MaxBatch = 1
-	s, err := onnx.New(ctx, model, sc)
+	s, err := onnx.New(ctx, pr.model, sc)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	ins := s.Inputs()
-	if len(ins) != 1 {
-		return nil, fmt.Errorf("%w: the policy has %d inputs (%v); a batcher feeds one, the observations", ErrPolicy, len(ins), ins)
+	spec := pr.binding.Spec(envHead)
+	if hasMeta && metaErr == nil {
+		spec.EnvID, spec.Version = fromMeta.EnvID, fromMeta.Version
 	}
-	if ins[0].DType != onnx.Float32 {
-		return nil, fmt.Errorf("%w: policy input %q holds %s; observations are float32", ErrPolicy, ins[0].Name, ins[0].DType)
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
-	obs := make([]int64, len(env.Observation.Shape))
-	for i, d := range env.Observation.Shape {
-		obs[i] = int64(d)
-	}
-	if !ins[0].Batched || !slices.Equal(ins[0].Row, obs) {
-		return nil, fmt.Errorf("%w: policy input %q takes rows of shape %v, %s observations have shape %v",
-			ErrPolicy, ins[0].Name, ins[0].Row, env.ID, obs)
-	}
-	spec, err := resolveSpec(s.Metadata(), env, cfg.Spec)
-	if err != nil {
-		return nil, err
-	}
-	outs, err := head.Bind(spec, s.Outputs(), cfg.Names)
+	outs, err := head.Bind(spec, s.Outputs(), pr.exposed.Names())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
-	return &Policy{model: model, version: version, spec: spec, outs: outs, cfg: cfg}, nil
+	fd, err := bindFeeds(s, pr.exposed, pr.states, env)
+	if err != nil {
+		return nil, err
+	}
+	fixed := pr.fixed
+	if !s.StaticBatch() {
+		fixed = 0
+	}
+	return &Policy{model: pr.model, version: version, spec: spec, outs: outs, binding: pr.binding, feeds: fd, cfg: cfg,
+		fixed: fixed, reweigh: pr.reweigh}, nil
 }
 
-// WithModel returns the policy for model, a version of p's graph with other weights (a trainer's
-// re-export, a fine-tuned write-back). The checks NewPolicy made for p, and its head and output
-// bindings, hold for it as they are, so no session is opened to check it again.
+// envHeadSpec is the env's action space as a head spec (categorical over a Discrete space,
+// gaussian over a Box) with its observation shape.
+func envHeadSpec(env envs.Spec) (head.Spec, error) {
+	var s head.Spec
+	if err := s.ParseActionSpace(env.Action.String()); err != nil {
+		return s, fmt.Errorf("%w: %v", ErrPolicy, err)
+	}
+	s.ObsShape = slices.Clone(env.Observation.Shape)
+	return s, nil
+}
+
+// checkObsDeclared refuses early a graph with one input whose declared rows cannot be the
+// env's observations (the full check, on every graph, is bindFeeds').
+func checkObsDeclared(m *onnxpb.ModelProto, env envs.Spec) error {
+	g := m.GetGraph()
+	inits := map[string]bool{}
+	for _, t := range g.GetInitializer() {
+		inits[t.GetName()] = true
+	}
+	var ins []*onnxpb.ValueInfoProto
+	for _, in := range g.GetInput() {
+		if !inits[in.GetName()] {
+			ins = append(ins, in)
+		}
+	}
+	if len(ins) != 1 {
+		return nil
+	}
+	dims := ins[0].GetType().GetTensorType().GetShape().GetDim()
+	if len(dims) == 0 {
+		return nil
+	}
+	row := make([]int64, len(dims)-1)
+	fits := len(row) == len(env.Observation.Shape)
+	for i, d := range dims[1:] {
+		row[i] = -1
+		if v, ok := d.GetValue().(*onnxpb.TensorShapeProto_Dimension_DimValue); ok {
+			row[i] = v.DimValue
+			fits = fits && v.DimValue == int64(env.Observation.Shape[i])
+		}
+	}
+	if fits {
+		return nil
+	}
+	return fmt.Errorf("%w: policy input %q takes rows of shape %v, %s observations have shape %v",
+		ErrPolicy, ins[0].GetName(), row, env.ID, env.Observation.Shape)
+}
+
+// checkGivenSpec checks that a spec from the caller or the metadata acts in the env's space.
+func checkGivenSpec(spec, env head.Spec, envID string) error {
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrPolicy, err)
+	}
+	if spec.ActionSpace() != env.ActionSpace() || spec.Head.Continuous() != env.Head.Continuous() {
+		return fmt.Errorf("%w: the policy's %s head acts in %s, %s's action space is %s",
+			ErrPolicy, spec.Head, spec.ActionSpace(), envID, env.ActionSpace())
+	}
+	return nil
+}
+
+// bindFeeds gives every session input a role from the binding and checks the observation
+// input and the recurrent states.
+func bindFeeds(s *onnx.Session, b layout.Binding, states []layout.State, env envs.Spec) (feeds, error) {
+	f := feeds{obs: -1, seqLens: -1, starts: -1}
+	ins, outs := s.Inputs(), s.Outputs()
+	stateIn := map[string]int{}
+	for k, st := range states {
+		stateIn[st.Input] = k
+	}
+	f.states = make([]stateIO, len(states))
+	for i, in := range ins {
+		if k, ok := stateIn[in.Name]; ok {
+			st := states[k]
+			out := slices.IndexFunc(outs, func(t onnx.TensorInfo) bool { return t.Name == st.Output })
+			switch {
+			case out < 0:
+				return f, fmt.Errorf("%w: recurrent state %q has no output %q", ErrPolicy, b.State[k].Input, b.State[k].Output)
+			case in.DType != onnx.Float32 || outs[out].DType != onnx.Float32:
+				return f, fmt.Errorf("%w: recurrent state %q holds %s; the batcher carries float32 states", ErrPolicy, b.State[k].Input, in.DType)
+			case !in.Batched || !outs[out].Batched || in.RowSize() != outs[out].RowSize():
+				return f, fmt.Errorf("%w: recurrent state %s → %s: want one row per env on both sides, of the same size",
+					ErrPolicy, in, outs[out])
+			}
+			row := make([]int, len(in.Row))
+			for j, d := range in.Row {
+				row[j] = int(d)
+			}
+			f.states[k] = stateIO{name: b.State[k].Input, in: i, out: out, row: row, size: in.RowSize()}
+			continue
+		}
+		switch {
+		case in.Name == b.Observation:
+			f.obs = i
+		case in.Name == b.SeqLens:
+			f.seqLens = i
+		case in.Name == b.EpisodeStarts:
+			f.starts = i
+		case slices.Contains(b.Zeros, in.Name):
+			f.zeros = append(f.zeros, i)
+		default:
+			return f, fmt.Errorf("%w: the policy's input %s has no role (observations, recurrent state, seq_lens, episode_starts, or one fed zeros)",
+				ErrPolicy, in)
+		}
+	}
+	if f.obs < 0 {
+		return f, fmt.Errorf("%w: the policy has no observation input %q among %v", ErrPolicy, b.Observation, ins)
+	}
+	obs := ins[f.obs]
+	want := make([]int64, len(env.Observation.Shape))
+	for i, d := range env.Observation.Shape {
+		want[i] = int64(d)
+	}
+	switch {
+	case obs.DType != onnx.Float32 && obs.DType != onnx.Float64 && obs.DType != onnx.Uint8:
+		return f, fmt.Errorf("%w: policy input %q holds %s; observations are float32", ErrPolicy, obs.Name, obs.DType)
+	case !obs.Batched || !slices.Equal(obs.Row, want):
+		return f, fmt.Errorf("%w: policy input %q takes rows of shape %v, %s observations have shape %v",
+			ErrPolicy, obs.Name, obs.Row, env.ID, want)
+	}
+	for _, i := range []int{f.seqLens, f.starts} {
+		if i >= 0 && (!ins[i].Batched || ins[i].RowSize() != 1) {
+			return f, fmt.Errorf("%w: policy input %s: want one value per env", ErrPolicy, ins[i])
+		}
+	}
+	return f, nil
+}
+
+// WithModel returns the policy for model, a version of the graph given to NewPolicy with other
+// weights (a trainer's re-export, a fine-tuned write-back). The head, bindings and checks of p
+// hold for it as they are: nothing is recognised or verified again, and no session is opened.
+// When p's graph was edited (batch freed, tensors exposed, states made batch-first), the same
+// edits are applied to model by taking its initializers by name into p's edited graph. A model
+// that does not fit (a missing initializer, another shape) makes the agents fail: Batcher.New
+// and UpdatePolicy return the error.
 func (p *Policy) WithModel(model []byte, version int64) *Policy {
 	q := *p
-	q.model, q.version = model, version
+	q.version, q.model, q.err = version, model, nil
+	if p.reweigh != nil {
+		q.model, q.err = p.reweigh.apply(model)
+	}
 	return &q
 }
 
-// resolveSpec picks the head spec (given, from metadata, or from the env) and checks that its
-// action space is the env's.
-func resolveSpec(meta map[string]string, env envs.Spec, given *head.Spec) (head.Spec, error) {
-	var spec head.Spec
-	switch fromMeta, ok, err := head.FromMetadata(meta); {
-	case given != nil:
-		spec = *given
-	case err != nil:
-		return spec, fmt.Errorf("%w: %v", ErrPolicy, err)
-	case ok:
-		spec = fromMeta
-	default:
-		if err := spec.ParseActionSpace(env.Action.String()); err != nil {
-			return spec, fmt.Errorf("%w: %v", ErrPolicy, err)
-		}
+// stochastic returns nil when the policy can sample, else an error naming --deterministic.
+func (p *Policy) stochastic() error {
+	if err := p.outs.Stochastic(p.spec); err != nil {
+		return fmt.Errorf("%w: %w (Config.Deterministic: batcher --deterministic, eval without --sample)", ErrPolicy, err)
 	}
-	if err := spec.Validate(); err != nil {
-		return spec, fmt.Errorf("%w: %v", ErrPolicy, err)
+	return nil
+}
+
+// stateLayout describes the recurrent states, to compare two policies' (names and row sizes).
+func (p *Policy) stateLayout() string {
+	var sb strings.Builder
+	for _, s := range p.feeds.states {
+		fmt.Fprintf(&sb, "%s%v;", s.name, s.row)
 	}
-	var want head.Spec
-	if err := want.ParseActionSpace(env.Action.String()); err != nil {
-		return spec, fmt.Errorf("%w: %v", ErrPolicy, err)
-	}
-	if spec.ActionSpace() != want.ActionSpace() || (spec.Head != want.Head) {
-		return spec, fmt.Errorf("%w: the policy's %s head acts in %s, %s's action space is %s",
-			ErrPolicy, spec.Head, spec.ActionSpace(), env.ID, want.ActionSpace())
-	}
-	return spec, nil
+	return sb.String()
 }
 
 // agent makes the ONNX agent for a worker stepping n envs with the given random streams.
 func (p *Policy) agent(ctx context.Context, n int, rngs []*rand.Rand, deterministic bool) (*onnxAgent, error) {
-	sc := p.cfg.Session
-	sc.MaxBatch = n
-	s, err := onnx.New(ctx, p.model, sc)
-	if err != nil {
-		return nil, err
+	if p.err != nil {
+		return nil, p.err
 	}
-	a := &onnxAgent{sess: s, spec: p.spec, rngs: rngs, deterministic: deterministic, version: p.version,
-		act: make([]int32, 1), lp: make([]float32, 1)}
-	fail := func(err error) (*onnxAgent, error) { return nil, errors.Join(err, s.Close()) }
-	if a.in, err = onnx.Input[float32](s, 0); err != nil {
-		return fail(err)
-	}
-	if a.params, err = onnx.Output[float32](s, p.outs.Params); err != nil {
-		return fail(err)
-	}
-	if p.outs.LogStd >= 0 {
-		if a.logStd, err = onnx.Output[float32](s, p.outs.LogStd); err != nil {
-			return fail(err)
-		}
-		a.logStdPerRow = s.Outputs()[p.outs.LogStd].Batched
-	}
-	if p.outs.Value >= 0 {
-		if a.value, err = onnx.Output[float32](s, p.outs.Value); err != nil {
-			return fail(err)
+	if !deterministic {
+		if err := p.stochastic(); err != nil {
+			return nil, err
 		}
 	}
-	return a, nil
+	return newONNXAgent(ctx, p, n, rngs, deterministic)
 }
 
 // LoadPolicy reads an ONNX policy file and checks it against the environment envID (see NewPolicy).

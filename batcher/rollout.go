@@ -11,14 +11,21 @@ type Rollout struct {
 	ActDim   int   // elements per action (1 for a Discrete space)
 	Discrete bool  // actions are indices into a Discrete space
 
-	Obs        []float32 // [T×N×ObsDim] observation at step t
-	Actions    []float32 // [T×N×ActDim] raw actions (what log-probabilities refer to)
-	EnvActions []float32 // [T×N×ActDim] actions the envs took (a Box's clipped to bounds)
+	Obs []float32 // [T×N×ObsDim] observation at step t
+	// Actions [T×N×ActDim] are the raw actions LogP refers to: a Discrete action's index, a
+	// Gaussian's unclipped draw. For a tanh-gaussian head (SAC) they are the Gaussian draw u
+	// before tanh, and LogP is the Gaussian log-density of u WITHOUT the tanh correction
+	// Σ log(1 − tanh²u): the correction depends on u alone, so it cancels in a ratio of
+	// probabilities such as PPO's, and a learner treats the head as a Gaussian over u.
+	Actions []float32
+	// EnvActions [T×N×ActDim] are the actions the envs took: a Box's clipped to bounds; a
+	// tanh-gaussian's tanh(u) mapped onto the bounds (unless --action-scale none).
+	EnvActions []float32
 	Rewards    []float32 // [T×N]
 	Terminated []float32 // [T×N] 1 where the episode ended by the env's rule
 	Truncated  []float32 // [T×N] 1 where the episode hit its time limit
 	FinalObs   []float32 // [T×N×ObsDim] last observation of an episode that ended at step t, else stale
-	LogP       []float32 // [T×N]
+	LogP       []float32 // [T×N] log-probability of Actions; 0 for a deterministic-only policy
 	Values     []float32 // [T×N]
 	Version    []int64   // [T×N] version of the policy that chose the action
 	LastObs    []float32 // [N×ObsDim] observation after the last step, to bootstrap from
@@ -27,6 +34,23 @@ type Rollout struct {
 	// terminated (stale elsewhere): what bootstrapping at truncation needs.
 	FinalValues []float32
 	Episodes    []Episode // episodes that ended during the rollout, in worker then step order
+	// EpisodeStarts [T×N] is 1 where step t is the first of env i's episode (the env was reset
+	// before it), else 0.
+	EpisodeStarts []float32
+
+	// Recurrent state, for a policy that carries one (empty otherwise). The batcher keeps
+	// each env's state between steps and zeroes it when the env's episode starts, so a learner
+	// replays env i's whole rollout from InitialState: the state before step 0, then at each
+	// step t the state the policy output at t−1, or zeros where EpisodeStarts[t·N+i] is 1.
+	//
+	// StateNames names each state by the graph input it feeds. StateShapes[k] is one env's
+	// state k with the batch axis removed (RLlib's [hidden], SB3-contrib's [layers, hidden]
+	// from [layers, batch, hidden]); InitialState[k] holds [N × StateShapes[k]] env-major:
+	// env i's state k is InitialState[k][i·S : (i+1)·S], S the product of StateShapes[k],
+	// to be placed at index i of the graph input's batch axis (layout.State.BatchAxis).
+	StateNames   []string
+	StateShapes  [][]int
+	InitialState [][]float32
 }
 
 // Episode is a finished episode's summary.
@@ -48,7 +72,7 @@ func newRollout(t, n int, obsShape []int, actDim int, discrete bool) *Rollout {
 		Rewards: make([]float32, t*n), Terminated: make([]float32, t*n), Truncated: make([]float32, t*n),
 		FinalObs: make([]float32, t*n*od), LogP: make([]float32, t*n), Values: make([]float32, t*n),
 		Version: make([]int64, t*n), LastObs: make([]float32, n*od), LastValues: make([]float32, n),
-		FinalValues: make([]float32, t*n),
+		FinalValues: make([]float32, t*n), EpisodeStarts: make([]float32, t*n),
 	}
 }
 

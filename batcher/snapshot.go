@@ -13,10 +13,16 @@ import (
 // ErrSnapshot is wrapped by errors about a snapshot that cannot be taken or restored.
 var ErrSnapshot = errors.New("batcher: snapshot")
 
-var snapshotMagic = [8]byte{'T', 'W', 'R', 'L', 'B', 'A', 'T', '1'}
+// Snapshots of a batcher without recurrent state are version 1; version 2 adds, after each
+// worker's episode counters, every env's recurrent state.
+var (
+	snapshotMagic   = [8]byte{'T', 'W', 'R', 'L', 'B', 'A', 'T', '1'}
+	snapshotMagicV2 = [8]byte{'T', 'W', 'R', 'L', 'B', 'A', 'T', '2'}
+)
 
 // Snapshot saves the state collection continues from: every env (see envs.Snapshotter), every
-// env's action-sampling stream and its running episode return and length. With the policy's
+// env's action-sampling stream, its running episode return and length, and the recurrent state
+// the policy carries for it (if any). With the policy's
 // weights, it is what a resumed run needs to collect exactly what the interrupted one would
 // have. It waits for a running Collect.
 func (b *Batcher) Snapshot() ([]byte, error) {
@@ -27,7 +33,12 @@ func (b *Batcher) Snapshot() ([]byte, error) {
 	}
 	var out bytes.Buffer
 	w := func(x any) { binary.Write(&out, binary.LittleEndian, x) }
-	out.Write(snapshotMagic[:])
+	recurrent := len(b.workers) > 0 && len(b.workers[0].stIn) > 0
+	if recurrent {
+		out.Write(snapshotMagicV2[:])
+	} else {
+		out.Write(snapshotMagic[:])
+	}
 	w(uint32(len(b.workers)))
 	w(uint32(b.cfg.EnvsPerWorker))
 	for _, wk := range b.workers {
@@ -55,6 +66,13 @@ func (b *Batcher) Snapshot() ([]byte, error) {
 			lengths[i] = int64(l)
 		}
 		w(lengths)
+		if recurrent {
+			w(uint32(len(wk.stIn)))
+			for _, st := range wk.stIn {
+				w(uint32(len(st)))
+				w(st)
+			}
+		}
 	}
 	return out.Bytes(), nil
 }
@@ -73,8 +91,15 @@ func (b *Batcher) Restore(data []byte) error {
 		return fmt.Errorf("%w: restoring: %s", ErrSnapshot, fmt.Sprintf(format, a...))
 	}
 	var magic [8]byte
-	if _, err := io.ReadFull(r, magic[:]); err != nil || magic != snapshotMagic {
+	if _, err := io.ReadFull(r, magic[:]); err != nil || (magic != snapshotMagic && magic != snapshotMagicV2) {
 		return fail("not a batcher snapshot")
+	}
+	recurrent := len(b.workers) > 0 && len(b.workers[0].stIn) > 0
+	switch {
+	case recurrent && magic == snapshotMagic:
+		return fail("the snapshot holds no recurrent state and this batcher's policy carries one; restore it with the policy it was taken with")
+	case !recurrent && magic == snapshotMagicV2:
+		return fail("the snapshot holds recurrent states and this batcher's policy carries none; restore it with the policy it was taken with")
 	}
 	var workers, m uint32
 	if read(&workers) != nil || read(&m) != nil || int(workers) != len(b.workers) || int(m) != b.cfg.EnvsPerWorker {
@@ -112,6 +137,22 @@ func (b *Batcher) Restore(data []byte) error {
 		}
 		for i, l := range lengths {
 			wk.length[i] = int(l)
+		}
+		if !recurrent {
+			continue
+		}
+		var k uint32
+		if read(&k) != nil || int(k) != len(wk.stIn) {
+			return fail("worker %d: the snapshot holds %d recurrent states, the policy carries %d", wk.index, k, len(wk.stIn))
+		}
+		for j, st := range wk.stIn {
+			var l uint32
+			if read(&l) != nil || int(l) != len(st) {
+				return fail("worker %d recurrent state %d: %d values, this batcher holds %d", wk.index, j, l, len(st))
+			}
+			if read(st) != nil {
+				return fail("worker %d recurrent state %d: truncated", wk.index, j)
+			}
 		}
 	}
 	if r.Len() != 0 {

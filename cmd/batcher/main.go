@@ -8,6 +8,26 @@
 // goroutines (same trajectories): with a GPU, one worker with many envs (--workers 1
 // --envs 4096 --device cuda --env-threads <cores>) makes one inference call per step.
 //
+// # Policies from other libraries
+//
+// Policies exported by Stable-Baselines3 (both documented recipes, SAC, VecNormalize baked
+// in), SB3-contrib RecurrentPPO, RLlib (MLP and LSTM), Sample Factory and CleanRL run with no
+// extra flag: the head and the tensors carrying it are recognised from the graph (inner
+// tensors are exposed as outputs), recurrent states are carried per env (zeroed when an
+// episode starts) and seq_lens, episode_starts and dummy inputs are fed; the log says what
+// was bound. A fixed batch (exports without dynamic axes) is made dynamic at load and checked
+// against the original row by row, so the M envs still take one inference call per step;
+// when it cannot be, the log says so and each worker runs the model one fixed batch per call.
+// Flags override what was recognised: --head, --logits-output, --logstd-output,
+// --value-output, --actions-output, --action-scale env|none, --action-space. A policy with no
+// action distribution (only its own actions, or a mean without a log_std) needs
+// --deterministic, and its log-probabilities are 0.
+//
+// SAC's squashed Gaussian (tanh-gaussian) is sampled as u ~ N(mean, σ) and the envs take
+// tanh(u) mapped onto their bounds (--action-scale none: as it is). Shards hold the actions
+// the envs took, as for every policy; their logp is the Gaussian log-density of u, without
+// the tanh correction (batcher.Rollout says why).
+//
 // # Sizes
 //
 // Every size is checked before anything is allocated: --envs, --workers, --rollout and

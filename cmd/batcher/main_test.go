@@ -286,3 +286,50 @@ func TestRefusedPolicyLeavesNoFolder(t *testing.T) {
 		t.Fatalf("output folder left: %v", err)
 	}
 }
+
+// TestForeignPolicies: exports from other libraries collect with no extra flag, at full batch
+// (SB3's fixed batch 1 made dynamic), recurrent ones too; a policy without a distribution
+// needs --deterministic.
+func TestForeignPolicies(t *testing.T) {
+	const dir = "../../testdata/foreign/"
+	for _, tc := range []struct {
+		name, policy, env string
+		deterministic     bool
+		err               string
+	}{
+		{name: "sb3 fixed batch", policy: "sb3_ppo_cartpole", env: "CartPole-v1"},
+		{name: "sac", policy: "sb3_sac_pendulum", env: "Pendulum-v1"},
+		{name: "rllib lstm", policy: "rllib_cartpole_lstm", env: "CartPoleNoVel-v1"},
+		{name: "sb3-contrib lstm", policy: "sb3c_recurrentppo_cartpole", env: "CartPoleNoVel-v1"},
+		{name: "mean without log_std", policy: "sb3_ppo_pendulum_old", env: "Pendulum-v1", err: "--deterministic"},
+		{name: "mean without log_std, deterministic", policy: "sb3_ppo_pendulum_old", env: "Pendulum-v1", deterministic: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "data")
+			var stdout bytes.Buffer
+			o := options{policy: dir + tc.policy + ".onnx", env: tc.env, envs: 8, workers: 2, steps: 640, rollout: 20, out: out,
+				deterministic: tc.deterministic}
+			o.flags.Device = "cpu"
+			err := run(context.Background(), &stdout, io.Discard, zap.NewNop(), o)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum struct {
+				Steps  int64    `json:"steps"`
+				Shards []string `json:"shards"`
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+				t.Fatal(err)
+			}
+			if sum.Steps != 640 || len(sum.Shards) != 2 {
+				t.Fatalf("summary %s", stdout.String())
+			}
+		})
+	}
+}

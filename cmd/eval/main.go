@@ -2,9 +2,25 @@
 //
 //	eval --policy P.onnx --env ID --episodes K [--seed S] [--sample] [--envs N]
 //
-// Actions are the most probable ones (a Gaussian's mean) unless --sample is given. Env i of N
-// runs ⌊(K+i)/N⌋ episodes, fixed in advance. One JSON object goes to stdout:
+// Actions are the most probable ones (a Gaussian's mean; SAC's tanh of its mean, mapped onto
+// the env's bounds) unless --sample is given. Env i of N runs ⌊(K+i)/N⌋ episodes, fixed in
+// advance. One JSON object goes to stdout:
 // {"episodes", "return_mean", "return_std", "length_mean", "returns", "policy", "env"}.
+//
+// # Policies from other libraries
+//
+// Policies exported by Stable-Baselines3 (both documented recipes, SAC, VecNormalize baked
+// in), SB3-contrib RecurrentPPO, RLlib (MLP and LSTM), Sample Factory and CleanRL run with no
+// extra flag: the head and the tensors carrying it are recognised from the graph (inner
+// tensors are exposed as outputs), a fixed batch is made dynamic (checked against the
+// original), recurrent states are carried per env and zeroed when an episode starts, and
+// seq_lens, episode_starts and dummy inputs are fed. What was bound goes to the log. Flags
+// override any part of it: --head (categorical, gaussian, tanh-gaussian), --logits-output,
+// --logstd-output, --value-output, --actions-output (graph outputs or inner tensors; the
+// log_std may be an initializer), --action-scale env|none for SAC's squashed actions, and
+// --action-space. A graph that fits no head is refused with its candidate tensors, their
+// shapes and the flags to pass. A policy with no action distribution (only its own actions,
+// or a mean without a log_std) runs deterministically only: --sample is then refused.
 //
 // Sizes are checked before anything is allocated: --episodes at least 1, --envs 0 (the
 // default) or more, --threads -1 (one per core) or 1 to the cores, and the buffers of the

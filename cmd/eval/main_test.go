@@ -86,3 +86,56 @@ func TestSizesRefused(t *testing.T) {
 		t.Fatalf("2^40 envs: %v", err)
 	}
 }
+
+// TestForeignPoliciesNoFlags: policies from other libraries run with no extra flag, and the
+// flags that override the recognition reach it.
+func TestForeignPoliciesNoFlags(t *testing.T) {
+	const dir = "../../testdata/foreign/"
+	for _, tc := range []struct {
+		name, policy, env string
+		edit              func(*options)
+		lo, hi            float64 // mean return bounds
+		err               string
+	}{
+		// SB3's documented export: fixed batch 1, actions/values/log_prob outputs.
+		{name: "sb3", policy: "sb3_ppo_cartpole", env: "CartPole-v1", lo: 490, hi: 500},
+		// SAC's tanh(mean) in [-1, 1] mapped onto [-2, 2]; --action-scale none halves the
+		// torque, and the pendulum no longer swings up.
+		{name: "sac", policy: "sb3_sac_pendulum", env: "Pendulum-v1", lo: -400, hi: 0},
+		{name: "sac unscaled", policy: "sb3_sac_pendulum", env: "Pendulum-v1", edit: func(o *options) { o.flags.ActionScale = "none" }, lo: -2000, hi: -500},
+		// Recurrent policies on CartPole without velocities.
+		{name: "sb3-contrib lstm", policy: "sb3c_recurrentppo_cartpole", env: "CartPoleNoVel-v1", lo: 400, hi: 500},
+		{name: "sample factory gru", policy: "sf_cartpole_gru", env: "CartPoleNoVel-v1", lo: 300, hi: 500},
+		// A mean without a log_std cannot be sampled.
+		{name: "deterministic only", policy: "sb3_ppo_pendulum_old", env: "Pendulum-v1", edit: func(o *options) { o.sample = true }, err: "--sample"},
+		{name: "bad actions flag", policy: "sb3_ppo_cartpole", env: "CartPole-v1", edit: func(o *options) { o.flags.Actions = "nope" }, err: "--actions-output"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout bytes.Buffer
+			o := options{policy: dir + tc.policy + ".onnx", env: tc.env, episodes: 8, seed: 3}
+			o.flags.Device = "cpu"
+			if tc.edit != nil {
+				tc.edit(&o)
+			}
+			err := run(context.Background(), &stdout, zap.NewNop(), o)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum struct {
+				ReturnMean float64 `json:"return_mean"`
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+				t.Fatal(err)
+			}
+			if sum.ReturnMean < tc.lo || sum.ReturnMean > tc.hi {
+				t.Fatalf("mean return %.1f, want %v to %v", sum.ReturnMean, tc.lo, tc.hi)
+			}
+		})
+	}
+}

@@ -1,0 +1,356 @@
+package batcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/models/layout"
+	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/onnx/edit"
+	"github.com/towerrl/towerrl/onnx/onnxpb"
+)
+
+// batchFirstSuffix ends the names of the graph inputs and outputs that carry a recurrent state
+// with its batch moved to axis 0 (see batchFirst).
+const batchFirstSuffix = ".towerrl_batch_first"
+
+// prepared is a model made ready for sessions: its batch freed, its head recognised, the
+// tensors the head reads exposed, its recurrent states batch-first.
+type prepared struct {
+	model   []byte         // what sessions are made from: the given bytes when nothing was edited
+	fixed   int            // the batch a model that could not be freed is fixed at; 0 otherwise
+	binding layout.Binding // as Recognise gave it: names in the given graph
+	exposed layout.Binding // names of the outputs the session returns
+	states  []layout.State // exposed.State with the session's (batch-first) names
+	reweigh *reweigh       // carries the edits over to re-exports; nil when nothing was edited
+}
+
+// prepare frees a fixed batch (edit.DynamicBatch), recognises the head (layout.Recognise),
+// exposes the tensors it reads (layout.Expose) and makes recurrent states batch-first, logging
+// each step at info level. orig is model parsed. Recognise's error is returned as it is.
+func prepare(ctx context.Context, model []byte, orig *onnxpb.ModelProto, env head.Spec, over layout.Overrides,
+	sc onnx.Config, log *zap.Logger) (prepared, error) {
+	pr := prepared{model: model}
+	m := orig
+	if fixedBatch(orig) {
+		freed, fixed, err := freeBatch(ctx, model, sc, log)
+		if err != nil {
+			return pr, err
+		}
+		if pr.model, pr.fixed = freed, fixed; fixed == 0 {
+			if m, err = parseModel(freed); err != nil {
+				return pr, err
+			}
+		}
+	}
+	b, err := layout.Recognise(m, nil, env, over)
+	if err != nil {
+		return pr, err
+	}
+	pr.binding = b
+	log.Info("policy: bound", zap.String("family", string(b.Family)), zap.String("head", string(b.Head)),
+		zap.Bool("deterministic_only", b.DeterministicOnly), zap.Int("recurrent_states", len(b.State)))
+	for _, note := range b.Notes {
+		log.Info("policy: " + note)
+	}
+	exposed, eb, err := layout.Expose(m, b)
+	if err != nil {
+		return pr, err
+	}
+	pr.exposed = eb
+	var transposed bool
+	if pr.states, transposed, err = batchFirst(exposed, eb.State); err != nil {
+		return pr, err
+	}
+	added := len(exposed.GetGraph().GetOutput()) - len(m.GetGraph().GetOutput())
+	if added == 0 && !transposed && sameBytes(pr.model, model) {
+		return pr, nil
+	}
+	if added > 0 {
+		log.Info("policy: exposed inner tensors as outputs", zap.Int("outputs", added))
+	}
+	if transposed {
+		log.Info("policy: recurrent states with the batch on axis 1 are fed and read batch-first (a Transpose at the graph's edge)")
+	}
+	if pr.model, err = proto.Marshal(exposed); err != nil {
+		return pr, fmt.Errorf("batcher: writing the prepared policy: %w", err)
+	}
+	pr.reweigh = newReweigh(orig, exposed)
+	return pr, nil
+}
+
+// sameBytes reports whether a and b are the same memory (not merely equal contents).
+func sameBytes(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// parseModel reads ONNX bytes into a message.
+func parseModel(model []byte) (*onnxpb.ModelProto, error) {
+	m := &onnxpb.ModelProto{}
+	if err := proto.Unmarshal(model, m); err != nil {
+		return nil, fmt.Errorf("%w: not a readable ONNX model: %v", onnx.ErrModel, err)
+	}
+	if m.GetGraph() == nil {
+		return nil, fmt.Errorf("%w: the model has no graph", onnx.ErrModel)
+	}
+	return m, nil
+}
+
+// fixedBatch reports whether every graph input (initializers aside) has only fixed dimensions:
+// a model traced without dynamic axes, whose batch edit.DynamicBatch may free.
+func fixedBatch(m *onnxpb.ModelProto) bool {
+	g := m.GetGraph()
+	inits := map[string]bool{}
+	for _, t := range g.GetInitializer() {
+		inits[t.GetName()] = true
+	}
+	n := 0
+	for _, in := range g.GetInput() {
+		if inits[in.GetName()] {
+			continue
+		}
+		n++
+		for _, d := range in.GetType().GetTensorType().GetShape().GetDim() {
+			if _, ok := d.GetValue().(*onnxpb.TensorShapeProto_Dimension_DimValue); !ok || d.GetDimValue() < 1 {
+				return false
+			}
+		}
+	}
+	return n > 0
+}
+
+// freeBatch makes a fixed-batch model's batch dynamic with edit.DynamicBatch. It returns the
+// rewritten model, or the original and the batch it is fixed at when the batch cannot be freed
+// (the agents then run one fixed batch per call). Both outcomes are logged.
+func freeBatch(ctx context.Context, model []byte, sc onnx.Config, log *zap.Logger) (out []byte, fixed int, err error) {
+	opts := edit.Options{Config: onnx.Config{Library: sc.Library, IntraOpThreads: sc.IntraOpThreads, Logger: sc.Logger}}
+	dyn, rep, err := edit.DynamicBatch(ctx, model, opts)
+	switch {
+	case err == nil:
+		if !rep.Dynamic {
+			log.Info("policy: the model fixes its batch; made it dynamic and checked the rewrite against the original row by row",
+				zap.Int("fixed_batch", rep.Batch), zap.Int("rows_checked", rep.Rows), zap.Float64("max_diff", rep.MaxDiff))
+			for _, line := range rep.Rewrites {
+				log.Info("policy: batch rewrite: " + line)
+			}
+			for _, line := range rep.Assumed {
+				log.Info("policy: batch rewrite assumed (verified): " + line)
+			}
+		}
+		return dyn, 0, nil
+	case errors.Is(err, edit.ErrFixedBatch):
+		m, perr := parseModel(model)
+		if perr != nil {
+			return nil, 0, perr
+		}
+		fixed = firstBatch(m)
+		log.Warn("policy: the model's fixed batch cannot be made dynamic; each worker runs it one fixed batch per call, which is slower: re-export it with a dynamic batch axis for full speed",
+			zap.Int("fixed_batch", fixed), zap.Error(err))
+		return model, fixed, nil
+	}
+	return nil, 0, fmt.Errorf("batcher: freeing the policy's fixed batch: %w", err)
+}
+
+// firstBatch is the first graph input's dimension 0: the batch a fixed-batch model runs at.
+func firstBatch(m *onnxpb.ModelProto) int {
+	for _, in := range m.GetGraph().GetInput() {
+		if dims := in.GetType().GetTensorType().GetShape().GetDim(); len(dims) > 0 {
+			return int(dims[0].GetDimValue())
+		}
+		return 1
+	}
+	return 1
+}
+
+// batchFirst rewrites m (in place; it must not share messages with another model) so that every recurrent state whose batch is not on axis 0
+// (torch's [layers, batch, hidden]) is fed and returned with its batch first: the graph input
+// NAME becomes NAME+batchFirstSuffix, transposed back to NAME by a new first node; the graph
+// output OUT is replaced by OUT+batchFirstSuffix, its transpose. Sessions batch on axis 0 only,
+// and the batcher keeps each env's state as one contiguous row. It returns the states with the
+// session's input and output names; changed reports whether m was modified.
+func batchFirst(m *onnxpb.ModelProto, states []layout.State) (renamed []layout.State, changed bool, err error) {
+	g := m.GetGraph()
+	renamed = slices.Clone(states)
+	var head []*onnxpb.NodeProto
+	for i, s := range states {
+		if s.BatchAxis == 0 {
+			continue
+		}
+		in := findValueInfo(g.GetInput(), s.Input)
+		out := findValueInfo(g.GetOutput(), s.Output)
+		if in == nil || out == nil {
+			return nil, false, fmt.Errorf("%w: recurrent state %s → %s is not a graph input and output", ErrPolicy, s.Input, s.Output)
+		}
+		rank := len(in.GetType().GetTensorType().GetShape().GetDim())
+		if s.BatchAxis < 0 || s.BatchAxis >= rank {
+			return nil, false, fmt.Errorf("%w: recurrent state %s has its batch on axis %d of %d", ErrPolicy, s.Input, s.BatchAxis, rank)
+		}
+		// order lists the original axes in batch-first order; inverse undoes it.
+		order := append([]int64{int64(s.BatchAxis)}, make([]int64, 0, rank-1)...)
+		for a := range rank {
+			if a != s.BatchAxis {
+				order = append(order, int64(a))
+			}
+		}
+		inverse := make([]int64, rank)
+		for j, a := range order {
+			inverse[a] = int64(j)
+		}
+		in.Name = proto.String(s.Input + batchFirstSuffix)
+		permuteDims(in, order)
+		head = append(head, transpose("towerrl/batch_first/"+s.Input, s.Input+batchFirstSuffix, s.Input, inverse))
+		out.Name = proto.String(s.Output + batchFirstSuffix)
+		permuteDims(out, order)
+		g.Node = append(g.Node, transpose("towerrl/batch_first/"+s.Output, s.Output, s.Output+batchFirstSuffix, order))
+		renamed[i].Input, renamed[i].Output = s.Input+batchFirstSuffix, s.Output+batchFirstSuffix
+		changed = true
+	}
+	g.Node = append(head, g.Node...)
+	return renamed, changed, nil
+}
+
+func findValueInfo(list []*onnxpb.ValueInfoProto, name string) *onnxpb.ValueInfoProto {
+	for _, v := range list {
+		if v.GetName() == name {
+			return v
+		}
+	}
+	return nil
+}
+
+// permuteDims reorders v's declared dimensions: new dimension j is old dimension order[j].
+func permuteDims(v *onnxpb.ValueInfoProto, order []int64) {
+	sh := v.GetType().GetTensorType().GetShape()
+	if sh == nil || len(sh.GetDim()) != len(order) {
+		return
+	}
+	old := sh.Dim
+	sh.Dim = make([]*onnxpb.TensorShapeProto_Dimension, len(order))
+	for j, a := range order {
+		sh.Dim[j] = old[a]
+	}
+}
+
+func transpose(name, in, out string, perm []int64) *onnxpb.NodeProto {
+	return &onnxpb.NodeProto{
+		Name: proto.String(name), OpType: proto.String("Transpose"), Input: []string{in}, Output: []string{out},
+		Attribute: []*onnxpb.AttributeProto{{Name: proto.String("perm"), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: perm}},
+	}
+}
+
+// reweigh applies the edits NewPolicy made to a model (batch freed, inner tensors exposed,
+// states made batch-first) to a re-export of the same graph with other weights, without
+// analysing or verifying anything again: it keeps the edited graph and takes each weight from
+// the re-export by name. It is immutable once built and shared by the policies WithModel makes.
+type reweigh struct {
+	skeleton *onnxpb.ModelProto    // the edited model without its initializers
+	inits    []*onnxpb.TensorProto // the edited model's initializers, in order
+	// weight marks the initializers the edits left as the original had them: those are taken
+	// from a re-export. The others (constants the batch rewrite changed or added) are kept.
+	weight []bool
+	// identity gives, by output name, the Identity nodes of the edited graph: a re-export
+	// whose weights were untied (onnx/graph's write-back) holds an initializer named after
+	// such a node's output instead of the node.
+	identity   map[string]bool
+	listsInits bool // IR < 4: every initializer is also listed among the graph inputs
+}
+
+// newReweigh records how to carry the edits of edited (made from original) over to re-exports.
+func newReweigh(original, edited *onnxpb.ModelProto) *reweigh {
+	orig := map[string]*onnxpb.TensorProto{}
+	for _, t := range original.GetGraph().GetInitializer() {
+		orig[t.GetName()] = t
+	}
+	r := &reweigh{identity: map[string]bool{}}
+	for _, t := range edited.GetGraph().GetInitializer() {
+		o, ok := orig[t.GetName()]
+		r.inits = append(r.inits, t)
+		r.weight = append(r.weight, ok && proto.Equal(o, t))
+	}
+	for _, in := range edited.GetGraph().GetInput() {
+		if _, ok := orig[in.GetName()]; ok {
+			r.listsInits = true
+		}
+	}
+	for _, n := range edited.GetGraph().GetNode() {
+		if n.GetOpType() == "Identity" && len(n.GetOutput()) == 1 {
+			r.identity[n.GetOutput()[0]] = true
+		}
+	}
+	g := edited.GetGraph()
+	saved := g.Initializer
+	g.Initializer = nil
+	r.skeleton = proto.Clone(edited).(*onnxpb.ModelProto)
+	g.Initializer = saved
+	return r
+}
+
+// apply returns the edited model with the weights of model, a re-export of the original graph.
+func (r *reweigh) apply(model []byte) ([]byte, error) {
+	m, err := parseModel(model)
+	if err != nil {
+		return nil, err
+	}
+	fresh := map[string]*onnxpb.TensorProto{}
+	for _, t := range m.GetGraph().GetInitializer() {
+		fresh[t.GetName()] = t
+	}
+	out := proto.Clone(r.skeleton).(*onnxpb.ModelProto)
+	g := out.GetGraph()
+	g.Initializer = make([]*onnxpb.TensorProto, 0, len(r.inits))
+	known := make(map[string]bool, len(r.inits))
+	for i, t := range r.inits {
+		known[t.GetName()] = true
+		if !r.weight[i] {
+			g.Initializer = append(g.Initializer, t)
+			continue
+		}
+		n, ok := fresh[t.GetName()]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("%w: the new model has no initializer %q; WithModel takes a re-export of the same graph with other weights",
+				ErrPolicy, t.GetName())
+		case n.GetDataType() != t.GetDataType() || !slices.Equal(n.GetDims(), t.GetDims()):
+			return nil, fmt.Errorf("%w: the new model's initializer %q has type %d and shape %v, the policy's has %d and %v; WithModel takes a re-export of the same graph with other weights",
+				ErrPolicy, t.GetName(), n.GetDataType(), n.GetDims(), t.GetDataType(), t.GetDims())
+		}
+		g.Initializer = append(g.Initializer, n)
+	}
+	// Untied weights: the Identity node becomes the initializer it copied.
+	drop := map[string]bool{}
+	for _, t := range m.GetGraph().GetInitializer() {
+		if name := t.GetName(); !known[name] && r.identity[name] {
+			drop[name] = true
+			g.Initializer = append(g.Initializer, t)
+			if r.listsInits {
+				g.Input = append(g.Input, initializerInfo(t))
+			}
+		}
+	}
+	if len(drop) > 0 {
+		g.Node = slices.DeleteFunc(g.Node, func(n *onnxpb.NodeProto) bool {
+			return n.GetOpType() == "Identity" && len(n.GetOutput()) == 1 && drop[n.GetOutput()[0]]
+		})
+	}
+	data, err := proto.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("batcher: writing the policy with new weights: %w", err)
+	}
+	return data, nil
+}
+
+// initializerInfo declares initializer t as a graph input, as IR < 4 models list them.
+func initializerInfo(t *onnxpb.TensorProto) *onnxpb.ValueInfoProto {
+	sh := &onnxpb.TensorShapeProto{}
+	for _, d := range t.GetDims() {
+		sh.Dim = append(sh.Dim, &onnxpb.TensorShapeProto_Dimension{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}})
+	}
+	return &onnxpb.ValueInfoProto{Name: proto.String(t.GetName()), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
+		TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(t.GetDataType()), Shape: sh}}}}
+}
