@@ -43,3 +43,4 @@ lint:
 ## fixtures: re-export the PyTorch fixtures (needs Debian's python3-torch, python3-onnx)
 fixtures:
 	/usr/bin/python3 scripts/gen_fixtures.py
+	/usr/bin/python3 scripts/gen_fixtures_foreign.py
