@@ -70,8 +70,9 @@ type Config struct {
 	LogStdOutput string `json:"logstd_output,omitempty"` // tensor holding the Gaussian log_std
 	ValueOutput  string `json:"value_output,omitempty"`  // tensor holding the state value
 	// ValueWarmup is the number of first iterations in which a new critic (given to a
-	// foreign policy without a value output) trains alone, the actor's gradients zeroed.
-	// Default 10; negative: none.
+	// foreign policy without a value output) trains alone, the actor's gradients zeroed and
+	// the learning rate ×10 (it starts from scratch next to a pretrained actor). Default 30;
+	// negative: none.
 	ValueWarmup int `json:"value_warmup,omitempty"`
 }
 
@@ -190,7 +191,7 @@ func (c Config) WithDefaults() (Config, error) {
 	setInt(&c.Epochs, pick(4, 10))
 	setInt(&c.EvalEpisodes, 10)
 	setInt(&c.CheckpointEvery, 10)
-	setInt(&c.ValueWarmup, 10)
+	setInt(&c.ValueWarmup, 30)
 	if discrete {
 		setF(&c.LR, 2.5e-4)
 		setF(&c.EntCoef, 0.01)

@@ -55,6 +55,7 @@ type foreign struct {
 	// warm-up); set by the trainer between iterations, read by the towers.
 	actorFrozen atomic.Bool
 	actorRanges [][2]int
+	criticBias  int // index in flat of the critic's output bias
 }
 
 // ErrFineTune is wrapped by errors about a foreign policy that cannot be fine-tuned.
@@ -158,12 +159,14 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		off := 0
 		for _, name := range f.params.TrainableNames() {
 			v, _ := f.params.Value(name)
-			if n := v.Shape().TotalSize(); !strings.HasPrefix(name, models.CriticPrefix+".") {
+			n := v.Shape().TotalSize()
+			switch {
+			case !strings.HasPrefix(name, models.CriticPrefix+"."):
 				f.actorRanges = append(f.actorRanges, [2]int{off, off + n})
-				off += n
-			} else {
-				off += n
+			case name == models.CriticBias:
+				f.criticBias = off
 			}
+			off += n
 		}
 	}
 	session.Logger.Info("fine-tuning a foreign policy", zap.String("binding", notes),

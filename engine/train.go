@@ -558,6 +558,9 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if !cfg.ConstantLR {
 		sched = iterationAnneal{lr: cfg.LR, perIter: updates, iters: cfg.Iterations()}
 	}
+	if f, ok := t.pm.(*foreign); ok && f.critic && cfg.ValueWarmup > 0 {
+		sched = warmupBoost{Schedule: sched, perIter: updates, iters: cfg.ValueWarmup, factor: warmupLRFactor}
+	}
 	opt := learner.NewAdam(len(t.pm.flatParams()), sched, 0.9, 0.999, cfg.AdamEps)
 	t.opt = opt
 	loss := Loss{ClipCoef: cfg.ClipCoef, ClipVLoss: !cfg.NoClipVLoss, EntCoef: cfg.EntCoef, VfCoef: cfg.VfCoef}
@@ -569,6 +572,25 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	t.l, err = learner.NewLearner(learner.Config{TrainBatch: rows, SGDIters: cfg.Epochs, Seed: cfg.Seed,
 		FirstBatch: uint64(firstIteration)}, towers, t.batch)
 	return err
+}
+
+// warmupLRFactor multiplies the learning rate of the value warm-up, when only a new critic
+// moves (the actor's gradients are zero, so Adam leaves it where it is): a critic that starts
+// from scratch next to a pretrained actor must catch up with returns that are large at once.
+const warmupLRFactor = 10
+
+// warmupBoost is Schedule with the rate multiplied by factor for the first iters iterations.
+type warmupBoost struct {
+	learner.Schedule
+	perIter, iters int
+	factor         float64
+}
+
+func (w warmupBoost) LR(step int) float64 {
+	if step/w.perIter < w.iters {
+		return w.factor * w.Schedule.LR(step)
+	}
+	return w.Schedule.LR(step)
 }
 
 // iterationAnneal is CleanRL's schedule: constant within an iteration, lr·(1 − i/iterations).
@@ -628,6 +650,16 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		return Metrics{}, err
 	}
 	ev := explainedVariance(b.Values[:rows], b.Returns[:rows])
+	if f, ok := t.pm.(*foreign); ok && f.critic && it == 0 {
+		// A new critic starts at the mean return of the first rollout (its output bias), not
+		// at 0: a pretrained policy's returns can be far from 0, and Adam's steps of about lr
+		// would take thousands of updates to get there.
+		var mean float64
+		for _, r := range b.Returns[:rows] {
+			mean += float64(r)
+		}
+		f.flat[f.criticBias] += float32(mean / float64(rows))
+	}
 	l0 := time.Now()
 	lr := t.opt.CurrentLR() // the rate of this iteration's updates (constant within one)
 	if err := t.l.Submit(ctx, b); err != nil {

@@ -13,6 +13,9 @@ import (
 const (
 	CriticOutput = "towerrl_critic_value"
 	CriticPrefix = "towerrl_critic"
+	// CriticBias is the output layer's bias (one value) of a critic AddCritic made with two
+	// hidden layers.
+	CriticBias = CriticPrefix + ".2.bias"
 )
 
 // AddCritic appends to m a fresh value head for a policy exported without one (RLlib's
