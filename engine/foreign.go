@@ -54,6 +54,7 @@ type foreign struct {
 	// actorFrozen zeroes the gradients of every parameter but the new critic's (the value
 	// warm-up); set by the trainer between iterations, read by the towers.
 	actorFrozen atomic.Bool
+	warmedUp    atomic.Bool // the warm-up is over (set by the trainer, read by the schedule)
 	actorRanges [][2]int
 	criticBias  int // index in flat of the critic's output bias
 }

@@ -331,3 +331,36 @@ func TestFailedSetupLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestCriticFineTuneResumes: a fine-tune that adds a critic (RLlib's export has no value)
+// stopped inside the value warm-up and resumed ends as the uninterrupted run does, byte for
+// byte, through the warm-up's end (Adam restarted, the schedule carried on).
+func TestCriticFineTuneResumes(t *testing.T) {
+	ctx := context.Background()
+	cfg := smallRun(8)
+	cfg.InitPolicy = filepath.Join("..", "testdata", "foreign", "rllib_cartpole_mlp_weak.onnx")
+	cfg.ValueWarmup = 3
+	full := filepath.Join(t.TempDir(), "full")
+	if _, err := Train(ctx, cfg, Options{Out: full}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "cut")
+	stop := make(chan struct{})
+	_, err := Train(ctx, cfg, Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
+		if m.Iteration == 2 {
+			close(stop)
+		}
+	}})
+	if !errors.Is(err, ErrStopped) {
+		t.Fatal(err)
+	}
+	if _, err := Resume(ctx, dir, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{policyFile, trainedFile} {
+		if !bytes.Equal(readFile(t, filepath.Join(dir, name)), readFile(t, filepath.Join(full, name))) {
+			t.Errorf("%s of the resumed run differs from the uninterrupted run's", name)
+		}
+	}
+	checkSameInterface(t, cfg.InitPolicy, filepath.Join(dir, policyFile))
+}

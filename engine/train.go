@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
@@ -534,7 +535,10 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if f, ok := t.pm.(*foreign); ok {
 		// The batchers bind the policy as loadForeign did: the user's names and head, else
 		// recognition (and the new critic's value).
-		pc.Names = f.bind.Names()
+		pc.Names = f.names
+		if f.critic {
+			pc.Names.Value = models.CriticOutput
+		}
 		if cfg.Head != "" {
 			hs, _, err := cfg.binding(t.spec)
 			if err != nil {
@@ -559,7 +563,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		sched = iterationAnneal{lr: cfg.LR, perIter: updates, iters: cfg.Iterations()}
 	}
 	if f, ok := t.pm.(*foreign); ok && f.critic && cfg.ValueWarmup > 0 {
-		sched = warmupBoost{Schedule: sched, perIter: updates, iters: cfg.ValueWarmup, factor: warmupLRFactor}
+		sched = &warmupBoost{Schedule: sched, perIter: updates, iters: cfg.ValueWarmup, factor: warmupLRFactor, after: &f.warmedUp}
 	}
 	opt := learner.NewAdam(len(t.pm.flatParams()), sched, 0.9, 0.999, cfg.AdamEps)
 	t.opt = opt
@@ -580,17 +584,20 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 const warmupLRFactor = 10
 
 // warmupBoost is Schedule with the rate multiplied by factor for the first iters iterations.
+// Once after is set the optimiser counts its steps from 0 again, and the schedule continues
+// from the warm-up's perIter·iters steps.
 type warmupBoost struct {
 	learner.Schedule
 	perIter, iters int
 	factor         float64
+	after          *atomic.Bool
 }
 
-func (w warmupBoost) LR(step int) float64 {
-	if step/w.perIter < w.iters {
-		return w.factor * w.Schedule.LR(step)
+func (w *warmupBoost) LR(step int) float64 {
+	if w.after.Load() {
+		return w.Schedule.LR(step + w.perIter*w.iters)
 	}
-	return w.Schedule.LR(step)
+	return w.factor * w.Schedule.LR(step)
 }
 
 // iterationAnneal is CleanRL's schedule: constant within an iteration, lr·(1 − i/iterations).
@@ -623,8 +630,18 @@ func (t *trainer) publish(ctx context.Context) error {
 func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	cfg := t.cfg
 	if f, ok := t.pm.(*foreign); ok && f.critic {
-		// A new critic trains alone for the first ValueWarmup iterations.
+		// A new critic trains alone for the first ValueWarmup iterations. Then Adam starts
+		// afresh: the actor's moments are still zero while its step count has run on, and bias
+		// correction by that count would make its first steps many times too large. The
+		// schedule carries on where it was (warmupBoost adds the warm-up's steps).
 		f.actorFrozen.Store(it < cfg.ValueWarmup)
+		if it == cfg.ValueWarmup {
+			for _, slot := range t.opt.State() {
+				clear(slot)
+			}
+			t.opt.SetSteps(0)
+		}
+		f.warmedUp.Store(it >= cfg.ValueWarmup)
 	}
 	c0 := time.Now()
 	r, err := t.b.Collect(ctx, cfg.RolloutSteps)
