@@ -16,7 +16,7 @@ func init() {
 		float32(cartXThreshold * 2), math.MaxFloat32,
 		float32(cartThetaThreshold * 2), math.MaxFloat32,
 	}
-	Register(Spec{
+	spec := Spec{
 		ID: "CartPole-v1",
 		Observation: Box{
 			Shape: []int{4},
@@ -26,23 +26,15 @@ func init() {
 		Action:          Discrete{N: 2},
 		MaxEpisodeSteps: 500,
 		RewardThreshold: 475,
-	}, func(n int) Dynamics { return &cartPole{s: make([]cartState, n)} })
+	}
+	Register(spec, func(n int) Dynamics { return &cartPole{s: make([]cartState, n)} })
 	// CartPoleNoVel-v1 is RL Zoo's partially observed CartPole (rl_zoo3's MaskVelocityWrapper
 	// over CartPole-v1): the same dynamics, with the velocities (observation entries 1 and 3)
 	// multiplied by 0. The observation space keeps its shape and bounds. A feed-forward policy
 	// cannot infer the velocities from one observation; a recurrent one can, so this is the
 	// standard check that a policy's memory works.
-	Register(Spec{
-		ID: "CartPoleNoVel-v1",
-		Observation: Box{
-			Shape: []int{4},
-			Low:   []float32{-high[0], -high[1], -high[2], -high[3]},
-			High:  high,
-		},
-		Action:          Discrete{N: 2},
-		MaxEpisodeSteps: 500,
-		RewardThreshold: 475,
-	}, func(n int) Dynamics { return &cartPoleNoVel{cartPole{s: make([]cartState, n)}} })
+	spec.ID = "CartPoleNoVel-v1"
+	Register(spec, func(n int) Dynamics { return &cartPoleNoVel{cartPole{s: make([]cartState, n)}} })
 }
 
 // Constants of CartPoleEnv.__init__. The derived ones are computed at run

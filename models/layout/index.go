@@ -292,21 +292,10 @@ func (x *index) producer(name string) *onnxpb.NodeProto {
 	return nil
 }
 
-func attr(n *onnxpb.NodeProto, name string) *onnxpb.AttributeProto {
-	for _, a := range n.GetAttribute() {
-		if a.GetName() == name {
-			return a
-		}
-	}
-	return nil
-}
+// attr and attrInt are onnxpb's lookups, under the names this package's code uses.
+func attr(n *onnxpb.NodeProto, name string) *onnxpb.AttributeProto { return n.Attr(name) }
 
-func attrInt(n *onnxpb.NodeProto, name string, def int64) int64 {
-	if a := attr(n, name); a != nil {
-		return a.GetI()
-	}
-	return def
-}
+func attrInt(n *onnxpb.NodeProto, name string, def int64) int64 { return n.AttrInt(name, def) }
 
 // intsOf is an attribute's ints, or else the constant input k's values (opset 13+ moved axes
 // and shapes from attributes to inputs).

@@ -148,22 +148,10 @@ func nodeRef(n *onnxpb.NodeProto) string {
 	return fmt.Sprintf("%s %q", n.GetOpType(), nodeName(n))
 }
 
-// attr returns the node's attribute called name, or nil.
-func attr(n *onnxpb.NodeProto, name string) *onnxpb.AttributeProto {
-	for _, a := range n.GetAttribute() {
-		if a.GetName() == name {
-			return a
-		}
-	}
-	return nil
-}
+// attr and attrInt are onnxpb's lookups, under the names this package's code uses.
+func attr(n *onnxpb.NodeProto, name string) *onnxpb.AttributeProto { return n.Attr(name) }
 
-func attrInt(n *onnxpb.NodeProto, name string, def int64) int64 {
-	if a := attr(n, name); a != nil {
-		return a.GetI()
-	}
-	return def
-}
+func attrInt(n *onnxpb.NodeProto, name string, def int64) int64 { return n.AttrInt(name, def) }
 
 func input(n *onnxpb.NodeProto, i int) string {
 	if i < len(n.GetInput()) {
