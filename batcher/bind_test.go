@@ -20,6 +20,8 @@ import (
 	"github.com/towerrl/towerrl/internal/npy"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
+	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/onnx/edit"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
@@ -548,5 +550,132 @@ func TestWithModelUntiedWeights(t *testing.T) {
 		if got[i] != want[i] || gotLogp[i] != wantLogp[i] || got[i] == old[i] {
 			t.Errorf("row %d: WithModel acts %v (logp %v), bound from scratch %v (%v), before %v", i, got[i], gotLogp[i], want[i], wantLogp[i], old[i])
 		}
+	}
+}
+
+// TestNamesAsRecognised: naming the tensors the recogniser binds by itself gives the same
+// policy. SB3's documented export of a Gaussian PPO returns its deterministic actions, the
+// mean, as output "53", so --logits-output 53 --actions-output 53 (what Binding.Names says)
+// name one tensor for two roles; the mean must stay bound (not the log-probability output
+// "51"). Checked on the fixture and on its batch freed by edit.DynamicBatch: the binding,
+// every episode's return deterministic and sampled, and one step against PyTorch's outputs
+// (the action is the mean "53", its log-density at the mean the log_prob "51").
+func TestNamesAsRecognised(t *testing.T) {
+	ctx := context.Background()
+	const name = "sb3_ppo_pendulum"
+	fixed, err := os.ReadFile(filepath.Join(foreignDir, name+".onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	freed, _, err := edit.DynamicBatch(ctx, fixed, edit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := envs.Lookup("Pendulum-v1")
+	obs := readNpy(t, filepath.Join(foreignDir, name+".input.npy")).F32
+	mean := readNpy(t, filepath.Join(foreignDir, name+".53.npy")).F32
+	logProb := readNpy(t, filepath.Join(foreignDir, name+".51.npy")).F32
+	named := head.Names{Params: "53", LogStd: "policy.log_std", Value: "24", Actions: "53"}
+	for _, tc := range []struct {
+		name  string
+		model []byte
+	}{{"fixed batch", fixed}, {"edit.DynamicBatch", freed}} {
+		t.Run(tc.name, func(t *testing.T) {
+			bare, err := NewPolicy(ctx, tc.model, 0, spec, PolicyConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(named, bare.Binding().Names()); diff != "" {
+				t.Fatalf("recognised names (-want +got):\n%s", diff)
+			}
+			p, err := NewPolicy(ctx, tc.model, 0, spec, PolicyConfig{Names: named})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(bare.outs, p.outs); diff != "" {
+				t.Errorf("outputs bound with the names (-without +with):\n%s", diff)
+			}
+			if b := p.Binding(); b.Params != "53" || b.Actions != "53" || b.DeterministicOnly {
+				t.Errorf("binding with the names: params %q actions %q deterministic only %v", b.Params, b.Actions, b.DeterministicOnly)
+			}
+			for _, det := range []bool{true, false} {
+				cfg := EvalConfig{Env: "Pendulum-v1", Episodes: 4, Envs: 2, Seed: 7, Deterministic: det}
+				want, err := Evaluate(ctx, cfg, bare)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := Evaluate(ctx, cfg, p)
+				if err != nil {
+					t.Fatalf("deterministic %v: %v", det, err)
+				}
+				if diff := cmp.Diff(want.Returns, got.Returns); diff != "" {
+					t.Errorf("deterministic %v: returns (-without names +with):\n%s", det, diff)
+				}
+			}
+			n := len(obs) / 3
+			_, envActs, logp, _ := runAgent(t, p, obs, n, true)
+			for i := range n {
+				if want := min(max(mean[i], -2), 2); math.Abs(float64(envActs[i]-want)) > 1e-5 {
+					t.Errorf("row %d: action %v, PyTorch's mean clipped to [-2, 2] is %v", i, envActs[i], want)
+				}
+				if math.Abs(float64(logp[i]-logProb[i])) > 1e-4 {
+					t.Errorf("row %d: logp %v, PyTorch's log_prob %v", i, logp[i], logProb[i])
+				}
+			}
+		})
+	}
+}
+
+// TestBindOutputs: the session's outputs are bound to the binding's tensors and to nothing
+// else. Outputs as SB3's documented Gaussian export has them (actions = mean "53", value
+// "24", log_prob "51" of one value a row, the exposed log_std); a binding without a mean
+// leaves the policy deterministic-only on its actions rather than taking the log-probability,
+// which has the mean's size, for the mean.
+func TestBindOutputs(t *testing.T) {
+	f := func(name string, batched bool, row ...int64) onnx.TensorInfo {
+		decl := row
+		if batched {
+			decl = append([]int64{-1}, row...)
+		}
+		return onnx.TensorInfo{Name: name, DType: onnx.Float32, Declared: decl, Batched: batched, Row: row}
+	}
+	const logStd = "policy.log_std" + layout.ExposedSuffix
+	outs := []onnx.TensorInfo{f("53", true, 1), f("24", true, 1), f("51", true), f(logStd, false, 1)}
+	spec := head.Spec{Head: head.GaussianKind, ObsShape: []int{3}, Low: []float32{-2}, High: []float32{2}}
+	none := head.Outputs{Params: -1, LogStd: -1, Value: -1, Actions: -1}
+	for _, tc := range []struct {
+		name    string
+		binding layout.Binding
+		want    head.Outputs
+		err     string
+	}{
+		{name: "all roles", binding: layout.Binding{Params: "53", LogStd: logStd, Value: "24", Actions: "53"},
+			want: head.Outputs{Params: 0, LogStd: 3, Value: 1, Actions: 0}},
+		{name: "no mean", binding: layout.Binding{LogStd: logStd, Value: "24", Actions: "53"},
+			want: head.Outputs{Params: -1, LogStd: -1, Value: 1, Actions: 0, DeterministicOnly: true}},
+		{name: "no log_std", binding: layout.Binding{Params: "53"},
+			want: head.Outputs{Params: 0, LogStd: -1, Value: -1, Actions: -1, DeterministicOnly: true}},
+		{name: "no value", binding: layout.Binding{Params: "53", LogStd: logStd},
+			want: head.Outputs{Params: 0, LogStd: 3, Value: -1, Actions: -1}},
+		{name: "log-probability named", binding: layout.Binding{Params: "51", LogStd: logStd},
+			want: head.Outputs{Params: 2, LogStd: 3, Value: -1, Actions: -1}},
+		{name: "missing output", binding: layout.Binding{Params: "53", Value: "value"}, want: none,
+			err: `no output named "value" for the value; outputs are 53`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := bindOutputs(spec, outs, tc.binding)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), logStd) {
+					t.Fatalf("error %v, want one saying %q and listing every output", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("outputs (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -182,7 +182,7 @@ func NewPolicy(ctx context.Context, model []byte, version int64, env envs.Spec, 
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
-	outs, err := head.Bind(spec, s.Outputs(), pr.exposed.Names())
+	outs, err := bindOutputs(spec, s.Outputs(), pr.exposed)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
@@ -196,6 +196,38 @@ func NewPolicy(ctx context.Context, model []byte, version int64, env envs.Spec, 
 	}
 	return &Policy{model: pr.model, version: version, spec: spec, outs: outs, binding: pr.binding, feeds: fd, cfg: cfg,
 		fixed: fixed, reweigh: pr.reweigh}, nil
+}
+
+// bindOutputs locates the tensors of b (named as the session's outputs) among outs with
+// head.Bind. The binding is the decision: head.Bind sees only the outputs it names, so a role
+// it left empty (a mean it dropped, a log_std it found none of) stays empty instead of going
+// by head.Bind's conventions to another output (a log-probability, sampled actions, a
+// recurrent state).
+func bindOutputs(spec head.Spec, outs []onnx.TensorInfo, b layout.Binding) (head.Outputs, error) {
+	names := b.Names()
+	roles := []string{names.Params, names.LogStd, names.Value, names.Actions}
+	var bound []onnx.TensorInfo
+	var at []int // at[j] is the index in outs of bound[j]
+	for i, t := range outs {
+		if slices.Contains(roles, t.Name) {
+			bound, at = append(bound, t), append(at, i)
+		}
+	}
+	for _, name := range roles {
+		if name != "" && !slices.ContainsFunc(bound, func(t onnx.TensorInfo) bool { return t.Name == name }) {
+			return head.Bind(spec, outs, names) // its error names the missing output and lists them all
+		}
+	}
+	o, err := head.Bind(spec, bound, names)
+	if err != nil {
+		return o, err
+	}
+	for _, i := range []*int{&o.Params, &o.LogStd, &o.Value, &o.Actions} {
+		if *i >= 0 {
+			*i = at[*i]
+		}
+	}
+	return o, nil
 }
 
 // envHeadSpec is the env's action space as a head spec (categorical over a Discrete space,

@@ -12,9 +12,12 @@
 //	{"outputs": [{"name": ..., "shape": [...], "file": ...}], "provider": "cpu", "ms": 0.41, ...}
 //
 // --input may be repeated as NAME=PATH for models with several inputs. The first dimension of
-// every input is the batch. Every argument is a flag: a stray word is an error, since Go's flag
-// parsing would otherwise stop there and ignore the flags after it. --threads takes 1 to the
-// number of CPUs, or -1 to let ONNX Runtime choose.
+// every input that has the model's batch dimension is the batch: those inputs must have the
+// same number of rows, in whatever order they are given; an input without a batch dimension
+// is fed whole. Each output is written with its shape: the batch's rows first when the
+// model's output follows the batch, else its fixed shape. Every argument is a flag: a stray
+// word is an error, since Go's flag parsing would otherwise stop there and ignore the flags
+// after it. --threads takes 1 to the number of CPUs, or -1 to let ONNX Runtime choose.
 //
 // As a throughput benchmark: --batch B (at most 2147483647, and only when the session's
 // buffers fit in the memory available) repeats the input rows cyclically up to B rows, and
@@ -195,22 +198,9 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 		}
 		arrays[0].name = infos[0].Name
 	}
-	fed := make(map[int]bool)
-	n := 0
-	for _, a := range arrays {
-		i, err := s.InputIndex(a.name)
-		if err != nil {
-			return err
-		}
-		if n, err = feed(s, i, infos[i], a, o.cast, o.batch); err != nil {
-			return fmt.Errorf("input %s: %w", a.path, err)
-		}
-		fed[i] = true
-	}
-	for i, in := range infos {
-		if !fed[i] {
-			return fmt.Errorf("model input %q was not given; pass --input %s=PATH", in.Name, in.Name)
-		}
+	n, err := feedAll(s, arrays, o.cast, o.batch)
+	if err != nil {
+		return err
 	}
 	// Only now that the model has loaded and taken the inputs: make the output folder (and
 	// remove what was made if infer fails from here on).
@@ -262,6 +252,45 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 		sum.Outputs = append(sum.Outputs, outputSummary{Name: info.Name, Shape: shape, DType: info.DType.String(), File: file})
 	}
 	return cli.Summary(stdout, sum)
+}
+
+// feedAll feeds every model input its array and returns the batch to run: the rows of the
+// inputs that follow the model's batch (--batch when given), which must all have the same
+// number; inputs without a batch dimension are fed whole and do not count. A model none of
+// whose inputs follows the batch runs a batch of 1.
+func feedAll(s *onnx.Session, arrays []array, cast bool, batch int) (int, error) {
+	infos := s.Inputs()
+	fed := make(map[int]array)
+	n := 0
+	var first array // the batched input that set n
+	for _, a := range arrays {
+		i, err := s.InputIndex(a.name)
+		if err != nil {
+			return 0, err
+		}
+		if prev, ok := fed[i]; ok {
+			return 0, fmt.Errorf("model input %q is given twice (%s and %s); pass one --input %s=PATH", a.name, prev.path, a.path, a.name)
+		}
+		rows, err := feed(s, i, infos[i], a, cast, batch)
+		if err != nil {
+			return 0, fmt.Errorf("input %s: %w", a.path, err)
+		}
+		fed[i] = a
+		if !infos[i].Batched {
+			continue
+		}
+		if n > 0 && rows != n {
+			return 0, fmt.Errorf("inputs %q (%s) and %q (%s) have %d rows and %d: every input with a batch dimension needs the same number of rows; give them the same, or pass --batch N to repeat each input's rows up to N",
+				first.name, first.path, a.name, a.path, n, rows)
+		}
+		n, first = rows, a
+	}
+	for i, in := range infos {
+		if _, ok := fed[i]; !ok {
+			return 0, fmt.Errorf("model input %q was not given; pass --input %s=PATH", in.Name, in.Name)
+		}
+	}
+	return max(n, 1), nil
 }
 
 // makeDir makes dir and any missing parents, and checks that files can be created in it. The

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -205,40 +206,55 @@ func writeNPY[T npy.Element](t *testing.T, dir, name string, shape []int, data [
 	return path
 }
 
-// twoOutputModel writes a model whose outputs, named as given, are obs and -obs (float32
-// [batch, 2]).
-func twoOutputModel(t *testing.T, dir string, first, second string) string {
-	t.Helper()
-	info := func(name string) *onnxpb.ValueInfoProto {
-		shape := &onnxpb.TensorShapeProto{Dim: []*onnxpb.TensorShapeProto_Dimension{
-			{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: "batch"}},
-			{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: 2}},
-		}}
-		return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
-			TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Shape: shape}}}}
+// floatInfo declares a float32 tensor of the given dimensions: sizes (int64) or symbols (string).
+func floatInfo(name string, dims ...any) *onnxpb.ValueInfoProto {
+	shape := &onnxpb.TensorShapeProto{}
+	for _, d := range dims {
+		dim := &onnxpb.TensorShapeProto_Dimension{}
+		switch d := d.(type) {
+		case int64:
+			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: d}
+		case string:
+			dim.Value = &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: d}
+		}
+		shape.Dim = append(shape.Dim, dim)
 	}
+	return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
+		TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), Shape: shape}}}}
+}
+
+// writeModel writes g as an opset 13 model to dir/file and returns the path.
+func writeModel(t *testing.T, dir, file string, g *onnxpb.GraphProto) string {
+	t.Helper()
 	m := &onnxpb.ModelProto{
 		IrVersion:   proto.Int64(8),
 		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(13)}},
-		Graph: &onnxpb.GraphProto{
-			Name:   proto.String("two"),
-			Input:  []*onnxpb.ValueInfoProto{info("obs")},
-			Output: []*onnxpb.ValueInfoProto{info(first), info(second)},
-			Node: []*onnxpb.NodeProto{
-				{OpType: proto.String("Identity"), Input: []string{"obs"}, Output: []string{first}},
-				{OpType: proto.String("Neg"), Input: []string{"obs"}, Output: []string{second}},
-			},
-		},
+		Graph:       g,
 	}
 	b, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "two.onnx")
+	path := filepath.Join(dir, file)
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// twoOutputModel writes a model whose outputs, named as given, are obs and -obs (float32
+// [batch, 2]).
+func twoOutputModel(t *testing.T, dir string, first, second string) string {
+	t.Helper()
+	return writeModel(t, dir, "two.onnx", &onnxpb.GraphProto{
+		Name:   proto.String("two"),
+		Input:  []*onnxpb.ValueInfoProto{floatInfo("obs", "batch", int64(2))},
+		Output: []*onnxpb.ValueInfoProto{floatInfo(first, "batch", int64(2)), floatInfo(second, "batch", int64(2))},
+		Node: []*onnxpb.NodeProto{
+			{OpType: proto.String("Identity"), Input: []string{"obs"}, Output: []string{first}},
+			{OpType: proto.String("Neg"), Input: []string{"obs"}, Output: []string{second}},
+		},
+	})
 }
 
 // TestOutputNamesCollide: outputs "a/b" and "a:b" both become a_b; each gets its own file
@@ -409,6 +425,134 @@ func TestBoolInput(t *testing.T) {
 		got, want := readNPY(t, filepath.Join(dir, "bool", name)), readNPY(t, filepath.Join(dir, "float", name))
 		if !cmp.Equal(got.F32, want.F32) {
 			t.Errorf("%s: bool input gave %v, float32 0/1 input %v", name, got.F32, want.F32)
+		}
+	}
+}
+
+// TestBatchFromInputs: the batch is the rows of the inputs that follow the model's batch,
+// whatever order the --input flags come in; those inputs must agree on it, and an input
+// without a batch dimension neither sets it nor counts against it. RLlib's export
+// (rllib_cartpole_mlp: obs [batch, 4] and state_ins [batch]; outputs output [batch, 2] and
+// state_outs = state_ins) fed 16 observations gives PyTorch's 16 rows of logits, with 16
+// states of zeros or one state row repeated by --batch 16; 16 observations and one state row
+// are refused naming both inputs. Before, the last --input set the batch: state_ins last gave
+// one row of logits, first 16 states of which 15 were never given.
+func TestBatchFromInputs(t *testing.T) {
+	dir := t.TempDir()
+	const fx = fixtures + "/foreign/rllib_cartpole_mlp"
+	model, obs := fx+".onnx", "obs="+fx+".input.npy"
+	logits := readNPY(t, fx+".output.npy") // PyTorch's, for the 16 rows of obs
+	one := "state_ins=" + writeNPY(t, dir, "one.npy", []int{1}, []float32{0})
+	sixteen := "state_ins=" + writeNPY(t, dir, "sixteen.npy", []int{16}, make([]float32, 16))
+	for _, tc := range []struct {
+		name   string
+		inputs []string
+		batch  int
+		err    string
+	}{
+		{name: "obs first", inputs: []string{obs, sixteen}},
+		{name: "obs last", inputs: []string{sixteen, obs}},
+		{name: "one state row repeated by --batch", inputs: []string{obs, one}, batch: 16},
+		{name: "one state row last", inputs: []string{obs, one}, err: `inputs "obs" (` + fx + `.input.npy) and "state_ins" (` + filepath.Join(dir, "one.npy") + `) have 16 rows and 1`},
+		{name: "one state row first", inputs: []string{one, obs}, err: `inputs "state_ins" (` + filepath.Join(dir, "one.npy") + `) and "obs" (` + fx + `.input.npy) have 1 rows and 16`},
+		{name: "an input twice", inputs: []string{obs, sixteen, sixteen}, err: `model input "state_ins" is given twice`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(dir, "out", strings.ReplaceAll(tc.name, " ", "_"))
+			o := opts(model, tc.inputs, out)
+			o.batch = tc.batch
+			var stdout bytes.Buffer
+			err := run(context.Background(), &stdout, zap.NewNop(), o)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				if _, err := os.Stat(out); !os.IsNotExist(err) {
+					t.Errorf("--out %s made by a refused run", out)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sum summary
+			if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+				t.Fatal(err)
+			}
+			want := []outputSummary{
+				{Name: "output", Shape: []int64{16, 2}, DType: "float32", File: filepath.Join(out, "output.npy")},
+				{Name: "state_outs", Shape: []int64{16}, DType: "float32", File: filepath.Join(out, "state_outs.npy")},
+			}
+			if d := cmp.Diff(want, sum.Outputs); d != "" || sum.Batch != 16 {
+				t.Fatalf("batch %d, outputs (-want +got):\n%s", sum.Batch, d)
+			}
+			got := readNPY(t, want[0].File)
+			if !cmp.Equal(got.Shape, []int{16, 2}) {
+				t.Fatalf("output.npy has shape %v", got.Shape)
+			}
+			for j, v := range logits.F32 {
+				if d := math.Abs(float64(got.F32[j] - v)); d > 1e-5 {
+					t.Fatalf("output element %d: %v, PyTorch's %v", j, got.F32[j], v)
+				}
+			}
+			if st := readNPY(t, want[1].File); !cmp.Equal(st.Shape, []int{16}) || !cmp.Equal(st.F32, make([]float32, 16)) {
+				t.Errorf("state_outs.npy: shape %v, %v; want the 16 zeros fed", st.Shape, st.F32)
+			}
+		})
+	}
+}
+
+// negModel writes a model of two inputs, x [batch, 3] and k [2] (no batch dimension), whose
+// outputs are y = −x [batch, 3] and z = −k [2].
+func negModel(t *testing.T, dir string) string {
+	t.Helper()
+	return writeModel(t, dir, "neg.onnx", &onnxpb.GraphProto{
+		Name:   proto.String("neg"),
+		Input:  []*onnxpb.ValueInfoProto{floatInfo("x", "batch", int64(3)), floatInfo("k", int64(2))},
+		Output: []*onnxpb.ValueInfoProto{floatInfo("y", "batch", int64(3)), floatInfo("z", int64(2))},
+		Node: []*onnxpb.NodeProto{
+			{OpType: proto.String("Neg"), Input: []string{"x"}, Output: []string{"y"}},
+			{OpType: proto.String("Neg"), Input: []string{"k"}, Output: []string{"z"}},
+		},
+	})
+}
+
+// TestUnbatchedInput: an input without a batch dimension, given last, does not set the batch
+// (before, its one "row" cut y to [1, 3]), and an output without one is written whole: y is
+// −x with x's 4 rows (or --batch 6 rows, x's repeated), z is −k.
+func TestUnbatchedInput(t *testing.T) {
+	dir := t.TempDir()
+	model := negModel(t, dir)
+	x := []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	in := []string{"x=" + writeNPY(t, dir, "x.npy", []int{4, 3}, x), "k=" + writeNPY(t, dir, "k.npy", []int{2}, []float32{0.5, -2})}
+	for _, batch := range []int{0, 6} {
+		out := filepath.Join(dir, fmt.Sprint("out", batch))
+		o := opts(model, in, out)
+		o.batch = batch
+		var stdout bytes.Buffer
+		if err := run(context.Background(), &stdout, zap.NewNop(), o); err != nil {
+			t.Fatal(err)
+		}
+		rows := batch
+		if rows == 0 {
+			rows = 4
+		}
+		y := make([]float32, rows*3)
+		for j := range y {
+			y[j] = -x[j%len(x)]
+		}
+		if got := readNPY(t, filepath.Join(out, "y.npy")); !cmp.Equal(got.Shape, []int{rows, 3}) || !cmp.Equal(got.F32, y) {
+			t.Errorf("--batch %d: y.npy has shape %v and %v, want [%d 3] and %v", batch, got.Shape, got.F32, rows, y)
+		}
+		if got := readNPY(t, filepath.Join(out, "z.npy")); !cmp.Equal(got.Shape, []int{2}) || !cmp.Equal(got.F32, []float32{-0.5, 2}) {
+			t.Errorf("--batch %d: z.npy has shape %v and %v, want [2] and [-0.5 2]", batch, got.Shape, got.F32)
+		}
+		var sum summary
+		if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+			t.Fatal(err)
+		}
+		if sum.Batch != rows || len(sum.Outputs) != 2 || !cmp.Equal(sum.Outputs[0].Shape, []int64{int64(rows), 3}) || !cmp.Equal(sum.Outputs[1].Shape, []int64{2}) {
+			t.Errorf("--batch %d: summary %s", batch, stdout.String())
 		}
 	}
 }

@@ -178,6 +178,7 @@ func (r *recogniser) heads(o Overrides) error {
 // overrides applies the user's names, head and scale over what was recognised.
 func (r *recogniser) overrides(o Overrides) error {
 	b := &r.b
+	named := map[*string]string{&b.Params: o.Names.Params, &b.LogStd: o.Names.LogStd, &b.Value: o.Names.Value, &b.Actions: o.Names.Actions}
 	for _, f := range []struct {
 		name, flag string
 		dst        *string
@@ -192,9 +193,11 @@ func (r *recogniser) overrides(o Overrides) error {
 			return fmt.Errorf("%w: %s %q: the graph has no tensor of that name; candidates: %s",
 				ErrNotRecognised, f.flag, f.name, r.candidateList())
 		}
-		// A tensor the user moved to another role leaves the one it had.
+		// A tensor the user moved to another role leaves the one it had, unless the user
+		// named it for that role too (a Gaussian's mean is also its deterministic action; a
+		// Split output is the mean and the log_std).
 		for _, other := range []*string{&b.Params, &b.LogStd, &b.Value, &b.Actions} {
-			if other != f.dst && *other == f.name && !(b.Split && (other == &b.LogStd || other == &b.Params)) {
+			if other != f.dst && *other == f.name && named[other] != f.name && !(b.Split && (other == &b.LogStd || other == &b.Params)) {
 				*other = ""
 			}
 		}
@@ -203,7 +206,7 @@ func (r *recogniser) overrides(o Overrides) error {
 	}
 	if o.Names.Params != "" || o.Names.LogStd != "" {
 		b.Split = false
-		if r.continuous() && b.LogStd == "" && r.x.rowSize(r.x.tensor(b.Params)) == 2*int64(r.env.ActionDim()) {
+		if r.continuous() && (b.LogStd == "" || b.LogStd == b.Params) && r.x.rowSize(r.x.tensor(b.Params)) == 2*int64(r.env.ActionDim()) {
 			b.Split, b.LogStd = true, b.Params
 		}
 	}

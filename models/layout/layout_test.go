@@ -94,6 +94,12 @@ func TestRecogniseSynthetic(t *testing.T) {
 		{"user names win", sb3Discrete(2), cartPole, Overrides{Names: head.Names{Value: "49", Actions: "/policy/ArgMax_output_0"}}, Binding{
 			Family: FamilySB3, Head: head.CategoricalKind, Params: "/policy/action_net/Gemm_output_0", Value: "49", Actions: "/policy/ArgMax_output_0",
 			ActionsScaled: true, Scale: head.ScaleEnv, Observation: "input"}, "--actions-output /policy/ArgMax_output_0 (named by the user)"},
+		{"user names the mean as the actions too", sb3Continuous(2), box2, Overrides{Names: head.Names{Params: "m", LogStd: "policy.log_std", Value: "24", Actions: "m"}}, Binding{
+			Family: FamilySB3, Head: head.GaussianKind, Params: "m", LogStd: "policy.log_std", Value: "24", Actions: "m",
+			ActionsScaled: true, Scale: head.ScaleEnv, Observation: "input"}, "--actions-output m (named by the user)"},
+		{"user names a split output for both", rllibMLP(4), box2, Overrides{Names: head.Names{Params: "output", LogStd: "output"}}, Binding{
+			Family: FamilyRLlib, Head: head.GaussianKind, Params: "output", LogStd: "output", Split: true,
+			ActionsScaled: true, Scale: head.ScaleEnv, Observation: "obs", SeqLens: "seq_lens", Zeros: []string{"state_ins"}}, "--logstd-output output (named by the user)"},
 		{"user moves a tensor to another role", sb3Discrete(2), cartPole, Overrides{Names: head.Names{Value: "a"}}, Binding{
 			Family: FamilySB3, Head: head.CategoricalKind, Params: "/policy/action_net/Gemm_output_0", Value: "a",
 			ActionsScaled: true, Scale: head.ScaleEnv, Observation: "input"}, "--value-output a"},
