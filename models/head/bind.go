@@ -41,9 +41,9 @@ func (o Outputs) Stochastic(spec Spec) error {
 	var lacks string
 	switch {
 	case spec.Head.Continuous() && o.Params >= 0:
-		lacks = "a log_std (name one with --logstd-output)"
+		lacks = "log_std (name one with --logstd-output)"
 	case spec.Head.Continuous():
-		lacks = "a mean and a log_std (name them with --logits-output and --logstd-output)"
+		lacks = "mean and no log_std (name them with --logits-output and --logstd-output)"
 	default:
 		lacks = "logits (name them with --logits-output)"
 	}
