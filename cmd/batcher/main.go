@@ -92,7 +92,9 @@ type options struct {
 	seed                   uint64
 	deterministic          bool
 	flags                  cli.PolicyFlags
-	mem                    batcher.Memory // what the size checks allow; zero: batcher.AvailableMemory()
+	mem                    batcher.Memory  // what the size checks allow; zero: batcher.AvailableMemory()
+	jsonLogs               bool            // --log-json: progress as JSON log lines, no bar
+	stop                   <-chan struct{} // closed by the first SIGINT/SIGTERM: finish the rollout and stop
 }
 
 type summary struct {
@@ -137,7 +139,9 @@ func main() {
 	var lf cli.LogFlags
 	lf.Register(fs)
 	flag.Parse()
-	cli.Main("batcher", lf, func(ctx context.Context, log *zap.Logger) error {
+	o.jsonLogs = lf.JSON
+	cli.MainGraceful("batcher", lf, func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) error {
+		o.stop = stop
 		return run(ctx, os.Stdout, os.Stderr, log, o)
 	})
 }
@@ -254,7 +258,12 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	total := rounds * perRound
 	log.Info("collecting", zap.String("env", o.env), zap.String("policy", o.policy), zap.Int("workers", o.workers),
 		zap.Int("envs_per_worker", o.envs), zap.Int64("steps", total))
-	bar := progressbar.NewOptions64(total, progressbar.OptionSetWriter(stderr), progressbar.OptionSetItsString("steps"),
+	barOut := stderr
+	if o.jsonLogs {
+		barOut = io.Discard // --log-json: stderr holds JSON lines only; progress is logged below
+	}
+	lastLog := time.Now()
+	bar := progressbar.NewOptions64(total, progressbar.OptionSetWriter(barOut), progressbar.OptionSetItsString("steps"),
 		progressbar.OptionShowIts(), progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionSetDescription("collecting"), progressbar.OptionClearOnFinish())
 	sum := summary{Policy: o.policy, Env: o.env, Device: b.Device(), Workers: o.workers, Envs: o.envs, EnvThreads: max(o.envThreads, 1)}
@@ -279,6 +288,19 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		}
 		bar.Add64(int64(t) * perRound)
 		bar.Describe(fmt.Sprintf("episodes %d, mean return %.1f", stats.N, stats.Mean()))
+		if o.jsonLogs && (time.Since(lastLog) > 2*time.Second || done == rounds) {
+			log.Info("progress", zap.Int64("steps", done*perRound), zap.Int64("of", total), zap.Int("episodes", stats.N),
+				zap.Float64("return_mean", stats.Mean()))
+			lastLog = time.Now()
+		}
+		select {
+		case <-o.stop:
+			// The first SIGINT/SIGTERM: the rollout just collected is written; stop here with
+			// the dataset's manifest marking this run incomplete.
+			bar.Finish()
+			return fmt.Errorf("stopped by a signal after %d of %d steps; the shards written so far are whole and listed in the manifest", done*perRound, total)
+		default:
+		}
 	}
 	elapsed := time.Since(start)
 	bar.Finish()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/towerrl/towerrl/batcher"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 func TestCollectToShards(t *testing.T) {
@@ -331,5 +332,44 @@ func TestForeignPolicies(t *testing.T) {
 				t.Fatalf("summary %s", stdout.String())
 			}
 		})
+	}
+}
+
+// TestLogJSONAndStop: with --log-json stderr carries JSON log lines only (no progress bar), and
+// a stop request (the first SIGINT/SIGTERM) ends the run after the rollout under way, with its
+// shards whole and the manifest marking the run incomplete.
+func TestLogJSONAndStop(t *testing.T) {
+	var logs bytes.Buffer
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&logs), zapcore.InfoLevel))
+	var stderr, stdout bytes.Buffer
+	o := options{policy: "random", env: "CartPole-v1", envs: 4, workers: 1, steps: 4000, rollout: 10, seed: 1, jsonLogs: true}
+	o.flags.Device = "cpu"
+	if err := run(context.Background(), &stdout, io.MultiWriter(&stderr, &logs), log, o); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(logs.String()) {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("--log-json wrote a non-JSON line to stderr: %q", line)
+		}
+	}
+	if !strings.Contains(logs.String(), `"msg":"progress"`) {
+		t.Errorf("no progress line logged: %s", logs.String())
+	}
+
+	out := filepath.Join(t.TempDir(), "data")
+	stop := make(chan struct{})
+	close(stop)
+	o = options{policy: "random", env: "CartPole-v1", envs: 4, workers: 1, steps: 4000, rollout: 10, seed: 1, out: out, stop: stop}
+	o.flags.Device = "cpu"
+	err := run(context.Background(), &stdout, io.Discard, zap.NewNop(), o)
+	if err == nil || !strings.Contains(err.Error(), "stopped by a signal after 40 of 4000 steps") {
+		t.Fatalf("stopped run: %v", err)
+	}
+	m, err := batcher.ReadManifest(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Runs) != 1 || m.Runs[0].Complete || len(m.Runs[0].Shards) != 1 {
+		t.Fatalf("manifest after the stop: %+v", m.Runs)
 	}
 }
