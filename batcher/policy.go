@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -194,9 +195,81 @@ func NewPolicy(ctx context.Context, model []byte, version int64, env envs.Spec, 
 	if !s.StaticBatch() {
 		fixed = 0
 	}
-	return &Policy{model: pr.model, version: version, spec: spec, outs: outs, binding: pr.binding, feeds: fd, cfg: cfg,
-		fixed: fixed, reweigh: pr.reweigh}, nil
+	p := &Policy{model: pr.model, version: version, spec: spec, outs: outs, binding: pr.binding, feeds: fd, cfg: cfg,
+		fixed: fixed, reweigh: pr.reweigh}
+	if w := p.probeScale(ctx, env); w != "" {
+		log.Warn("policy: " + w)
+	}
+	return p, nil
 }
+
+// probeScale runs a continuous feed-forward policy deterministically on the first
+// observations of probeEnvs envs of env and returns a warning when its actions look like
+// another scale than the env's bounds: most rows far outside them (clipped at every step), or
+// every row inside [−1, 1] where the bounds are wider (a policy trained on normalised actions,
+// as SAC's squashed ones are, taken as env units). Empty: nothing to say, or no probe possible.
+func (p *Policy) probeScale(ctx context.Context, env envs.Spec) string {
+	if !p.spec.Head.Continuous() || p.Recurrent() {
+		return ""
+	}
+	const n = probeEnvs
+	v, err := envs.Make(env.ID, envs.Config{NumEnvs: n, Seed: 1})
+	if err != nil {
+		return ""
+	}
+	defer v.Close()
+	if v.Reset() != nil {
+		return ""
+	}
+	rngs := make([]*rand.Rand, n)
+	for i := range rngs {
+		rngs[i] = rand.New(rand.NewPCG(1, uint64(i)))
+	}
+	a, err := p.agent(ctx, n, rngs, true)
+	if err != nil {
+		return ""
+	}
+	defer a.Close()
+	d := p.spec.ActionDim()
+	acts, envActs, logp := make([]float32, n*d), make([]float32, n*d), make([]float32, n)
+	if a.run(n, v.Buffers().Obs, nil, nil) != nil || a.sample(n, acts, envActs, logp) != nil {
+		return ""
+	}
+	// The policy's actions in env units before clipping: the raw mean for a Gaussian, the
+	// mapped ones for a tanh-gaussian (which never leave the bounds).
+	policyActs := acts
+	if p.spec.Head == head.TanhGaussianKind {
+		policyActs = envActs
+	}
+	far, unit, wide := 0, 0, false
+	for i := range n {
+		rowFar, rowUnit := false, true
+		for j := range d {
+			x := math.Abs(float64(policyActs[i*d+j]))
+			bound := math.Max(math.Abs(float64(p.spec.Low[j])), math.Abs(float64(p.spec.High[j])))
+			wide = wide || bound >= 1.5
+			rowFar = rowFar || x > 1.5*bound
+			rowUnit = rowUnit && x <= 1
+		}
+		if rowFar {
+			far++
+		}
+		if rowUnit {
+			unit++
+		}
+	}
+	bounds := fmt.Sprintf("%s's bounds %v to %v", env.ID, p.spec.Low, p.spec.High)
+	switch {
+	case far*2 >= n:
+		return fmt.Sprintf("%d of %d probe observations give actions beyond 1.5× %s, so most steps will be clipped: if the policy outputs a pre-tanh mean (SAC), bind it with --head tanh-gaussian; if it was trained with rescaled actions, check --action-space", far, n, bounds)
+	case wide && unit == n && p.spec.Head != head.TanhGaussianKind:
+		return fmt.Sprintf("every action of %d probe observations lies in [−1, 1] while %s are wider: a policy trained on normalised actions (SAC's squashed tanh output) is taken as env units here; let towerrl bind it (no --head/--logits-output: SAC exports are recognised), or name the pre-tanh mean with --head tanh-gaussian --action-scale env", n, bounds)
+	}
+	return ""
+}
+
+// probeEnvs is the number of observations probeScale runs the policy on.
+const probeEnvs = 32
 
 // bindOutputs locates the tensors of b (named as the session's outputs) among outs with
 // head.Bind. The binding is the decision: head.Bind sees only the outputs it names, so a role
