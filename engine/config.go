@@ -227,6 +227,9 @@ func (c Config) WithDefaults() (Config, error) {
 	case c.LR < 0:
 		return c, fmt.Errorf("%w: LR = %g", ErrConfig, c.LR)
 	}
+	if err := c.checkHidden(spec); err != nil {
+		return c, err
+	}
 	if c.InitPolicy == "" {
 		for name, v := range map[string]string{"Head": c.Head, "ActionSpace": c.ActionSpace, "LogitsOutput": c.LogitsOutput,
 			"LogStdOutput": c.LogStdOutput, "ValueOutput": c.ValueOutput} {
@@ -278,4 +281,36 @@ func (c Config) binding(env envs.Spec) (head.Spec, head.Names, error) {
 		}
 	}
 	return hs, head.Names{Params: c.LogitsOutput, LogStd: c.LogStdOutput, Value: c.ValueOutput}, nil
+}
+
+// maxParams bounds the parameters of the native MLPs a config asks for (2^28, 1 GiB of float32
+// weights, 4 GiB with gradients and Adam's two moments): a typo such as "hidden": [100000,
+// 100000] is refused before anything is allocated.
+const maxParams = 1 << 28
+
+// checkHidden checks the MLP widths: each from 1 to 2^16, and the actor and critic together
+// within maxParams.
+func (c Config) checkHidden(env envs.Spec) error {
+	in := int64(env.Observation.Dim())
+	out := int64(env.Action.Dim())
+	if d, ok := env.Action.(envs.Discrete); ok {
+		out = int64(d.N)
+	}
+	params := int64(0)
+	for _, head := range []int64{out, 1} { // actor, critic
+		prev := in
+		for i, h := range c.Hidden {
+			if h < 1 || h > 1<<16 {
+				return fmt.Errorf("%w: Hidden[%d] = %d, want 1 to %d", ErrConfig, i, h, 1<<16)
+			}
+			params += prev*int64(h) + int64(h)
+			prev = int64(h)
+		}
+		params += prev*head + head
+	}
+	if params > maxParams {
+		return fmt.Errorf("%w: Hidden %v makes %d parameters (%.1f GiB with gradients and Adam's state), more than %d: use smaller layers",
+			ErrConfig, c.Hidden, params, float64(params)*16/(1<<30), maxParams)
+	}
+	return nil
 }

@@ -74,3 +74,26 @@ func mustLookup(t *testing.T, id string) envs.Spec {
 	}
 	return s
 }
+
+// TestConfigHiddenSizes: widths that would exhaust memory are refused before anything is
+// allocated (the "hidden": [100000, 100000] crashed with a Go trace).
+func TestConfigHiddenSizes(t *testing.T) {
+	for _, tc := range []struct {
+		hidden []int
+		want   string
+	}{
+		{[]int{64, 64}, ""},
+		{[]int{4096, 4096}, ""},
+		{[]int{100000, 100000}, "Hidden[0] = 100000, want 1 to 65536"},
+		{[]int{60000, 60000}, "parameters"},
+		{[]int{64, 0}, "Hidden[1] = 0"},
+	} {
+		_, err := Config{Env: "CartPole-v1", Hidden: tc.hidden}.WithDefaults()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.hidden, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig)):
+			t.Errorf("%v: %v, want an error containing %q", tc.hidden, err, tc.want)
+		}
+	}
+}

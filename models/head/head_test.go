@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/towerrl/towerrl/onnx"
@@ -333,5 +334,30 @@ func TestBindLayouts(t *testing.T) {
 				t.Errorf("Stochastic error does not name --deterministic: %v", err)
 			}
 		})
+	}
+}
+
+// TestActionSpaceSizes: a size from a file's metadata is bounded before anything is sized by
+// it (a 375-byte ONNX with towerrl.action_space=box:99999999999:-1:1 exhausted memory; box:1e9
+// took 58 s), with an error naming the limit.
+func TestActionSpaceSizes(t *testing.T) {
+	for _, text := range []string{"box:99999999999:-1:1", "box:1000000000:-1:1", "discrete:4611686018427387904", "box:65537:-1:1", "discrete:0"} {
+		var s Spec
+		start := time.Now()
+		err := s.ParseActionSpace(text)
+		if err == nil || !errors.Is(err, ErrSpec) || !strings.Contains(err.Error(), "from 1 to 65536") {
+			t.Errorf("%s: %v", text, err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s took %v", text, d)
+		}
+		meta := map[string]string{KeyHead: "gaussian", KeyActionSpace: text}
+		if _, _, err := FromMetadata(meta); err == nil {
+			t.Errorf("metadata %s accepted", text)
+		}
+	}
+	var s Spec
+	if err := s.ParseActionSpace("box:65536:-1:1"); err != nil || len(s.Low) != 65536 {
+		t.Errorf("box:65536: %v", err)
 	}
 }

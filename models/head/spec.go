@@ -152,6 +152,9 @@ func (s Spec) ActionSpace() string {
 
 // ParseActionSpace parses "discrete:N" or "box:DIM:LOW:HIGH" into s's N or Low/High, and sets
 // s.Head to the matching head unless it is already set.
+//
+// N and DIM are at most MaxActions: the text may come from a file's metadata, and buffers are
+// sized by it before any env is consulted.
 func (s *Spec) ParseActionSpace(text string) error {
 	f := strings.Split(strings.TrimSpace(text), ":")
 	bad := func(why string) error {
@@ -160,8 +163,8 @@ func (s *Spec) ParseActionSpace(text string) error {
 	switch {
 	case len(f) == 2 && f[0] == "discrete":
 		n, err := strconv.Atoi(f[1])
-		if err != nil || n < 1 {
-			return bad("N must be a positive integer")
+		if err != nil || n < 1 || n > MaxActions {
+			return bad(fmt.Sprintf("N must be an integer from 1 to %d", MaxActions))
 		}
 		s.N = n
 		if s.Head == "" {
@@ -169,8 +172,8 @@ func (s *Spec) ParseActionSpace(text string) error {
 		}
 	case len(f) == 4 && f[0] == "box":
 		dim, err := strconv.Atoi(f[1])
-		if err != nil || dim < 1 {
-			return bad("DIM must be a positive integer")
+		if err != nil || dim < 1 || dim > MaxActions {
+			return bad(fmt.Sprintf("DIM must be an integer from 1 to %d", MaxActions))
 		}
 		if s.Low, err = bounds(f[2], dim); err != nil {
 			return bad("LOW: " + err.Error())
@@ -186,6 +189,10 @@ func (s *Spec) ParseActionSpace(text string) error {
 	}
 	return nil
 }
+
+// MaxActions bounds the N of a discrete and the DIM of a box action space (2^16; the largest
+// Gymnasium spaces have a few hundred).
+const MaxActions = 1 << 16
 
 func bounds(text string, dim int) ([]float32, error) {
 	parts := strings.Split(text, ",")
