@@ -149,7 +149,7 @@ func newIndex(m *onnxpb.ModelProto, infos []onnx.TensorInfo) (*index, error) {
 		}
 		if n.GetOpType() == "Constant" && len(n.GetOutput()) == 1 {
 			t := get(n.GetOutput()[0])
-			t.value = constantValue(n)
+			t.value = n.ConstantTensor()
 			if t.value != nil {
 				t.dtype, t.shape = dtypeOf(t.value.GetDataType()), slices.Clone(t.value.GetDims())
 				if t.shape == nil {
@@ -193,27 +193,6 @@ func dtypeOf(dt int32) onnx.DType {
 	}
 	return onnx.Unsupported
 }
-
-// constantValue is the value of a Constant node as a TensorProto, or nil.
-func constantValue(n *onnxpb.NodeProto) *onnxpb.TensorProto {
-	for _, a := range n.GetAttribute() {
-		switch a.GetName() {
-		case "value":
-			return a.GetT()
-		case "value_float":
-			return &onnxpb.TensorProto{DataType: proto32(onnxpb.TensorProto_FLOAT), FloatData: []float32{a.GetF()}}
-		case "value_floats":
-			return &onnxpb.TensorProto{DataType: proto32(onnxpb.TensorProto_FLOAT), Dims: []int64{int64(len(a.GetFloats()))}, FloatData: a.GetFloats()}
-		case "value_int":
-			return &onnxpb.TensorProto{DataType: proto32(onnxpb.TensorProto_INT64), Int64Data: []int64{a.GetI()}}
-		case "value_ints":
-			return &onnxpb.TensorProto{DataType: proto32(onnxpb.TensorProto_INT64), Dims: []int64{int64(len(a.GetInts()))}, Int64Data: a.GetInts()}
-		}
-	}
-	return nil
-}
-
-func proto32(dt onnxpb.TensorProto_DataType) *int32 { v := int32(dt); return &v }
 
 // values decodes a small constant tensor (float, double, int32 or int64) as float64s; ok is
 // false for other types, external data or more than limit elements.

@@ -251,26 +251,8 @@ func intTensor(name string, dt int32, dims []int64, vals []int64) *onnxpb.Tensor
 	return t
 }
 
-// constValue returns the tensor a Constant node holds in its value attribute (value_int and
-// value_ints are turned into int64 tensors), or nil.
-func constValue(n *onnxpb.NodeProto) *onnxpb.TensorProto {
-	for _, a := range n.GetAttribute() {
-		switch a.GetName() {
-		case "value":
-			return a.GetT()
-		case "value_int":
-			return intTensor("", int32(onnxpb.TensorProto_INT64), nil, []int64{a.GetI()})
-		case "value_ints":
-			return intTensor("", int32(onnxpb.TensorProto_INT64), []int64{int64(len(a.GetInts()))}, a.GetInts())
-		case "value_float":
-			return &onnxpb.TensorProto{DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), FloatData: []float32{a.GetF()}}
-		case "value_floats":
-			return &onnxpb.TensorProto{DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)),
-				Dims: []int64{int64(len(a.GetFloats()))}, FloatData: slices.Clone(a.GetFloats())}
-		}
-	}
-	return nil
-}
+// constValue returns the tensor a Constant node holds (onnxpb's ConstantTensor), or nil.
+func constValue(n *onnxpb.NodeProto) *onnxpb.TensorProto { return n.ConstantTensor() }
 
 // closest returns up to three of candidates nearest to want (names.Nearest).
 func closest(want string, candidates []string) []string {

@@ -370,21 +370,10 @@ type onode struct {
 
 func (n *onode) has(k int) bool { return k < len(n.in) && (n.in[k].n != nil || n.in[k].c != nil) }
 
-func (n *onode) attr(name string) *onnxpb.AttributeProto {
-	for _, a := range n.GetAttribute() {
-		if a.GetName() == name {
-			return a
-		}
-	}
-	return nil
-}
+// attr and attrInt are onnxpb's lookups on the node, under the names this package uses.
+func (n *onode) attr(name string) *onnxpb.AttributeProto { return n.Attr(name) }
 
-func (n *onode) attrInt(name string, def int64) int64 {
-	if a := n.attr(name); a != nil {
-		return a.GetI()
-	}
-	return def
-}
+func (n *onode) attrInt(name string, def int64) int64 { return n.AttrInt(name, def) }
 
 func (n *onode) attrFloat(name string, def float32) float32 {
 	if a := n.attr(name); a != nil {
