@@ -48,9 +48,9 @@ type foreign struct {
 	consts map[string]float32
 	// critic: the graph trained is the policy with a new critic (models.AddCritic); rewritten:
 	// its batch was made dynamic. Either way the batchers run the graph trained, and
-	// policy.onnx is origProto with the trained weights.
+	// policy.onnx is orig written back with the trained weights, through origParams.
 	critic, rewritten bool
-	origProto         *onnxpb.ModelProto
+	origParams        *graph.Params
 	// actorFrozen zeroes the gradients of every parameter but the new critic's (the value
 	// warm-up); set by the trainer between iterations, read by the towers.
 	actorFrozen atomic.Bool
@@ -74,11 +74,9 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 	if session.Logger == nil {
 		session.Logger = zap.NewNop()
 	}
-	tensors, err := edit.Tensors(ctx, data, session)
-	if err != nil {
-		tensors = nil // shapes help recognition; without them it goes by declarations
-	}
-	b, err := layout.Recognise(&mp, tensors, spec, o)
+	// Recognised as the batchers recognise it (from the graph's declarations, no probing
+	// session), so the learner and the batchers bind the same tensors.
+	b, err := layout.Recognise(&mp, nil, spec, o)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +122,7 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 			return nil, err
 		}
 	}
-	f := &foreign{model: m, orig: orig, origProto: &mp, spec: spec, names: o.Names, bind: b, input: b.Observation,
+	f := &foreign{model: m, orig: orig, origParams: orig.NewParams(), spec: spec, names: o.Names, bind: b, input: b.Observation,
 		consts: map[string]float32{}, critic: critic, rewritten: m != orig}
 	if f.spec.Head == head.TanhGaussianKind {
 		f.spec.Head = head.GaussianKind // PPO over the pre-tanh action u (the batcher stores u and log N(u))
@@ -200,69 +198,25 @@ func (f *foreign) export(version int64) ([]byte, error) {
 	return f.model.WriteBack(f.params, graph.WriteOptions{Version: strconv.FormatInt(version, 10)})
 }
 
-// artifact is policy.onnx for the batchers' model (an export): the policy as it was given —
-// its inputs, outputs, opset, names and batch — with the trained weights. A new critic is not
-// part of it (it is in the checkpoint and in policy_with_critic.onnx).
-func (f *foreign) artifact(model []byte) ([]byte, error) {
+// artifact is policy.onnx for the batchers' model (the export of version): the policy as it
+// was given — its inputs, outputs, opset, names and batch — with the trained weights. A new
+// critic is not part of it (it is in the checkpoint and in policy_with_critic.onnx).
+func (f *foreign) artifact(model []byte, version int64) ([]byte, error) {
 	if !f.critic && !f.rewritten {
 		return model, nil
 	}
-	var trained onnxpb.ModelProto
-	if err := proto.Unmarshal(model, &trained); err != nil {
-		return nil, err
-	}
-	out := proto.Clone(f.origProto).(*onnxpb.ModelProto)
-	if err := copyWeights(out, &trained); err != nil {
-		return nil, err
-	}
-	return proto.Marshal(out)
-}
-
-// copyWeights replaces each initializer of dst with src's of the same name (the trained
-// values; written back with the original's names, dims and element type), and takes src's
-// towerrl.version. Every initializer of dst that src lacks is an error, unless it is an
-// untied copy (the write-back drops those Identities' sources only when unused).
-func copyWeights(dst, src *onnxpb.ModelProto) error {
-	byName := map[string]*onnxpb.TensorProto{}
-	for _, t := range src.GetGraph().GetInitializer() {
-		byName[t.GetName()] = t
-	}
-	g := dst.GetGraph()
-	// Untied Identity outputs become initializers in src; keep dst's structure by writing
-	// them back as the Identity's source only when src has it.
-	for i, t := range g.GetInitializer() {
-		if w, ok := byName[t.GetName()]; ok {
-			g.Initializer[i] = proto.Clone(w).(*onnxpb.TensorProto)
+	// The original graph's parameters are a subset of the graph trained (the same names and
+	// shapes; the critic and the batch rewrite only add): write their trained values back
+	// into the original with its own write-back.
+	for _, name := range f.origParams.Names() {
+		dst, _ := f.origParams.Value(name)
+		src, ok := f.params.Value(name)
+		if !ok || !src.Shape().Eq(dst.Shape()) {
+			return nil, fmt.Errorf("engine: the trained graph has no parameter %q shaped %v as the policy's", name, dst.Shape())
 		}
+		copy(dst.Data().([]float32), src.Data().([]float32))
 	}
-	// The untie rule: src holds an initializer for each Identity output over a shared
-	// weight; dst keeps its Identity nodes, so those are written as new initializers and
-	// the Identities dropped, as graph.Model.WriteBack does.
-	keep := g.Node[:0]
-	for _, n := range g.GetNode() {
-		if n.GetOpType() == "Identity" && len(n.GetOutput()) == 1 {
-			if w, ok := byName[n.GetOutput()[0]]; ok {
-				g.Initializer = append(g.Initializer, proto.Clone(w).(*onnxpb.TensorProto))
-				continue
-			}
-		}
-		keep = append(keep, n)
-	}
-	g.Node = keep
-	for _, kv := range src.GetMetadataProps() {
-		if kv.GetKey() == graph.VersionKey {
-			set := false
-			for _, d := range dst.MetadataProps {
-				if d.GetKey() == graph.VersionKey {
-					d.Value, set = proto.String(kv.GetValue()), true
-				}
-			}
-			if !set {
-				dst.MetadataProps = append(dst.MetadataProps, proto.Clone(kv).(*onnxpb.StringStringEntryProto))
-			}
-		}
-	}
-	return nil
+	return f.orig.WriteBack(f.origParams, graph.WriteOptions{Version: strconv.FormatInt(version, 10)})
 }
 
 // obsSize is the number of values in one observation of spec.

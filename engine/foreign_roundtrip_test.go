@@ -51,7 +51,7 @@ func TestForeignExportRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			art, err := f.artifact(exported)
+			art, err := f.artifact(exported, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

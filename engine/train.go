@@ -373,7 +373,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
 		}
 		m.WallSeconds = Float(time.Since(start).Seconds())
-		art, err := t.pm.artifact(t.model)
+		art, err := t.pm.artifact(t.model, t.version)
 		if err != nil {
 			return res, err
 		}
@@ -494,7 +494,7 @@ type policyModel interface {
 	export(version int64) ([]byte, error)
 	// artifact is policy.onnx for an export; trained is the graph the batchers run when it
 	// differs from the artifact (written beside it), else nil.
-	artifact(model []byte) ([]byte, error)
+	artifact(model []byte, version int64) ([]byte, error)
 	trained(model []byte) []byte
 	towers(Loss) learner.TowerFactory
 }
@@ -502,12 +502,12 @@ type policyModel interface {
 // native is one of our architectures (package models).
 type native struct{ p *models.Params }
 
-func (n native) flatParams() []float32              { return n.p.Data() }
-func (n native) headSpec() head.Spec                { return n.p.Config().Spec }
-func (n native) export(v int64) ([]byte, error)     { return models.Export(n.p, v) }
-func (n native) towers(c Loss) learner.TowerFactory { return ppoTowerFactory(n.p, c) }
-func (n native) artifact(m []byte) ([]byte, error)  { return m, nil }
-func (n native) trained([]byte) []byte              { return nil }
+func (n native) flatParams() []float32                      { return n.p.Data() }
+func (n native) headSpec() head.Spec                        { return n.p.Config().Spec }
+func (n native) export(v int64) ([]byte, error)             { return models.Export(n.p, v) }
+func (n native) towers(c Loss) learner.TowerFactory         { return ppoTowerFactory(n.p, c) }
+func (n native) artifact(m []byte, _ int64) ([]byte, error) { return m, nil }
+func (n native) trained([]byte) []byte                      { return nil }
 
 func (f *foreign) trained(m []byte) []byte {
 	if f.critic {
