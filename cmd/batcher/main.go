@@ -74,7 +74,6 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -167,7 +166,7 @@ func validate(o options) (rounds int64, rollout int, err error) {
 	case o.envThreads < 0:
 		return 0, 0, fmt.Errorf("--env-threads %d: want at least 1", o.envThreads)
 	}
-	if err := checkThreads(o.flags.Threads); err != nil {
+	if err := o.flags.CheckThreads(); err != nil {
 		return 0, 0, err
 	}
 	// Steps per env: the rollout, or fewer when --steps needs fewer. W·M may overflow here;
@@ -208,15 +207,6 @@ func whatFits(o options, e *batcher.MemoryError) string {
 		return fmt.Sprintf("at most --rollout %d fits with --envs %d --workers %d", e.FitSteps, o.envs, o.workers)
 	}
 	return "lower --envs, --workers and --rollout"
-}
-
-// checkThreads checks --threads: -1 (ONNX Runtime picks, one per core), or 0 (the default,
-// 1) to the cores.
-func checkThreads(n int) error {
-	if n >= -1 && n <= runtime.NumCPU() {
-		return nil
-	}
-	return fmt.Errorf("--threads %d: want -1 (one per core) or 1 to %d (the cores here)", n, runtime.NumCPU())
 }
 
 func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o options) error {

@@ -36,7 +36,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/internal/cli"
@@ -89,8 +88,9 @@ func validate(o options) error {
 		return fmt.Errorf("--episodes %d: want at least 1", o.episodes)
 	case o.envs < 0:
 		return fmt.Errorf("--envs %d: want at least 1 (or 0: min(--episodes, 16))", o.envs)
-	case o.flags.Threads < -1 || o.flags.Threads > runtime.NumCPU():
-		return fmt.Errorf("--threads %d: want -1 (one per core) or 1 to %d (the cores here)", o.flags.Threads, runtime.NumCPU())
+	}
+	if err := o.flags.CheckThreads(); err != nil {
+		return err
 	}
 	if o.mem.Source == "" {
 		o.mem = batcher.AvailableMemory()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -52,6 +53,15 @@ func (p *PolicyFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&p.Device, "device", "cpu", "where the policy runs: cpu, cuda or auto (cuda, falling back to cpu)")
 	fs.StringVar(&p.Library, "ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
 	fs.IntVar(&p.Threads, "threads", 1, "ONNX Runtime intra-op threads per worker (-1: one per core)")
+}
+
+// CheckThreads checks --threads before anything is loaded: -1 (ONNX Runtime picks, one per
+// core), or 0 (the default, 1) to the cores.
+func (p *PolicyFlags) CheckThreads() error {
+	if p.Threads >= -1 && p.Threads <= runtime.NumCPU() {
+		return nil
+	}
+	return fmt.Errorf("--threads %d: want -1 (one per core) or 1 to %d (the cores here)", p.Threads, runtime.NumCPU())
 }
 
 // Config turns the flags into a batcher.PolicyConfig whose session logs to log.
