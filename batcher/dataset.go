@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/internal/dirlock"
 )
 
 // The files of a dataset folder besides its shards.
@@ -88,7 +89,7 @@ type Shard struct {
 // A Dataset belongs to one goroutine. Close releases the lock.
 type Dataset struct {
 	dir      string
-	lock     *dirLock
+	lock     *dirlock.Lock
 	manifest Manifest // written to disk once the run has a shard
 	run      int      // index of this run in manifest.Runs
 	next     int      // number of the next shard
@@ -323,7 +324,7 @@ func (d *Dataset) Close() error {
 		return nil
 	}
 	empty := d.created && !d.written
-	err := d.lock.unlock(empty)
+	err := d.lock.Release(empty)
 	d.lock = nil
 	if empty {
 		d.removeIfCreated()
@@ -455,4 +456,23 @@ func syncDir(dir string) {
 		f.Sync()
 		f.Close()
 	}
+}
+
+// lockDir takes DIR/.lock for this writer's life (internal/dirlock). When another writer holds
+// it the error wraps ErrDatasetLocked and names that writer's PID.
+func lockDir(dir string) (*dirlock.Lock, error) {
+	l, err := dirlock.Take(dir, lockName)
+	var held *dirlock.HeldError
+	switch {
+	case errors.As(err, &held):
+		holder := "another writer (it has not written its PID yet)"
+		if held.PID > 0 {
+			holder = fmt.Sprintf("another writer, PID %d", held.PID)
+		}
+		return nil, fmt.Errorf("%w: %s is locked by %s (%s); wait for it to finish, or write into another folder",
+			ErrDatasetLocked, dir, holder, held.Path)
+	case err != nil:
+		return nil, fmt.Errorf("batcher: output folder %s is not writable: %w", dir, err)
+	}
+	return l, nil
 }

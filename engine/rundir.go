@@ -12,9 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
+
+	"github.com/towerrl/towerrl/internal/dirlock"
 )
 
 // ErrRunDir is wrapped by errors about a run directory that cannot be used: not empty, locked
@@ -45,42 +45,22 @@ type runDir struct {
 	// policy that does not fit, a bad flag) removes what it wrote, so the same command can be
 	// run again once fixed.
 	resumable bool
-	lock      *os.File
+	lock      *dirlock.Lock
 	metrics   *os.File
 	history   []Metrics // for the learning curve
 }
 
-// lockRunDir takes dir's exclusive lock, or says which process holds it.
-func lockRunDir(dir string) (*os.File, error) {
-	path := filepath.Join(dir, lockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
+// lockRunDir takes dir's exclusive lock (internal/dirlock), or says which process holds it.
+func lockRunDir(dir string) (*dirlock.Lock, error) {
+	l, err := dirlock.Take(dir, lockFile)
+	var held *dirlock.HeldError
+	switch {
+	case errors.As(err, &held):
+		return nil, fmt.Errorf("%w %s is in use by %s (it holds %s); wait for it to finish or stop it", ErrRunDir, dir, held.Holder(), held.Path)
+	case err != nil:
 		return nil, fmt.Errorf("%w %s: %v", ErrRunDir, dir, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		b, _ := os.ReadFile(path)
-		f.Close()
-		holder := "another process"
-		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
-			holder = fmt.Sprintf("process %d", pid)
-		}
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w %s is in use by %s (it holds %s); wait for it to finish or stop it", ErrRunDir, dir, holder, path)
-		}
-		return nil, fmt.Errorf("%w %s: locking %s: %v", ErrRunDir, dir, path, err)
-	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return f, nil
-}
-
-// unlock releases the lock; the .lock file stays (it belongs to the run).
-func unlock(f *os.File) error {
-	if f == nil {
-		return nil
-	}
-	return f.Close() // closing the descriptor releases the flock
+	return l, nil
 }
 
 // newRunDir makes the run directory of a fresh run. dir must not exist or be empty: train never
@@ -168,7 +148,7 @@ func removeTemps(dir string) error {
 // openRunDir reopens a run directory to resume after iteration iterations: metrics.jsonl keeps
 // its first iteration lines (later ones are dropped) and they seed the learning curve. The
 // caller holds the lock and passes it in; the runDir owns it from then on.
-func openRunDir(dir string, lock *os.File, iterations int) (*runDir, error) {
+func openRunDir(dir string, lock *dirlock.Lock, iterations int) (*runDir, error) {
 	path := filepath.Join(dir, metricsFile)
 	data, err := os.ReadFile(path)
 	if err != nil && !(errors.Is(err, os.ErrNotExist) && iterations == 0) {
@@ -267,7 +247,7 @@ func (r *runDir) close() error {
 		errs = append(errs, r.metrics.Close())
 		r.metrics = nil
 	}
-	errs = append(errs, unlock(r.lock))
+	errs = append(errs, r.lock.Release(false)) // the .lock file stays: it belongs to the run
 	r.lock = nil
 	return errors.Join(errs...)
 }

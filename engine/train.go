@@ -175,7 +175,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	}
 	defer func() {
 		if lock != nil { // not handed over to the runDir
-			err = errors.Join(err, unlock(lock))
+			err = errors.Join(err, lock.Release(false))
 		}
 	}()
 	if err := removeTemps(dir); err != nil {
