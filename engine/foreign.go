@@ -112,18 +112,19 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		b.Notes = append(b.Notes, "value: "+models.CriticOutput+", a new critic")
 		session.Logger.Info("fine-tuning: the policy has no value output; training a new critic (64×64 tanh MLP on the observations)")
 	}
-	if fixedBatch(orig) {
-		dyn, rep, err := edit.DynamicBatch(ctx, train, edit.Options{Config: session})
-		if err != nil {
-			return nil, fmt.Errorf("%w: its batch is fixed and could not be made dynamic: %v", ErrFineTune, err)
-		}
+	// A batch fixed at export is made dynamic for training; a dynamic model comes back as it is.
+	dyn, rep, err := edit.DynamicBatch(ctx, train, edit.Options{Config: session})
+	if err != nil {
+		return nil, fmt.Errorf("%w: its batch is fixed and could not be made dynamic: %v", ErrFineTune, err)
+	}
+	if !rep.Dynamic {
 		session.Logger.Info("fine-tuning: the policy's fixed batch was made dynamic", zap.String("report", rep.String()))
 		if m, err = graph.Parse(dyn); err != nil {
 			return nil, err
 		}
 	}
 	f := &foreign{model: m, orig: orig, origParams: orig.NewParams(), spec: spec, names: o.Names, bind: b, input: b.Observation,
-		consts: map[string]float32{}, critic: critic, rewritten: m != orig}
+		consts: map[string]float32{}, critic: critic, rewritten: !rep.Dynamic}
 	if f.spec.Head == head.TanhGaussianKind {
 		f.spec.Head = head.GaussianKind // PPO over the pre-tanh action u (the batcher stores u and log N(u))
 	}
@@ -180,16 +181,6 @@ func (f *foreign) outputs() []string {
 		outs = append(outs, f.outs.logStd)
 	}
 	return outs
-}
-
-// fixedBatch reports whether an input of m has a fixed dimension 0.
-func fixedBatch(m *graph.Model) bool {
-	for _, in := range m.Inputs() {
-		if len(in.Shape) > 0 && in.Shape[0] > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // export writes the graph trained back with the current weights and towerrl.version =
