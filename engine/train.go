@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,6 +197,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	if err := resumeChanges(stored, cfg); err != nil {
 		return fail(err)
 	}
+	asked := cfg // stored, with at most ResumeChangeable fields changed: config.json from now on
 	if cfg, err = cfg.WithDefaults(); err != nil {
 		return fail(err)
 	}
@@ -224,8 +226,8 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 			return fail(fmt.Errorf("the policy being fine-tuned has SHA-256 %s, config.json records %s", sum, cfg.InitPolicySHA256))
 		}
 	}
-	if cfg.TotalSteps != stored.TotalSteps || cfg.EvalEpisodes != stored.EvalEpisodes || cfg.CheckpointEvery != stored.CheckpointEvery {
-		out, err := json.MarshalIndent(withChanges(stored, cfg), "", "  ")
+	if !reflect.DeepEqual(asked, stored) {
+		out, err := json.MarshalIndent(asked, "", "  ")
 		if err != nil {
 			return fail(err)
 		}
@@ -266,13 +268,6 @@ func resumeChanges(stored, asked Config) error {
 		return fmt.Errorf("%w: a resume may change only %s; not %s", ErrConfig, strings.Join(ResumeChangeable, ", "), strings.Join(bad, ", "))
 	}
 	return nil
-}
-
-// withChanges is stored with asked's ResumeChangeable fields (and nothing else filled in by
-// defaults), the config.json a changed resume writes.
-func withChanges(stored, asked Config) Config {
-	stored.TotalSteps, stored.EvalEpisodes, stored.CheckpointEvery = asked.TotalSteps, asked.EvalEpisodes, asked.CheckpointEvery
-	return stored
 }
 
 // checkCheckpoint refuses a checkpoint of another run, or one written with another config.
