@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"maps"
 	"math"
 	"math/bits"
 	"os"
-	"path/filepath"
 	"slices"
+
+	"github.com/towerrl/towerrl/internal/atomicfile"
 )
 
 // CheckpointVersion is the format version SaveCheckpoint writes and the only one
@@ -297,9 +299,10 @@ func (c *Checkpoint) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// SaveCheckpoint writes c to path atomically: into a temporary file in the same directory,
-// synced, then renamed over path, so a crash leaves either the old file or the new one.
-func SaveCheckpoint(ctx context.Context, path string, c *Checkpoint) (err error) {
+// SaveCheckpoint writes c to path atomically (internal/atomicfile): into a temporary file in
+// the same directory, synced, then renamed over path, so a crash leaves either the old file or
+// the new one. A ctx cancelled before the rename leaves the old file too.
+func SaveCheckpoint(ctx context.Context, path string, c *Checkpoint) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -307,39 +310,14 @@ func SaveCheckpoint(ctx context.Context, path string, c *Checkpoint) (err error)
 	if err != nil {
 		return err
 	}
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("models: saving checkpoint %q: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+	err = atomicfile.Write(path, 0o644, func(w io.Writer) error {
+		if _, err := w.Write(b); err != nil {
+			return err
 		}
-	}()
-	if _, err = f.Write(b); err != nil {
-		return fmt.Errorf("models: saving checkpoint %q: %w", path, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("models: saving checkpoint %q: %w", path, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("models: saving checkpoint %q: %w", path, err)
-	}
-	if err = ctx.Err(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("models: saving checkpoint %q: %w", path, err)
-	}
-	// Make the rename durable; not every file system can sync a directory.
-	if d, derr := os.Open(dir); derr == nil {
-		_ = d.Sync()
-		_ = d.Close()
+		return ctx.Err()
+	})
+	if err != nil {
+		return fmt.Errorf("models: saving checkpoint: %w", err)
 	}
 	return nil
 }

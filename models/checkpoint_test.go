@@ -102,6 +102,68 @@ func TestCheckpointRestart(t *testing.T) {
 	}
 }
 
+// cancelAfter is a context whose Err turns to context.Canceled after n calls: cancelled while
+// SaveCheckpoint is writing.
+type cancelAfter struct {
+	context.Context
+	n int
+}
+
+func (c *cancelAfter) Err() error {
+	if c.n--; c.n < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// TestCheckpointFailedSave: a save that fails (cancelled while writing, a folder in the way,
+// an unencodable checkpoint) keeps the previous checkpoint loadable as it was and leaves no
+// temporary file.
+func TestCheckpointFailedSave(t *testing.T) {
+	p := newParams(t, Config{Spec: cartPole.Spec, Hidden: []int{3}}, 1)
+	tests := []struct {
+		name string
+		ctx  context.Context
+		// path is the file to save, given the folder and the previous checkpoint's path.
+		path func(dir, previous string) string
+		edit func(c *Checkpoint)
+		want error
+	}{
+		{"cancelled while writing", &cancelAfter{context.Background(), 1},
+			func(_, previous string) string { return previous }, nil, context.Canceled},
+		{"a folder where the file goes", context.Background(),
+			func(dir, _ string) string { return dir }, nil, nil},
+		{"a tensor of the wrong size", context.Background(),
+			func(_, previous string) string { return previous },
+			func(c *Checkpoint) { c.Tensors[0].Data = c.Tensors[0].Data[1:] }, ErrShape},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			previous := filepath.Join(dir, "state.ckpt")
+			c := sampleCheckpoint(t, p, rand.NewPCG(1, 2))
+			if err := SaveCheckpoint(context.Background(), previous, c); err != nil {
+				t.Fatal(err)
+			}
+			c.Ints["step"]++
+			if tt.edit != nil {
+				tt.edit(c)
+			}
+			err := SaveCheckpoint(tt.ctx, tt.path(dir, previous), c)
+			if err == nil || (tt.want != nil && !errors.Is(err, tt.want)) {
+				t.Fatalf("SaveCheckpoint: %v, want an error wrapping %v", err, tt.want)
+			}
+			got, err := LoadCheckpoint(context.Background(), previous)
+			if err != nil || got.Ints["step"] != 12345 {
+				t.Fatalf("previous checkpoint after the failed save: step %v, %v", got, err)
+			}
+			if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+				t.Errorf("folder holds %d entries, want the checkpoint alone", len(entries))
+			}
+		})
+	}
+}
+
 // TestCheckpointCorrupt: every truncation and every flipped byte is a clear error, never a
 // panic and never silently wrong data.
 func TestCheckpointCorrupt(t *testing.T) {

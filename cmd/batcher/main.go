@@ -78,7 +78,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/towerrl/towerrl/batcher"
-	"github.com/towerrl/towerrl/internal/cli"
+	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"go.uber.org/zap"
 )
 

@@ -38,7 +38,7 @@ import (
 	"os"
 
 	"github.com/towerrl/towerrl/batcher"
-	"github.com/towerrl/towerrl/internal/cli"
+	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"go.uber.org/zap"
 )
 

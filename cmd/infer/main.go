@@ -42,7 +42,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/towerrl/towerrl/internal/cli"
+	"github.com/towerrl/towerrl/cmd/internal/cli"
+	"github.com/towerrl/towerrl/internal/atomicfile"
 	"github.com/towerrl/towerrl/internal/npy"
 	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/zap"
@@ -447,6 +448,8 @@ func fileNames(outputs []string) []string {
 	return files
 }
 
+// writeOutput writes output i to file atomically (internal/atomicfile): a failed write leaves
+// no file and no temporary file behind.
 func writeOutput(s *onnx.Session, i int, o onnx.TensorInfo, shape []int64, file string) error {
 	dims := make([]int, len(shape))
 	n := 1
@@ -454,36 +457,27 @@ func writeOutput(s *onnx.Session, i int, o onnx.TensorInfo, shape []int64, file 
 		dims[k] = int(d)
 		n *= int(d)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".tmp-"+filepath.Base(file)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op once renamed
-	switch o.DType {
-	case onnx.Float32:
-		err = write[float32](s, i, tmp, dims, n)
-	case onnx.Float64:
-		err = write[float64](s, i, tmp, dims, n)
-	case onnx.Int32:
-		err = write[int32](s, i, tmp, dims, n)
-	case onnx.Int64:
-		err = write[int64](s, i, tmp, dims, n)
-	case onnx.Uint8:
-		err = write[uint8](s, i, tmp, dims, n)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), file)
+	return atomicfile.Write(file, 0o644, func(w io.Writer) error {
+		switch o.DType {
+		case onnx.Float32:
+			return write[float32](s, i, w, dims, n)
+		case onnx.Float64:
+			return write[float64](s, i, w, dims, n)
+		case onnx.Int32:
+			return write[int32](s, i, w, dims, n)
+		case onnx.Int64:
+			return write[int64](s, i, w, dims, n)
+		case onnx.Uint8:
+			return write[uint8](s, i, w, dims, n)
+		}
+		return fmt.Errorf("its element type %s cannot be written as .npy", o.DType)
+	})
 }
 
-func write[T onnx.Element](s *onnx.Session, i int, f *os.File, dims []int, n int) error {
+func write[T onnx.Element](s *onnx.Session, i int, w io.Writer, dims []int, n int) error {
 	buf, err := onnx.Output[T](s, i)
 	if err != nil {
 		return err
 	}
-	return npy.Write(f, dims, buf[:n])
+	return npy.Write(w, dims, buf[:n])
 }

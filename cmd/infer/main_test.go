@@ -344,6 +344,36 @@ func TestOutFolderOnlyOnSuccess(t *testing.T) {
 	}
 }
 
+// TestOutputWriteFails: an output file that cannot be written (a folder is in its place) is
+// an error naming the output and the file; the folder keeps what it held (the previous
+// value.npy folder, the outputs written before) and no temporary file.
+func TestOutputWriteFails(t *testing.T) {
+	out := t.TempDir()
+	blocker := filepath.Join(out, "value.npy")
+	if err := os.MkdirAll(filepath.Join(blocker, "inside"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := opts(filepath.Join(fixtures, "mlp_tanh.onnx"), []string{filepath.Join(fixtures, "mlp_tanh.input.npy")}, out)
+	err := run(context.Background(), io.Discard, zap.NewNop(), o)
+	if err == nil || !strings.Contains(err.Error(), `output "value"`) || !strings.Contains(err.Error(), blocker) {
+		t.Fatalf("run: %v; want an error naming output \"value\" and %s", err, blocker)
+	}
+	entries, err := os.ReadDir(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if diff := cmp.Diff([]string{"logits.npy", "value.npy"}, got); diff != "" {
+		t.Errorf("--out holds (-want +got):\n%s", diff)
+	}
+	if _, err := os.Stat(filepath.Join(blocker, "inside")); err != nil {
+		t.Errorf("the folder in the way changed: %v", err)
+	}
+}
+
 // TestFlagChecks: a stray positional argument (which made Go's flag parsing skip every flag
 // after it), --batch past its range or past memory (a crash before), and --threads outside
 // -1 or 1..NumCPU are errors naming the value.

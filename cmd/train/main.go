@@ -23,8 +23,8 @@ import (
 	"math"
 	"os"
 
+	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"github.com/towerrl/towerrl/engine"
-	"github.com/towerrl/towerrl/internal/cli"
 	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/zap"
 )
