@@ -679,3 +679,48 @@ func TestBindOutputs(t *testing.T) {
 		})
 	}
 }
+
+// TestBindFixtures: head.Bind over the outputs ONNX Runtime reports for the PyTorch
+// fixtures, converted by HeadTensors, finds their logits, mean, log_std and value; and every
+// element type a session reads converts to package head's name for it.
+func TestBindFixtures(t *testing.T) {
+	ctx := context.Background()
+	mlp, err := onnx.Open(ctx, "../testdata/mlp_tanh.onnx", onnx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mlp.Close()
+	spec, ok, err := head.FromMetadata(mlp.Metadata())
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	mlpOuts := HeadTensors(mlp.Outputs())
+	o, err := head.Bind(spec, mlpOuts, head.Names{})
+	if err != nil || o != (head.Outputs{Params: 0, LogStd: -1, Value: 1, Actions: -1}) {
+		t.Fatalf("mlp: %+v %v", o, err)
+	}
+	if got, want := mlpOuts[0].String(), mlp.Outputs()[0].String(); got != want {
+		t.Errorf("head.Tensor prints %q, onnx.TensorInfo %q", got, want)
+	}
+	g, err := onnx.Open(ctx, "../testdata/gaussian_relu.onnx", onnx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	pend := head.Spec{Head: head.GaussianKind, Low: []float32{-2}, High: []float32{2}}
+	if o, err = head.Bind(pend, HeadTensors(g.Outputs()), head.Names{}); err != nil || o != (head.Outputs{Params: 0, LogStd: 1, Value: -1, Actions: -1}) {
+		t.Fatalf("gaussian: %+v %v", o, err)
+	}
+	if _, err := head.Bind(head.Spec{Head: head.CategoricalKind, N: 3}, mlpOuts, head.Names{}); err == nil || !strings.Contains(err.Error(), `"logits"`) {
+		t.Errorf("3 actions on a 2-logit model: %v", err)
+	}
+	if _, err := head.Bind(spec, mlpOuts, head.Names{Value: "critic"}); err == nil || !strings.Contains(err.Error(), `"critic"`) {
+		t.Errorf("unknown name: %v", err)
+	}
+	for dt, want := range map[onnx.DType]head.DType{onnx.Float32: head.Float32, onnx.Float64: head.Float64,
+		onnx.Int32: head.Int32, onnx.Int64: head.Int64, onnx.Uint8: head.Uint8} {
+		if got := HeadTensor(onnx.TensorInfo{DType: dt}).DType; got != want {
+			t.Errorf("onnx %v converts to head %q, want %q", dt, got, want)
+		}
+	}
+}

@@ -46,8 +46,7 @@ type onnxAgent struct {
 	logStdShared          bool
 
 	// scratch, allocated once
-	act      []int32
-	lp       []float32
+	act      []int32     // the categorical head's actions, one per env
 	stateBuf [][]float32 // host memory of AgentInput.State, per step
 	zeros    []float32   // episode starts of a bootstrap evaluation: none
 }
@@ -121,7 +120,7 @@ func newONNXAgent(ctx context.Context, p *Policy, n int, rngs []*rand.Rand, dete
 	}
 	a := &onnxAgent{sess: s, spec: p.spec, outs: p.outs, fd: p.feeds, scaled: p.binding.ActionsScaled, rngs: rngs,
 		deterministic: deterministic, version: p.version, chunk: n, fixed: s.StaticBatch(),
-		act: make([]int32, 1), lp: make([]float32, 1), zeros: make([]float32, n)}
+		act: make([]int32, n), zeros: make([]float32, n)}
 	if a.fixed {
 		a.chunk = s.MaxBatch()
 	}
@@ -179,7 +178,7 @@ func (a *onnxAgent) bind(n int) error {
 		if a.logStd, err = out(a.outs.LogStd); err != nil {
 			return err
 		}
-		if a.logStdShared, err = head.LogStdLayout(outs[a.outs.LogStd], a.spec.ActionDim()); err != nil {
+		if a.logStdShared, err = head.LogStdLayout(HeadTensor(outs[a.outs.LogStd]), a.spec.ActionDim()); err != nil {
 			return fmt.Errorf("%w: %v", ErrPolicy, err)
 		}
 		if a.logStdShared {
@@ -349,6 +348,8 @@ func (a *onnxAgent) Act(in AgentInput, out AgentOutput) error {
 const atanhLimit = 1 - 1e-6
 
 // sample turns the outputs of n rows into actions (see Rollout for what each buffer holds).
+// The head works all n rows in one call, row i drawing from env i's stream; only RLlib's
+// split layout (each row's mean then log_std) goes row by row.
 func (a *onnxAgent) sample(n int, acts, envActs, logp []float32) error {
 	d := a.spec.ActionDim()
 	if a.gacts != nil { // no logits or mean, or no distribution: the graph's own actions
@@ -356,19 +357,18 @@ func (a *onnxAgent) sample(n int, acts, envActs, logp []float32) error {
 	}
 	switch a.spec.Head {
 	case head.CategoricalKind:
-		c := head.Categorical{N: a.spec.N}
-		for i := range n {
-			row := a.params.dst[i*d : (i+1)*d]
-			var err error
-			if a.deterministic {
-				err = c.Mode(row, a.act, a.lp)
-			} else {
-				err = c.Sample(a.rngs[i], row, a.act, a.lp)
-			}
-			if err != nil {
-				return fmt.Errorf("batcher: env %d: %w", i, err)
-			}
-			acts[i], envActs[i], logp[i] = float32(a.act[0]), float32(a.act[0]), a.lp[0]
+		c, act := head.Categorical{N: a.spec.N}, a.act[:n]
+		var err error
+		if a.deterministic {
+			err = c.Mode(a.params.dst[:n*d], act, logp[:n])
+		} else {
+			err = c.SampleRows(a.rngs[:n], a.params.dst[:n*d], act, logp[:n])
+		}
+		if err != nil {
+			return fmt.Errorf("batcher: %w", err)
+		}
+		for i, k := range act {
+			acts[i], envActs[i] = float32(k), float32(k)
 		}
 		return nil
 	case head.GaussianKind, head.TanhGaussianKind:
@@ -376,38 +376,60 @@ func (a *onnxAgent) sample(n int, acts, envActs, logp []float32) error {
 		return fmt.Errorf("%w: head %s", ErrPolicy, a.spec.Head)
 	}
 	g := head.Gaussian{Low: a.spec.Low, High: a.spec.High}
-	tg := head.TanhGaussian{Low: a.spec.Low, High: a.spec.High, Scale: a.spec.Scale}
 	tanh := a.spec.Head == head.TanhGaussianKind
-	for i := range n {
-		mean, ls := a.params.dst[i*d:(i+1)*d], a.logStdRow(i, d)
-		raw, env := acts[i*d:(i+1)*d], envActs[i*d:(i+1)*d]
-		clipped := env
-		if tanh {
-			clipped = nil
+	raw, env := acts[:n*d], envActs[:n*d]
+	clipped := env
+	if tanh {
+		clipped = nil
+	}
+	switch {
+	case a.outs.DeterministicOnly: // a mean without a log_std
+		copy(raw, a.params.dst[:n*d])
+		clear(logp[:n])
+		if clipped != nil {
+			for i := range n {
+				clip(raw[i*d:(i+1)*d], clipped[i*d:(i+1)*d], a.spec.Low, a.spec.High)
+			}
+		}
+	case a.outs.Split: // rows of 2·D: the mean, then the log_std
+		for i := range n {
+			mean, ls := a.params.dst[i*2*d:i*2*d+d], a.logStdRow(i, d)
+			r, c := raw[i*d:(i+1)*d], []float32(nil)
+			if clipped != nil {
+				c = clipped[i*d : (i+1)*d]
+			}
+			var err error
+			if a.deterministic {
+				err = g.Mode(mean, ls, r, c, logp[i:i+1])
+			} else {
+				err = g.SampleRows(a.rngs[i:i+1], mean, ls, r, c, logp[i:i+1])
+			}
+			if err != nil {
+				return fmt.Errorf("batcher: env %d: %w", i, err)
+			}
+		}
+	default:
+		ls := a.logStd.dst
+		if !a.logStdShared {
+			ls = ls[:n*d]
 		}
 		var err error
-		switch {
-		case a.outs.DeterministicOnly: // a mean without a log_std
-			copy(raw, mean)
-			logp[i] = 0
-			if clipped != nil {
-				clip(raw, clipped, a.spec.Low, a.spec.High)
-			}
-		case a.deterministic:
-			err = g.Mode(mean, ls, raw, clipped, logp[i:i+1])
-		default:
-			err = g.Sample(a.rngs[i], mean, ls, raw, clipped, logp[i:i+1])
+		if a.deterministic {
+			err = g.Mode(a.params.dst[:n*d], ls, raw, clipped, logp[:n])
+		} else {
+			err = g.SampleRows(a.rngs[:n], a.params.dst[:n*d], ls, raw, clipped, logp[:n])
 		}
 		if err != nil {
-			return fmt.Errorf("batcher: env %d: %w", i, err)
+			return fmt.Errorf("batcher: %w", err)
 		}
-		if tanh {
-			for j, u := range raw {
-				env[j] = float32(math.Tanh(float64(u)))
-			}
-			if err := tg.ToEnv(env, env); err != nil {
-				return err
-			}
+	}
+	if tanh {
+		for k, u := range raw {
+			env[k] = float32(math.Tanh(float64(u)))
+		}
+		tg := head.TanhGaussian{Low: a.spec.Low, High: a.spec.High, Scale: a.spec.Scale}
+		if err := tg.ToEnv(env, env); err != nil {
+			return err
 		}
 	}
 	return nil

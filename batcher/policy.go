@@ -276,10 +276,11 @@ const probeEnvs = 32
 // it left empty (a mean it dropped, a log_std it found none of) stays empty instead of going
 // by head.Bind's conventions to another output (a log-probability, sampled actions, a
 // recurrent state).
-func bindOutputs(spec head.Spec, outs []onnx.TensorInfo, b layout.Binding) (head.Outputs, error) {
+func bindOutputs(spec head.Spec, infos []onnx.TensorInfo, b layout.Binding) (head.Outputs, error) {
+	outs := HeadTensors(infos)
 	names := b.Names()
 	roles := []string{names.Params, names.LogStd, names.Value, names.Actions}
-	var bound []onnx.TensorInfo
+	var bound []head.Tensor
 	var at []int // at[j] is the index in outs of bound[j]
 	for i, t := range outs {
 		if slices.Contains(roles, t.Name) {
@@ -287,7 +288,7 @@ func bindOutputs(spec head.Spec, outs []onnx.TensorInfo, b layout.Binding) (head
 		}
 	}
 	for _, name := range roles {
-		if name != "" && !slices.ContainsFunc(bound, func(t onnx.TensorInfo) bool { return t.Name == name }) {
+		if name != "" && !slices.ContainsFunc(bound, func(t head.Tensor) bool { return t.Name == name }) {
 			return head.Bind(spec, outs, names) // its error names the missing output and lists them all
 		}
 	}
@@ -301,6 +302,20 @@ func bindOutputs(spec head.Spec, outs []onnx.TensorInfo, b layout.Binding) (head
 		}
 	}
 	return o, nil
+}
+
+// HeadTensor is a session's description of a tensor as package head reads it.
+func HeadTensor(t onnx.TensorInfo) head.Tensor {
+	return head.Tensor{Name: t.Name, DType: head.DType(t.DType.String()), Declared: t.Declared, Batched: t.Batched, Row: t.Row}
+}
+
+// HeadTensors converts a session's outputs for head.Bind.
+func HeadTensors(infos []onnx.TensorInfo) []head.Tensor {
+	out := make([]head.Tensor, len(infos))
+	for i, t := range infos {
+		out[i] = HeadTensor(t)
+	}
+	return out
 }
 
 // envHeadSpec is the env's action space as a head spec (categorical over a Discrete space,

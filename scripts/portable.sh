@@ -17,16 +17,13 @@ echo "portable: tests with -tags purego,towerrl_runall" >&2
 patterns=(./envs/... ./device/... ./learner/... ./models/... ./internal/...)
 # Packages under the patterns that still link ONNX Runtime (onnxruntime_go needs cgo), and why.
 # Take a package out of this list once it no longer does; the script says when one builds.
-declare -A needs_ort=(
-	[github.com/towerrl/towerrl/models/head]="imports onnx for TensorInfo (issue 14 item 5)"
-	[github.com/towerrl/towerrl/models]="imports models/head"
-	[github.com/towerrl/towerrl/models/layout]="imports models/head"
-	[github.com/towerrl/towerrl/internal/cli]="imports batcher (moving to cmd/internal/cli)"
-)
+declare -A needs_ort=() # none now: models/head and models/layout describe tensors in their own types
 # Packages that cross-build but whose tests import packages that need ONNX Runtime, so go vet
 # (which type-checks the tests) cannot run on them for arm64.
 declare -A tests_need_ort=(
 	[github.com/towerrl/towerrl/learner]="tests import engine and models"
+	[github.com/towerrl/towerrl/models]="tests run the exported ONNX with onnx sessions"
+	[github.com/towerrl/towerrl/models/layout]="tests run exposed graphs with onnx sessions"
 )
 
 mapfile -t all < <("$GO" list "${patterns[@]}")

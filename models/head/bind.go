@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/towerrl/towerrl/onnx"
 )
 
 // ErrDeterministicOnly is wrapped by the error of a policy that has no action distribution
@@ -57,7 +55,7 @@ func (o Outputs) Stochastic(spec Spec) error {
 // row when it follows the batch with D values a row: [batch, D]. Anything else is an error.
 // A model with a fixed batch of one reports its [1, D] log_std as following the batch: per
 // row or shared read the same there.
-func LogStdLayout(info onnx.TensorInfo, d int) (shared bool, err error) {
+func LogStdLayout(info Tensor, d int) (shared bool, err error) {
 	if info.RowSize() == d {
 		if info.Batched {
 			return false, nil
@@ -85,7 +83,7 @@ func LogStdLayout(info onnx.TensorInfo, d int) (shared bool, err error) {
 // parameters output of 2·D a row without a log_std output is Split, and the log_std follows
 // [LogStdLayout]. Without parameters but with actions, or with a mean but no log_std, the
 // policy is DeterministicOnly (see [Outputs.Stochastic]).
-func Bind(spec Spec, outs []onnx.TensorInfo, names Names) (Outputs, error) {
+func Bind(spec Spec, outs []Tensor, names Names) (Outputs, error) {
 	if err := spec.Validate(); err != nil {
 		return Outputs{}, err
 	}
@@ -173,7 +171,7 @@ func Bind(spec Spec, outs []onnx.TensorInfo, names Names) (Outputs, error) {
 	}
 	p := outs[o.Params]
 	switch {
-	case p.DType != onnx.Float32:
+	case p.DType != Float32:
 		return o, fmt.Errorf("%w: output %q holds %s; the %s head's parameters are float32", ErrSpec, p.Name, p.DType, spec.Head)
 	case !p.Batched:
 		return o, fmt.Errorf("%w: output %q (%s) does not follow the batch; the %s head's parameters need one row per observation",
@@ -212,12 +210,12 @@ const (
 // prob, std, logp, value or critic) the actions; "v", or a name containing "value" or
 // "critic", the value; a name containing logp, log_prob or logprob a log-probability; any
 // other float32 output a parameters candidate.
-func Conventional(t onnx.TensorInfo) string {
+func Conventional(t Tensor) string {
 	n := strings.ToLower(t.Name)
 	switch {
-	case t.DType == onnx.Int64 || t.DType == onnx.Int32:
+	case t.DType == Int64 || t.DType == Int32:
 		return RoleActions
-	case t.DType != onnx.Float32:
+	case t.DType != Float32:
 		return RoleNone
 	case strings.Contains(n, "log_std") || strings.Contains(n, "logstd"):
 		return RoleLogStd
@@ -244,11 +242,11 @@ func actionLike(n string) bool {
 	return true
 }
 
-func checkActions(spec Spec, a onnx.TensorInfo) error {
+func checkActions(spec Spec, a Tensor) error {
 	switch {
 	case !a.Batched:
 		return fmt.Errorf("%w: actions output %s does not follow the batch", ErrSpec, a)
-	case spec.Head.Continuous() && (a.DType != onnx.Float32 || a.RowSize() != spec.ActionDim()):
+	case spec.Head.Continuous() && (a.DType != Float32 || a.RowSize() != spec.ActionDim()):
 		return fmt.Errorf("%w: actions output %s: the %s head acts with %d float32 values a row", ErrSpec, a, spec.Head, spec.ActionDim())
 	case !spec.Head.Continuous() && a.RowSize() != 1:
 		return fmt.Errorf("%w: actions output %s: a categorical head acts with one index a row", ErrSpec, a)
@@ -256,17 +254,17 @@ func checkActions(spec Spec, a onnx.TensorInfo) error {
 	return nil
 }
 
-func checkValue(outs []onnx.TensorInfo, i int) error {
+func checkValue(outs []Tensor, i int) error {
 	if i < 0 {
 		return nil
 	}
-	if p := outs[i]; !p.Batched || p.RowSize() != 1 || p.DType != onnx.Float32 {
+	if p := outs[i]; !p.Batched || p.RowSize() != 1 || p.DType != Float32 {
 		return fmt.Errorf("%w: value output %s: want one float32 a row", ErrSpec, p)
 	}
 	return nil
 }
 
-func list(outs []onnx.TensorInfo) string {
+func list(outs []Tensor) string {
 	parts := make([]string, len(outs))
 	for i, t := range outs {
 		parts[i] = t.String()

@@ -6,11 +6,14 @@ import (
 	"math/rand/v2"
 )
 
-// halfLog2Pi is ½·log(2π), the Gaussian log-density's constant.
-var halfLog2Pi = 0.5 * math.Log(2*math.Pi)
-
 // Categorical is a categorical distribution over N actions, parameterised by logits laid out
 // row-major as [batch×N].
+//
+// Its rows are worked in float32 as the logits come: one pass finds the row's maximum m and
+// sums e_k = exp(l_k − m) (in float64); sampling then walks the same e_k to the first whose
+// running sum exceeds u·Σe for one uniform u, and the log-probability is l_a − m − log Σe.
+// Each e_k is within 2⁻²² of exact and each log-probability within 1e-6 of the float64
+// log-softmax; the action is drawn exactly from the distribution those e_k give.
 type Categorical struct{ N int }
 
 func (c Categorical) check(logits []float32, actions []int32, logp []float32) error {
@@ -26,50 +29,162 @@ func (c Categorical) check(logits []float32, actions []int32, logp []float32) er
 	return nil
 }
 
-// normaliser returns the row's max logit and log Σ exp(l - max), or an error for a NaN row.
-func normaliser(row []float32, i int) (float64, float64, error) {
-	m := math.Inf(-1)
-	for _, l := range row {
-		m = math.Max(m, float64(l))
+// rowScratch is the number of e_k a categorical row keeps on the stack at a time: a wider row
+// is worked in chunks, and sampling works its e_k out again in its second pass.
+const rowScratch = 64
+
+// normalise returns the index km of row i's first maximum m and Σ_k exp(l_k − m) (at least 1:
+// e_km is 1), worked in chunks of buf, which keeps the e_k of a row up to rowScratch wide. A
+// row holding NaN or whose maximum is ±Inf is an error.
+func normalise(row []float32, i int, buf *[rowScratch]float32) (km int, m float32, sum float64, err error) {
+	m = row[0]
+	for k, l := range row {
+		if l > m {
+			km, m = k, l
+		}
 	}
-	var sum float64
-	for _, l := range row {
-		sum += math.Exp(float64(l) - m)
+	if m-m == 0 { // not NaN nor ±Inf; a NaN elsewhere makes the sum NaN
+		for c := 0; c < len(row); c += rowScratch {
+			sum += expShifted(buf[:], row[c:min(c+rowScratch, len(row))], m)
+		}
 	}
-	if math.IsNaN(sum) || math.IsInf(m, 0) {
-		return 0, 0, fmt.Errorf("head: logits of row %d are not finite (%v)", i, row)
+	if !(sum >= 1) {
+		return 0, 0, 0, fmt.Errorf("head: logits of row %d are not finite (%v)", i, row)
 	}
-	return m, math.Log(sum), nil
+	return km, m, sum, nil
 }
 
-// Sample draws one action per row of logits: len(actions) rows. logp, when not nil, receives
-// log softmax(logits)[action].
+// rowLogp is log softmax(row)[a] from the row's maximum m and Σ_k exp(l_k − m) ≥ 1.
+func rowLogp(row []float32, a int, m float32, sum float64) float32 {
+	return float32(float64(row[a]) - float64(m) - logAtLeast1(sum))
+}
+
+// Sample draws one action per row of logits, len(actions) rows, all from rng. logp, when not
+// nil, receives log softmax(logits)[action].
 func (c Categorical) Sample(rng *rand.Rand, logits []float32, actions []int32, logp []float32) error {
-	if err := c.check(logits, actions, logp); err != nil {
+	if rng == nil {
+		return fmt.Errorf("head: Sample needs a random source")
+	}
+	return c.sample([]*rand.Rand{rng}, false, logits, actions, logp)
+}
+
+// SampleRows is Sample with a random stream per row: row i draws from rngs[i] (one uniform
+// number), so that a row's action does not depend on the batch it is sampled in.
+func (c Categorical) SampleRows(rngs []*rand.Rand, logits []float32, actions []int32, logp []float32) error {
+	if err := checkStreams(rngs, len(actions)); err != nil {
 		return err
 	}
-	for i := range actions {
-		row := logits[i*c.N : (i+1)*c.N]
-		m, lse, err := normaliser(row, i)
-		if err != nil {
-			return err
-		}
-		// Inverse CDF: the first action whose cumulative probability exceeds u.
-		u := rng.Float64()
-		a, cum := c.N-1, 0.0
-		for k, l := range row {
-			cum += math.Exp(float64(l) - m - lse)
-			if u < cum {
-				a = k
-				break
-			}
-		}
-		actions[i] = int32(a)
-		if logp != nil {
-			logp[i] = float32(float64(row[a]) - m - lse)
+	return c.sample(rngs, true, logits, actions, logp)
+}
+
+// checkStreams checks that rngs holds a stream for each of rows rows.
+func checkStreams(rngs []*rand.Rand, rows int) error {
+	if len(rngs) < rows {
+		return fmt.Errorf("head: %d random streams for a batch of %d", len(rngs), rows)
+	}
+	for i, r := range rngs[:rows] {
+		if r == nil {
+			return fmt.Errorf("head: the random stream of row %d is nil", i)
 		}
 	}
 	return nil
+}
+
+func (c Categorical) sample(rngs []*rand.Rand, perRow bool, logits []float32, actions []int32, logp []float32) error {
+	if err := c.check(logits, actions, logp); err != nil || len(actions) == 0 {
+		return err
+	}
+	n := c.N
+	if n == 2 {
+		return sampleBinary(rngs, perRow, logits, actions, logp)
+	}
+	var buf [rowScratch]float32
+	rng := rngs[0]
+	for i := range actions {
+		row := logits[i*n : (i+1)*n]
+		km, m, sum, err := normalise(row, i, &buf) // buf keeps the e_k of a row up to rowScratch wide
+		if err != nil {
+			return err
+		}
+		if perRow {
+			rng = rngs[i]
+		}
+		actions[i] = int32(draw(row, m, sum, rng.Float64()*sum, km, &buf))
+		if logp != nil {
+			logp[i] = rowLogp(row, int(actions[i]), m, sum)
+		}
+	}
+	return nil
+}
+
+// sampleBinary is sample over two logits, rowScratch rows at a time: first each row's one
+// exp, e = exp(−|l₁ − l₀|) (the larger logit's e_k is 1), in one pass over the rows; then
+// each row's draw and log. It is the general inverse CDF written out for two actions: the
+// same sums in the same order, so the same actions from the same numbers.
+func sampleBinary(rngs []*rand.Rand, perRow bool, logits []float32, actions []int32, logp []float32) error {
+	var neg, e [rowScratch]float32
+	rng := rngs[0]
+	for r0 := 0; r0 < len(actions); r0 += rowScratch {
+		k := min(rowScratch, len(actions)-r0)
+		for i := range k {
+			l0, l1 := logits[2*(r0+i)], logits[2*(r0+i)+1]
+			if m := max(l0, l1); m-m != 0 { // NaN or ±Inf: normalise words the error
+				_, _, _, err := normalise(logits[2*(r0+i):2*(r0+i)+2], r0+i, &e)
+				return err
+			}
+			neg[i] = -max(l1-l0, l0-l1)
+		}
+		expShifted(e[:k], neg[:k], 0)
+		for i, x := range e[:k] {
+			r := r0 + i
+			if perRow {
+				rng = rngs[r]
+			}
+			l0, l1 := float64(logits[2*r]), float64(logits[2*r+1])
+			sum := 1 + float64(x)
+			e0, e1, km := float32(1), x, int32(0) // the first maximum's e_k is 1
+			if l1 > l0 {
+				e0, e1, km = x, 1, 1
+			}
+			a := int32(0)
+			if rng.Float64()*sum >= float64(e0) && e1 > 0 {
+				a = 1
+			}
+			actions[r] = a
+			if logp != nil {
+				off := 0.0 // l_a − max(l₀, l₁)
+				if a != km {
+					off = -math.Abs(l1 - l0)
+				}
+				logp[r] = float32(off - logAtLeast1(sum))
+			}
+		}
+	}
+	return nil
+}
+
+// draw is the inverse CDF over a row's unnormalised e_k: the first action whose running sum
+// exceeds t = u·Σe. buf holds the e_k of a row up to rowScratch wide; a wider row's are worked
+// out again chunk by chunk. The running sum adds the same float64 terms in the same order as
+// Σe did, so it ends at Σe > t; last (the last action of nonzero e_k) stands in for the
+// one-in-2⁵³ rounding of u·Σe to Σe.
+func draw(row []float32, m float32, sum, t float64, last int, buf *[rowScratch]float32) int {
+	var cum float64
+	for c := 0; c < len(row); c += rowScratch {
+		e := buf[:min(rowScratch, len(row)-c)]
+		if len(row) > rowScratch {
+			expShifted(e, row[c:c+len(e)], m)
+		}
+		for k, x := range e {
+			if x > 0 {
+				last = c + k
+			}
+			if cum += float64(x); t < cum {
+				return c + k
+			}
+		}
+	}
+	return last
 }
 
 // Mode picks the most probable action of each row (the first one on ties), as argmax does.
@@ -77,21 +192,16 @@ func (c Categorical) Mode(logits []float32, actions []int32, logp []float32) err
 	if err := c.check(logits, actions, logp); err != nil {
 		return err
 	}
+	var buf [rowScratch]float32
 	for i := range actions {
 		row := logits[i*c.N : (i+1)*c.N]
-		m, lse, err := normaliser(row, i)
+		km, m, sum, err := normalise(row, i, &buf)
 		if err != nil {
 			return err
 		}
-		a := 0
-		for k, l := range row {
-			if l > row[a] {
-				a = k
-			}
-		}
-		actions[i] = int32(a)
+		actions[i] = int32(km)
 		if logp != nil {
-			logp[i] = float32(float64(row[a]) - m - lse)
+			logp[i] = rowLogp(row, km, m, sum)
 		}
 	}
 	return nil
@@ -105,16 +215,17 @@ func (c Categorical) LogProb(logits []float32, actions []int32, logp []float32) 
 	if err := c.check(logits, actions, logp); err != nil {
 		return err
 	}
+	var buf [rowScratch]float32
 	for i, a := range actions {
 		if a < 0 || int(a) >= c.N {
 			return fmt.Errorf("head: action %d of row %d is outside 0..%d", a, i, c.N-1)
 		}
 		row := logits[i*c.N : (i+1)*c.N]
-		m, lse, err := normaliser(row, i)
+		_, m, sum, err := normalise(row, i, &buf)
 		if err != nil {
 			return err
 		}
-		logp[i] = float32(float64(row[a]) - m - lse)
+		logp[i] = rowLogp(row, int(a), m, sum)
 	}
 	return nil
 }
@@ -148,56 +259,141 @@ func (g Gaussian) check(mean, logStd, raw, clipped, logp []float32) (batch int, 
 	return batch, shared, nil
 }
 
-// Sample draws raw = mean + exp(logStd)·ε, ε ~ N(0, I), for len(raw)/D rows. clipped, when
-// not nil, receives raw clipped to the bounds; logp, when not nil, the log-density of raw.
+// Sample draws raw = mean + exp(logStd)·ε, ε ~ N(0, I), for len(raw)/D rows, all from rng.
+// clipped, when not nil, receives raw clipped to the bounds; logp, when not nil, the
+// log-density of raw.
 func (g Gaussian) Sample(rng *rand.Rand, mean, logStd, raw, clipped, logp []float32) error {
-	return g.act(rng, mean, logStd, raw, clipped, logp)
+	if rng == nil {
+		return fmt.Errorf("head: Sample needs a random source")
+	}
+	return g.act([]*rand.Rand{rng}, false, mean, logStd, raw, clipped, logp)
+}
+
+// SampleRows is Sample with a random stream per row: row i draws its D normal numbers from
+// rngs[i], so that a row's action does not depend on the batch it is sampled in.
+func (g Gaussian) SampleRows(rngs []*rand.Rand, mean, logStd, raw, clipped, logp []float32) error {
+	if d := len(g.Low); d > 0 {
+		if err := checkStreams(rngs, len(raw)/d); err != nil {
+			return err
+		}
+	}
+	return g.act(rngs, true, mean, logStd, raw, clipped, logp)
 }
 
 // Mode sets raw to the mean (the deterministic action), with clipping and logp as in Sample.
 func (g Gaussian) Mode(mean, logStd, raw, clipped, logp []float32) error {
-	return g.act(nil, mean, logStd, raw, clipped, logp)
+	return g.act(nil, false, mean, logStd, raw, clipped, logp)
 }
 
-func (g Gaussian) act(rng *rand.Rand, mean, logStd, raw, clipped, logp []float32) error {
+// scales holds the standard deviations σ_j = exp(logStd_j) of one log_std row and their
+// inverses, so that a sampler works each out once per call (a shared log_std) or once per
+// row (a per-row one) rather than per element. Rows wider than rowScratch are not cached:
+// their samplers work σ out per element.
+type scales struct {
+	std, inv [rowScratch]float64
+	sumLs    float64 // Σ_j logStd_j
+}
+
+// set caches logStd's row; it returns the first dimension whose log_std is NaN, or -1.
+func (s *scales) set(logStd []float32) int {
+	s.sumLs = 0
+	for j, l := range logStd {
+		ls := float64(l)
+		if ls != ls {
+			return j
+		}
+		s.std[j] = math.Exp(ls)
+		s.inv[j] = 1 / s.std[j]
+		s.sumLs += ls
+	}
+	return -1
+}
+
+// logStdRow is row i's log_std (D values): the shared row, or the row's own.
+func logStdRow(logStd []float32, shared bool, i, d int) []float32 {
+	if shared {
+		return logStd[:d]
+	}
+	return logStd[i*d : (i+1)*d]
+}
+
+func badParams(i, j int, mu, ls float32) error {
+	return fmt.Errorf("head: row %d dimension %d has mean %v, log_std %v", i, j, mu, ls)
+}
+
+// act samples (rngs not nil: row i from rngs[i] when perRow, else all from rngs[0]) or takes
+// the mean.
+func (g Gaussian) act(rngs []*rand.Rand, perRow bool, mean, logStd, raw, clipped, logp []float32) error {
 	batch, shared, err := g.check(mean, logStd, raw, clipped, logp)
 	if err != nil {
 		return err
 	}
+	if batch == 0 {
+		return nil
+	}
 	d := len(g.Low)
+	cached := d <= rowScratch
+	var sc scales
+	if shared && cached {
+		if j := sc.set(logStd[:d]); j >= 0 {
+			return badParams(0, j, mean[j], logStd[j])
+		}
+	}
+	var rng *rand.Rand
+	if rngs != nil {
+		rng = rngs[0]
+	}
 	for i := range batch {
-		var lp float64
-		for j := range d {
-			k := i*d + j
-			ls := logStdOf(logStd, shared, j, k)
-			mu := float64(mean[k])
-			if math.IsNaN(mu) || math.IsNaN(ls) {
-				return fmt.Errorf("head: row %d dimension %d has mean %v, log_std %v", i, j, mu, ls)
+		if perRow {
+			rng = rngs[i]
+		}
+		ls := logStdRow(logStd, shared, i, d)
+		if !shared && cached {
+			if j := sc.set(ls); j >= 0 {
+				return badParams(i, j, mean[i*d+j], ls[j])
 			}
-			eps := 0.0
+		}
+		mu, out := mean[i*d:(i+1)*d], raw[i*d:(i+1)*d]
+		sumLs, zz := sc.sumLs, 0.0
+		if !cached {
+			sumLs = 0
+		}
+		for j, m32 := range mu {
+			m := float64(m32)
+			var std, inv float64
+			if cached {
+				std, inv = sc.std[j], sc.inv[j]
+			} else {
+				l := float64(ls[j])
+				std, inv = math.Exp(l), math.Exp(-l)
+				sumLs += l
+			}
+			if m != m || std != std {
+				return badParams(i, j, m32, ls[j])
+			}
+			a := m32
 			if rng != nil {
-				eps = rng.NormFloat64()
+				a = float32(m + std*rng.NormFloat64())
 			}
-			a := float32(mu + math.Exp(ls)*eps)
-			raw[k] = a
-			if clipped != nil {
-				clipped[k] = min(max(a, g.Low[j]), g.High[j])
-			}
-			// log N(a; mu, σ) with z = (a-mu)/σ computed from the float32 action actually stored.
-			z := (float64(a) - mu) / math.Exp(ls)
-			lp += -0.5*z*z - ls - halfLog2Pi
+			out[j] = a
+			// z from the float32 action stored, the one a learner recomputes logp from.
+			z := (float64(a) - m) * inv
+			zz += z * z
+		}
+		if clipped != nil {
+			clip(out, clipped[i*d:(i+1)*d], g.Low, g.High)
 		}
 		if logp != nil {
-			logp[i] = float32(lp)
+			logp[i] = float32(-0.5*zz - sumLs - float64(d)*halfLog2Pi)
 		}
 	}
 	return nil
 }
 
-// logStdOf is the log_std of element k (dimension j of its row): the shared row's, or its own.
-func logStdOf(logStd []float32, shared bool, j, k int) float64 {
-	if shared {
-		return float64(logStd[j])
+// clip writes x clipped to [lo, hi] element by element into dst.
+func clip(x, dst, lo, hi []float32) {
+	dst, lo, hi = dst[:len(x)], lo[:len(x)], hi[:len(x)]
+	for j, v := range x {
+		dst[j] = min(max(v, lo[j]), hi[j])
 	}
-	return float64(logStd[k])
 }

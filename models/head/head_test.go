@@ -1,7 +1,6 @@
 package head
 
 import (
-	"context"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/towerrl/towerrl/onnx"
 )
 
 func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol }
@@ -143,14 +141,21 @@ func TestSeededReproducible(t *testing.T) {
 
 func TestSampleAllocatesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	c := Categorical{N: 2}
-	logits, acts, logp := make([]float32, 2048), make([]int32, 1024), make([]float32, 1024)
+	rngs := rowStreams(1024)
+	c, c5 := Categorical{N: 2}, Categorical{N: 5}
+	logits, acts, logp := normals(5*1024, 1), make([]int32, 1024), make([]float32, 1024)
 	g := Gaussian{Low: []float32{-2}, High: []float32{2}}
 	mean, raw, clipped := make([]float32, 1024), make([]float32, 1024), make([]float32, 1024)
-	ls := []float32{0}
+	ls, perRow := []float32{0}, normals(1024, 0.5)
 	if a := testing.AllocsPerRun(20, func() {
-		c.Sample(rng, logits, acts, logp)
+		c.Sample(rng, logits[:2048], acts, logp)
+		c.SampleRows(rngs, logits[:2048], acts, logp)
+		c5.SampleRows(rngs, logits, acts, logp)
+		c5.Mode(logits, acts, logp)
+		c5.LogProb(logits, acts, logp)
 		g.Sample(rng, mean, ls, raw, clipped, logp)
+		g.SampleRows(rngs, mean, ls, raw, clipped, logp)
+		g.SampleRows(rngs, mean, perRow, raw, clipped, logp)
 	}); a != 0 {
 		t.Errorf("%v allocations per Sample", a)
 	}
@@ -164,6 +169,12 @@ func TestBadHeadInput(t *testing.T) {
 		"action range": c.LogProb([]float32{0, 0}, []int32{2}, make([]float32, 1)),
 		"gauss logstd": Gaussian{Low: []float32{-1, -1}, High: []float32{1, 1}}.Mode(make([]float32, 4), make([]float32, 3), make([]float32, 4), nil, nil),
 		"gauss nan":    Gaussian{Low: []float32{-1}, High: []float32{1}}.Mode([]float32{float32(math.NaN())}, []float32{0}, make([]float32, 1), nil, nil),
+		"gauss nan log_std": Gaussian{Low: []float32{-1}, High: []float32{1}}.SampleRows(rowStreams(2), []float32{0, 0}, []float32{0, float32(math.NaN())},
+			make([]float32, 2), nil, nil),
+		"nil rng":           c.Sample(nil, make([]float32, 2), make([]int32, 1), nil),
+		"gauss nil rng":     Gaussian{Low: []float32{-1}, High: []float32{1}}.Sample(nil, []float32{0}, []float32{0}, make([]float32, 1), nil, nil),
+		"few streams":       c.SampleRows(rowStreams(1), make([]float32, 4), make([]int32, 2), nil),
+		"gauss few streams": Gaussian{Low: []float32{-1}, High: []float32{1}}.SampleRows(rowStreams(1), []float32{0, 0}, []float32{0}, make([]float32, 2), nil, nil),
 	} {
 		if err == nil {
 			t.Errorf("%s: no error", name)
@@ -209,64 +220,32 @@ func TestMetadataRoundTrip(t *testing.T) {
 	}
 }
 
-func TestBindFixtures(t *testing.T) {
-	ctx := context.Background()
-	mlp, err := onnx.Open(ctx, "../../testdata/mlp_tanh.onnx", onnx.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mlp.Close()
-	spec, ok, err := FromMetadata(mlp.Metadata())
-	if err != nil || !ok {
-		t.Fatal(ok, err)
-	}
-	o, err := Bind(spec, mlp.Outputs(), Names{})
-	if err != nil || o != (Outputs{Params: 0, LogStd: -1, Value: 1, Actions: -1}) {
-		t.Fatalf("mlp: %+v %v", o, err)
-	}
-	g, err := onnx.Open(ctx, "../../testdata/gaussian_relu.onnx", onnx.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	pend := Spec{Head: GaussianKind, Low: []float32{-2}, High: []float32{2}}
-	if o, err = Bind(pend, g.Outputs(), Names{}); err != nil || o != (Outputs{Params: 0, LogStd: 1, Value: -1, Actions: -1}) {
-		t.Fatalf("gaussian: %+v %v", o, err)
-	}
-	if _, err := Bind(Spec{Head: CategoricalKind, N: 3}, mlp.Outputs(), Names{}); err == nil || !strings.Contains(err.Error(), `"logits"`) {
-		t.Errorf("3 actions on a 2-logit model: %v", err)
-	}
-	if _, err := Bind(spec, mlp.Outputs(), Names{Value: "critic"}); err == nil || !strings.Contains(err.Error(), `"critic"`) {
-		t.Errorf("unknown name: %v", err)
-	}
-}
-
-func info(name string, dt onnx.DType, batched bool, row ...int64) onnx.TensorInfo {
+func info(name string, dt DType, batched bool, row ...int64) Tensor {
 	decl := row
 	if batched {
 		decl = append([]int64{-1}, row...)
 	}
-	return onnx.TensorInfo{Name: name, DType: dt, Declared: decl, Batched: batched, Row: row}
+	return Tensor{Name: name, DType: dt, Declared: decl, Batched: batched, Row: row}
 }
 
 // The one log_std rule: [D], [1, D], [1] for D = 1 shared; [batch, D] per row; others refused.
 func TestLogStdLayout(t *testing.T) {
 	for _, tc := range []struct {
-		info   onnx.TensorInfo
+		info   Tensor
 		d      int
 		shared bool
 		bad    bool
 	}{
-		{info("sb3", onnx.Float32, false, 3), 3, true, false},
-		{info("sb3_1d", onnx.Float32, false, 1), 1, true, false},
-		{info("cleanrl", onnx.Float32, false, 1, 3), 3, true, false},
-		{info("cleanrl_1d", onnx.Float32, false, 1, 1), 1, true, false},
-		{info("per_row", onnx.Float32, true, 3), 3, false, false},
-		{info("per_row_1d", onnx.Float32, true, 1), 1, false, false},
-		{info("per_row_3d", onnx.Float32, true, 1, 3), 3, false, false},
-		{info("wrong_size", onnx.Float32, false, 2), 3, false, true},
-		{info("matrix", onnx.Float32, false, 2, 3), 6, false, true},
-		{info("batched_wrong", onnx.Float32, true, 6), 3, false, true},
+		{info("sb3", Float32, false, 3), 3, true, false},
+		{info("sb3_1d", Float32, false, 1), 1, true, false},
+		{info("cleanrl", Float32, false, 1, 3), 3, true, false},
+		{info("cleanrl_1d", Float32, false, 1, 1), 1, true, false},
+		{info("per_row", Float32, true, 3), 3, false, false},
+		{info("per_row_1d", Float32, true, 1), 1, false, false},
+		{info("per_row_3d", Float32, true, 1, 3), 3, false, false},
+		{info("wrong_size", Float32, false, 2), 3, false, true},
+		{info("matrix", Float32, false, 2, 3), 6, false, true},
+		{info("batched_wrong", Float32, true, 6), 3, false, true},
 	} {
 		shared, err := LogStdLayout(tc.info, tc.d)
 		if (err != nil) != tc.bad || shared != tc.shared {
@@ -284,34 +263,34 @@ func TestBindLayouts(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		spec  Spec
-		outs  []onnx.TensorInfo
+		outs  []Tensor
 		names Names
 		want  Outputs
 		err   string
 	}{
-		{"sb3 discrete actions only", cat, []onnx.TensorInfo{info("a", onnx.Int64, true), info("24", onnx.Float32, true, 1), info("log_prob", onnx.Float32, true)},
+		{"sb3 discrete actions only", cat, []Tensor{info("a", Int64, true), info("24", Float32, true, 1), info("log_prob", Float32, true)},
 			Names{}, with(func(o *Outputs) { o.Actions, o.DeterministicOnly = 0, true }), ""}, // "24" is the value only to a layout that knows SB3
-		{"sb3 discrete with exposed logits", cat, []onnx.TensorInfo{info("a", onnx.Int64, true), info("24", onnx.Float32, true, 1), info("/policy/action_net/Gemm_output_0", onnx.Float32, true, 2)},
+		{"sb3 discrete with exposed logits", cat, []Tensor{info("a", Int64, true), info("24", Float32, true, 1), info("/policy/action_net/Gemm_output_0", Float32, true, 2)},
 			Names{Params: "/policy/action_net/Gemm_output_0", Value: "24"}, with(func(o *Outputs) { o.Actions, o.Value, o.Params = 0, 1, 2 }), ""},
-		{"sample factory actions", cat, []onnx.TensorInfo{info("output_actions", onnx.Int64, true, 1), info("output_rnn_states", onnx.Float32, true, 8)},
+		{"sample factory actions", cat, []Tensor{info("output_actions", Int64, true, 1), info("output_rnn_states", Float32, true, 8)},
 			Names{}, with(func(o *Outputs) { o.Actions, o.DeterministicOnly = 0, true }), ""},
-		{"rllib split", box, []onnx.TensorInfo{info("output", onnx.Float32, true, 4)},
+		{"rllib split", box, []Tensor{info("output", Float32, true, 4)},
 			Names{}, with(func(o *Outputs) { o.Params, o.LogStd, o.Split = 0, 0, true }), ""},
-		{"sb3 log_std parameter", box, []onnx.TensorInfo{info("mean", onnx.Float32, true, 2), info("policy.log_std", onnx.Float32, false, 2)},
+		{"sb3 log_std parameter", box, []Tensor{info("mean", Float32, true, 2), info("policy.log_std", Float32, false, 2)},
 			Names{}, with(func(o *Outputs) { o.Params, o.LogStd = 0, 1 }), ""},
-		{"cleanrl log_std [1,D]", box, []onnx.TensorInfo{info("mean", onnx.Float32, true, 2), info("actor_logstd", onnx.Float32, false, 1, 2), info("value", onnx.Float32, true, 1)},
+		{"cleanrl log_std [1,D]", box, []Tensor{info("mean", Float32, true, 2), info("actor_logstd", Float32, false, 1, 2), info("value", Float32, true, 1)},
 			Names{}, with(func(o *Outputs) { o.Params, o.LogStd, o.Value = 0, 1, 2 }), ""},
-		{"sac deterministic", sac, []onnx.TensorInfo{info("16", onnx.Float32, true, 2), info("mu", onnx.Float32, true, 2)},
+		{"sac deterministic", sac, []Tensor{info("16", Float32, true, 2), info("mu", Float32, true, 2)},
 			Names{Actions: "16", Params: "mu"}, with(func(o *Outputs) { o.Params, o.Actions, o.DeterministicOnly = 1, 0, true }), ""},
-		{"sac with log_std", sac, []onnx.TensorInfo{info("mu", onnx.Float32, true, 2), info("ls", onnx.Float32, true, 2)},
+		{"sac with log_std", sac, []Tensor{info("mu", Float32, true, 2), info("ls", Float32, true, 2)},
 			Names{LogStd: "ls"}, with(func(o *Outputs) { o.Params, o.LogStd = 0, 1 }), ""},
-		{"float actions by name", box, []onnx.TensorInfo{info("actions", onnx.Float32, true, 2)},
+		{"float actions by name", box, []Tensor{info("actions", Float32, true, 2)},
 			Names{}, with(func(o *Outputs) { o.Actions, o.DeterministicOnly = 0, true }), ""},
-		{"wrong log_std", box, []onnx.TensorInfo{info("mean", onnx.Float32, true, 2), info("log_std", onnx.Float32, false, 3)},
+		{"wrong log_std", box, []Tensor{info("mean", Float32, true, 2), info("log_std", Float32, false, 3)},
 			Names{}, Outputs{}, "log_std"},
-		{"wrong actions", box, []onnx.TensorInfo{info("actions", onnx.Int64, true, 1)},
+		{"wrong actions", box, []Tensor{info("actions", Int64, true, 1)},
 			Names{}, Outputs{}, "float32 values a row"},
-		{"nothing", cat, []onnx.TensorInfo{info("log_prob", onnx.Float32, true)},
+		{"nothing", cat, []Tensor{info("log_prob", Float32, true)},
 			Names{}, Outputs{}, "--logits-output"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

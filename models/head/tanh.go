@@ -56,11 +56,12 @@ func (g TanhGaussian) toEnv(a float32, j int) float32 {
 	return min(max(x, g.Low[j]), g.High[j]) // rounding may step a hair outside
 }
 
-// logDensity is one dimension's term of log p(a): log N(atanh(a); mu, exp(ls)) − log(1 − a² + ε).
-func logDensity(a, mu, ls float64) float64 {
+// logDensity is one dimension's term of log p(a): log N(atanh(a); mu, exp(ls)) − log(1 − a² + ε),
+// given inv = exp(−ls).
+func logDensity(a, mu, ls, inv float64) float64 {
 	c := min(max(a, -atanhLimit), atanhLimit)
 	u := 0.5 * (math.Log1p(c) - math.Log1p(-c))
-	z := (u - mu) / math.Exp(ls)
+	z := (u - mu) * inv
 	return -0.5*z*z - ls - halfLog2Pi - math.Log(1-a*a+squashEpsilon)
 }
 
@@ -106,14 +107,15 @@ func (g TanhGaussian) act(rng *rand.Rand, mean, logStd, actions, env, logp []flo
 			mu := float64(mean[k])
 			ls := 0.0
 			if logStd != nil {
-				ls = logStdOf(logStd, shared, j, k)
+				ls = float64(logStdRow(logStd, shared, i, d)[j])
 			}
 			if math.IsNaN(mu) || math.IsNaN(ls) {
 				return fmt.Errorf("head: row %d dimension %d has mean %v, log_std %v", i, j, mu, ls)
 			}
+			std := math.Exp(ls)
 			u := mu
 			if rng != nil {
-				u += math.Exp(ls) * rng.NormFloat64()
+				u += std * rng.NormFloat64()
 			}
 			a := float32(math.Tanh(u))
 			actions[k] = a
@@ -121,7 +123,7 @@ func (g TanhGaussian) act(rng *rand.Rand, mean, logStd, actions, env, logp []flo
 				env[k] = g.toEnv(a, j)
 			}
 			if logp != nil {
-				lp += logDensity(float64(a), mu, ls)
+				lp += logDensity(float64(a), mu, ls, 1/std)
 			}
 		}
 		if logp != nil {
@@ -160,11 +162,11 @@ func (g TanhGaussian) logProb(mean, logStd, actions, logp []float32, fromEnv boo
 			if fromEnv {
 				a = g.unit(actions[k], j)
 			}
-			ls := logStdOf(logStd, shared, j, k)
+			ls := float64(logStdRow(logStd, shared, i, d)[j])
 			if math.IsNaN(a) || a < -1 || a > 1 {
 				return fmt.Errorf("head: row %d dimension %d: squashed action %v is outside [-1, 1]", i, j, a)
 			}
-			lp += logDensity(a, float64(mean[k]), ls)
+			lp += logDensity(a, float64(mean[k]), ls, math.Exp(-ls))
 		}
 		logp[i] = float32(lp)
 	}

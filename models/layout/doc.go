@@ -5,8 +5,8 @@
 // the env's bounds; and how its inputs are fed: the observations, recurrent states carried
 // from one step to the next, sequence lengths and episode starts.
 //
-// It reads the ONNX protobuf only (package onnxpb): no ONNX Runtime is needed, and nothing
-// is modified. [Recognise] returns a [Binding]; [Expose] returns a copy of the model whose
+// It reads the ONNX protobuf only (package onnxpb): no ONNX Runtime is needed or linked (the
+// package builds without cgo, for any GOARCH), and nothing is modified. [Recognise] returns a [Binding]; [Expose] returns a copy of the model whose
 // outputs include the inner tensors the binding names, so that a session computes them; its
 // [Binding.Names] then go to head.Bind over the session's outputs.
 //

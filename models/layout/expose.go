@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
@@ -65,9 +65,9 @@ func Expose(m *onnxpb.ModelProto, b Binding) (*onnxpb.ModelProto, Binding, error
 // valueInfo declares t as an output: its element type, and its shape when known (a
 // dynamic dimension as the symbol "batch" when it is the first, else unnamed).
 func valueInfo(name string, t *tensor) *onnxpb.ValueInfoProto {
-	elem := map[onnx.DType]onnxpb.TensorProto_DataType{
-		onnx.Float32: onnxpb.TensorProto_FLOAT, onnx.Float64: onnxpb.TensorProto_DOUBLE,
-		onnx.Int32: onnxpb.TensorProto_INT32, onnx.Int64: onnxpb.TensorProto_INT64, onnx.Uint8: onnxpb.TensorProto_UINT8,
+	elem := map[head.DType]onnxpb.TensorProto_DataType{
+		head.Float32: onnxpb.TensorProto_FLOAT, head.Float64: onnxpb.TensorProto_DOUBLE,
+		head.Int32: onnxpb.TensorProto_INT32, head.Int64: onnxpb.TensorProto_INT64, head.Uint8: onnxpb.TensorProto_UINT8,
 	}[t.dtype]
 	if elem == 0 {
 		elem = onnxpb.TensorProto_FLOAT

@@ -61,6 +61,15 @@ func session(t *testing.T, m *onnxpb.ModelProto, b Binding, obs []float32) (*onn
 	return s, eb
 }
 
+// tensors is a session's description of its tensors as package head reads them.
+func tensors(infos []onnx.TensorInfo) []head.Tensor {
+	out := make([]head.Tensor, len(infos))
+	for i, t := range infos {
+		out[i] = head.Tensor{Name: t.Name, DType: head.DType(t.DType.String()), Declared: t.Declared, Batched: t.Batched, Row: t.Row}
+	}
+	return out
+}
+
 func output(t *testing.T, s *onnx.Session, name string) []float32 {
 	t.Helper()
 	i, err := s.OutputIndex(name)
@@ -87,7 +96,7 @@ func TestExposeLogits(t *testing.T) {
 	if eb.Params != b.Params || len(s.Outputs()) != 4 {
 		t.Fatalf("exposed %+v, outputs %v", eb, s.Outputs())
 	}
-	outs, err := head.Bind(eb.Spec(env), s.Outputs(), eb.Names())
+	outs, err := head.Bind(eb.Spec(env), tensors(s.Outputs()), eb.Names())
 	if err != nil || outs.DeterministicOnly || outs.Params != 3 || outs.Value != 1 || outs.Actions != 0 {
 		t.Fatalf("head.Bind: %+v %v", outs, err)
 	}
@@ -127,11 +136,11 @@ func TestExposeLogStdParameter(t *testing.T) {
 	if eb.LogStd != "policy.log_std"+ExposedSuffix {
 		t.Fatalf("exposed log_std %q", eb.LogStd)
 	}
-	outs, err := head.Bind(eb.Spec(box2), s.Outputs(), eb.Names())
+	outs, err := head.Bind(eb.Spec(box2), tensors(s.Outputs()), eb.Names())
 	if err != nil || outs.DeterministicOnly || outs.Split {
 		t.Fatalf("head.Bind: %+v %v", outs, err)
 	}
-	shared, err := head.LogStdLayout(s.Outputs()[outs.LogStd], 2)
+	shared, err := head.LogStdLayout(tensors(s.Outputs())[outs.LogStd], 2)
 	if err != nil || !shared {
 		t.Errorf("log_std %v: shared %v %v", s.Outputs()[outs.LogStd], shared, err)
 	}
@@ -163,7 +172,7 @@ func TestExposeSACMean(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, eb := session(t, m, b, []float32{0.5, -0.5, 1})
-	outs, err := head.Bind(eb.Spec(box2), s.Outputs(), eb.Names())
+	outs, err := head.Bind(eb.Spec(box2), tensors(s.Outputs()), eb.Names())
 	if err != nil || !outs.DeterministicOnly || outs.Stochastic(eb.Spec(box2)) == nil {
 		t.Fatalf("head.Bind: %+v %v", outs, err)
 	}
@@ -212,7 +221,7 @@ func TestRecogniseWithSessionShapes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		infos := append(s.Inputs(), s.Outputs()...)
+		infos := tensors(append(s.Inputs(), s.Outputs()...))
 		s.Close()
 		got, err := Recognise(tc.model, infos, tc.env, Overrides{})
 		if err != nil {

@@ -306,7 +306,7 @@ func floats(t *testing.T, s *onnx.Session, i int) []float64 {
 func bindExposed(t *testing.T, m *onnxpb.ModelProto, b Binding, env head.Spec) {
 	t.Helper()
 	s, eb := openExposed(t, m, b)
-	outs, err := head.Bind(eb.Spec(env), s.Outputs(), eb.Names())
+	outs, err := head.Bind(eb.Spec(env), tensors(s.Outputs()), eb.Names())
 	if err != nil {
 		t.Fatalf("head.Bind over the exposed outputs: %v", err)
 	}
@@ -314,7 +314,7 @@ func bindExposed(t *testing.T, m *onnxpb.ModelProto, b Binding, env head.Spec) {
 		t.Errorf("head.Bind %+v, binding deterministic-only %v split %v", outs, b.DeterministicOnly, b.Split)
 	}
 	if outs.LogStd >= 0 && !outs.Split {
-		if _, err := head.LogStdLayout(s.Outputs()[outs.LogStd], env.ActionDim()); err != nil {
+		if _, err := head.LogStdLayout(tensors(s.Outputs())[outs.LogStd], env.ActionDim()); err != nil {
 			t.Error(err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
@@ -247,8 +247,8 @@ func (x *index) rowSize(t *tensor) int64 {
 }
 
 // info is t as a session would describe it.
-func (x *index) info(t *tensor) onnx.TensorInfo {
-	ti := onnx.TensorInfo{Name: t.name, DType: t.dtype, Declared: slices.Clone(t.shape), Batched: x.batched(t)}
+func (x *index) info(t *tensor) head.Tensor {
+	ti := head.Tensor{Name: t.name, DType: t.dtype, Declared: slices.Clone(t.shape), Batched: x.batched(t)}
 	ti.Row = slices.Clone(t.shape)
 	if ti.Batched {
 		ti.Row = ti.Row[1:]

@@ -7,14 +7,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
 // tensor is what the index knows of one tensor of the graph.
 type tensor struct {
 	name     string
-	dtype    onnx.DType
+	dtype    head.DType
 	shape    []int64 // nil when unknown; -1 marks a dynamic dimension
 	producer int     // index of the node writing it; -1 for inputs and initializers
 	value    *onnxpb.TensorProto
@@ -53,12 +53,12 @@ func (t *tensor) elements() int64 {
 	return n
 }
 
-// describe is "name float32[?,2]", as onnx.TensorInfo prints itself.
+// describe is "name float32[?,2]", as head.Tensor prints itself.
 func (t *tensor) describe() string {
 	if !t.known() {
 		return fmt.Sprintf("%s %s[shape unknown]", t.name, t.dtype)
 	}
-	return onnx.TensorInfo{Name: t.name, DType: t.dtype, Declared: t.shape}.String()
+	return head.Tensor{Name: t.name, DType: t.dtype, Declared: t.shape}.String()
 }
 
 // index is a read-only view of a model's graph: tensors with their shapes, producers and
@@ -75,7 +75,7 @@ type index struct {
 	lin       []linear // memo of linears
 }
 
-func newIndex(m *onnxpb.ModelProto, infos []onnx.TensorInfo) (*index, error) {
+func newIndex(m *onnxpb.ModelProto, infos []head.Tensor) (*index, error) {
 	g := m.GetGraph()
 	if g == nil {
 		return nil, fmt.Errorf("%w: the model has no graph", ErrModel)
@@ -87,7 +87,7 @@ func newIndex(m *onnxpb.ModelProto, infos []onnx.TensorInfo) (*index, error) {
 	get := func(name string) *tensor {
 		t, ok := x.tensors[name]
 		if !ok {
-			t = &tensor{name: name, producer: -1, dtype: onnx.Float32}
+			t = &tensor{name: name, producer: -1, dtype: head.Float32}
 			x.tensors[name] = t
 		}
 		return t
@@ -177,21 +177,25 @@ func newIndex(m *onnxpb.ModelProto, infos []onnx.TensorInfo) (*index, error) {
 	return x, nil
 }
 
-// dtypeOf maps an ONNX element type onto the Session's; Unsupported for the others.
-func dtypeOf(dt int32) onnx.DType {
+// unsupported is the element type of a tensor no head reads (bool, string, float16...).
+const unsupported head.DType = "unsupported"
+
+// dtypeOf maps an ONNX element type onto its name; unsupported for the types a session does
+// not read.
+func dtypeOf(dt int32) head.DType {
 	switch onnxpb.TensorProto_DataType(dt) {
 	case onnxpb.TensorProto_FLOAT:
-		return onnx.Float32
+		return head.Float32
 	case onnxpb.TensorProto_DOUBLE:
-		return onnx.Float64
+		return head.Float64
 	case onnxpb.TensorProto_INT32:
-		return onnx.Int32
+		return head.Int32
 	case onnxpb.TensorProto_INT64:
-		return onnx.Int64
+		return head.Int64
 	case onnxpb.TensorProto_UINT8:
-		return onnx.Uint8
+		return head.Uint8
 	}
-	return onnx.Unsupported
+	return unsupported
 }
 
 // values decodes a small constant tensor (float, double, int32 or int64) as float64s; ok is
@@ -323,7 +327,7 @@ func (x *index) infer(i int, n *onnxpb.NodeProto) {
 		}
 		return nil
 	}
-	set := func(k int, dt onnx.DType, shape []int64) {
+	set := func(k int, dt head.DType, shape []int64) {
 		if k >= len(outs) || outs[k] == "" {
 			return
 		}
@@ -345,7 +349,7 @@ func (x *index) infer(i int, n *onnxpb.NodeProto) {
 		}
 	}
 	a := in(0)
-	dt := onnx.Float32
+	dt := head.Float32
 	if a != nil {
 		dt = a.dtype
 	}
@@ -375,7 +379,7 @@ func (x *index) infer(i int, n *onnxpb.NodeProto) {
 		}
 		switch op {
 		case "Equal", "Less", "Greater", "And", "Or":
-			dt = onnx.Unsupported
+			dt = unsupported
 		}
 		set(0, dt, shape)
 	case op == "Gemm":
@@ -448,7 +452,7 @@ func (x *index) infer(i int, n *onnxpb.NodeProto) {
 		set(0, dt, shape)
 	case op == "ArgMax" || op == "ArgMin" || strings.HasPrefix(op, "Reduce"):
 		if op == "ArgMax" || op == "ArgMin" {
-			dt = onnx.Int64
+			dt = head.Int64
 		}
 		if sa == nil {
 			set(0, dt, nil)
@@ -501,7 +505,7 @@ func (x *index) infer(i int, n *onnxpb.NodeProto) {
 		set(2, dt, []int64{dirs, batch, h})
 	case op == "Shape":
 		if sa != nil {
-			set(0, onnx.Int64, []int64{int64(len(sa))})
+			set(0, head.Int64, []int64{int64(len(sa))})
 		}
 	case op == "Slice" || op == "Gather" || op == "Split" || op == "Multinomial":
 		if op == "Multinomial" && sa != nil && len(sa) == 2 {

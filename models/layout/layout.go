@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/towerrl/towerrl/models/head"
-	"github.com/towerrl/towerrl/onnx"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
@@ -111,13 +110,13 @@ type Overrides struct {
 
 // Recognise binds the graph m to a head for an env whose action space env holds (its Head
 // says discrete or continuous: categorical, or one of the Gaussian heads). tensors, when not
-// nil, gives concrete shapes for any of the graph's tensors (a session's outputs; inner
-// tensors probed after exposing them); the rest come from the graph's declarations and a
-// light shape inference. Precedence: the user's overrides, then towerrl.* metadata, then an
+// nil, gives concrete shapes for any of the graph's tensors (a session's inputs and outputs as
+// head.Tensor; inner tensors probed after exposing them); the rest come from the graph's
+// declarations and a light shape inference. Precedence: the user's overrides, then towerrl.* metadata, then an
 // exporter's layout (module names, initializer shapes and graph structure), then naming
 // conventions. An error wrapping ErrNotRecognised lists the candidate tensors and the flags
 // to pass.
-func Recognise(m *onnxpb.ModelProto, tensors []onnx.TensorInfo, env head.Spec, o Overrides) (Binding, error) {
+func Recognise(m *onnxpb.ModelProto, tensors []head.Tensor, env head.Spec, o Overrides) (Binding, error) {
 	x, err := newIndex(m, tensors)
 	if err != nil {
 		return Binding{}, err
@@ -295,7 +294,7 @@ func (r *recogniser) candidateList() string {
 // Candidate is a tensor a user might bind, listed by errors.
 type Candidate struct {
 	Name  string
-	DType onnx.DType
+	DType head.DType
 	Shape []int64 // nil when unknown; -1 marks a dynamic dimension
 	Where string  // "graph output", or the layer that writes it: "Gemm in policy.action_net"
 }

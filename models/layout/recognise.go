@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/towerrl/towerrl/models/head"
-	"github.com/towerrl/towerrl/onnx"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
@@ -94,7 +93,7 @@ func (r *recogniser) inputs() {
 		func(n string) bool { return r.obsShaped(x.tensor(n)) },
 		func(n string) bool {
 			dt := x.tensor(n).dtype
-			return dt == onnx.Float32 || dt == onnx.Uint8 || dt == onnx.Float64
+			return dt == head.Float32 || dt == head.Uint8 || dt == head.Float64
 		},
 	} {
 		for _, in := range rest {
@@ -113,7 +112,7 @@ func (r *recogniser) inputs() {
 	// Inputs and outputs of one shape (rank ≥ 2): the state of a layer traced no other way.
 	for _, in := range rest {
 		t := x.tensor(in)
-		if used[in] || !t.known() || len(t.shape) < 2 || t.dtype != onnx.Float32 || len(x.consumers[in]) == 0 {
+		if used[in] || !t.known() || len(t.shape) < 2 || t.dtype != head.Float32 || len(x.consumers[in]) == 0 {
 			continue
 		}
 		for _, out := range x.outputs {
@@ -574,7 +573,7 @@ func (r *recogniser) meanFromActions() {
 	d := int64(r.env.ActionDim())
 	for _, out := range x.outputs {
 		t := x.tensor(out)
-		if r.bound(out) || t.dtype != onnx.Float32 || head.Conventional(x.info(t)) == head.RoleValue {
+		if r.bound(out) || t.dtype != head.Float32 || head.Conventional(x.info(t)) == head.RoleValue {
 			continue
 		}
 		src := x.back(out, func(p *onnxpb.NodeProto) (string, bool) {
@@ -709,7 +708,7 @@ func (r *recogniser) valueFromOutputs() {
 	}
 	for _, out := range x.outputs {
 		t := x.tensor(out)
-		if r.bound(out) || t.dtype != onnx.Float32 {
+		if r.bound(out) || t.dtype != head.Float32 {
 			continue
 		}
 		src := x.back(out, throughShape)

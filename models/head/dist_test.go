@@ -1,0 +1,187 @@
+package head
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// Hand-worked: log(e + e² + e³) = log(30.19287485) = 3.407605964; a shift of every logit by c
+// shifts it by c; the edge cases follow the limits.
+func TestLogSumExp(t *testing.T) {
+	inf := float32(math.Inf(1))
+	for _, tc := range []struct {
+		name string
+		x    []float32
+		want float64
+	}{
+		{"1,2,3", []float32{1, 2, 3}, 3.407605964},
+		{"shifted by 1000", []float32{1001, 1002, 1003}, 1003.407605964},
+		{"shifted by -1000", []float32{-999, -998, -997}, -996.592394036},
+		{"one", []float32{-2.5}, -2.5},
+		{"two equal", []float32{7, 7}, 7 + math.Ln2},
+		{"masked", []float32{0, -inf}, 0},
+		{"empty", nil, math.Inf(-1)},
+		{"all -Inf", []float32{-inf, -inf}, math.Inf(-1)},
+		{"+Inf", []float32{0, inf}, math.Inf(1)},
+		{"NaN", []float32{0, float32(math.NaN())}, math.NaN()},
+	} {
+		got := LogSumExp(tc.x)
+		if !(near(got, tc.want, 1e-9) || got == tc.want || (math.IsNaN(got) && math.IsNaN(tc.want))) {
+			t.Errorf("%s: LogSumExp %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// LogSoftmax of (0, log 2, log 7) is log(0.1, 0.2, 0.7); its backward matches central
+// differences of L = Σ_j w_j·y_j.
+func TestLogSoftmax(t *testing.T) {
+	x := []float32{0, float32(math.Log(2)), float32(math.Log(7))}
+	y := make([]float32, 3)
+	LogSoftmax(y, x)
+	for j, p := range []float64{0.1, 0.2, 0.7} {
+		if !near(float64(y[j]), math.Log(p), 1e-6) {
+			t.Errorf("y[%d] = %v, want log %v", j, y[j], p)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	x = gridRow(rng, 7)
+	w := gridRow(rng, 7)
+	y, dx := make([]float32, 7), make([]float32, 7)
+	LogSoftmax(y, x)
+	LogSoftmaxBackward(dx, y, w)
+	loss := func(x []float32) float64 {
+		var l float64
+		lse := LogSumExp(x)
+		for j, v := range x {
+			l += float64(w[j]) * (float64(v) - lse)
+		}
+		return l
+	}
+	checkGrad(t, "LogSoftmax", x, dx, loss)
+}
+
+// Hand-worked for logits (0, log 2, log 7) = log(0.1, 0.2, 0.7) and action 2:
+// logp = log 0.7 = -0.356674944, H = -Σ p log p = 0.801818553,
+// ∂logp/∂z = (-0.1, -0.2, 0.3), ∂H/∂z_j = -p_j(log p_j + H) = (0.150077, 0.161524, -0.311601).
+func TestCategoricalForwardBackwardByHand(t *testing.T) {
+	logits := []float32{0, float32(math.Log(2)), float32(math.Log(7))}
+	ls, p := make([]float64, 3), make([]float64, 3)
+	logp, h := CategoricalForward(logits, 2, ls, p)
+	if !near(logp, -0.356674944, 1e-7) || !near(h, 0.801818553, 1e-7) {
+		t.Errorf("logp %v H %v, want -0.356674944 and 0.801818553", logp, h)
+	}
+	d := make([]float32, 3)
+	for _, tc := range []struct {
+		dLogp, dH float64
+		want      []float64
+	}{
+		{1, 0, []float64{-0.1, -0.2, 0.3}},
+		{0, 1, []float64{0.1500767, 0.1615239, -0.3116006}},
+		{2, -0.5, []float64{-0.2 - 0.5*0.1500767, -0.4 - 0.5*0.1615239, 0.6 + 0.5*0.3116006}},
+	} {
+		CategoricalBackward(ls, p, 2, h, tc.dLogp, tc.dH, d)
+		for j, w := range tc.want {
+			if !near(float64(d[j]), w, 1e-6) {
+				t.Errorf("dLogp %v dH %v: ∂/∂z_%d = %v, want %v", tc.dLogp, tc.dH, j, d[j], w)
+			}
+		}
+	}
+}
+
+// CategoricalBackward matches central differences of L = α·logp + β·H, for several widths
+// and actions.
+func TestCategoricalBackwardFiniteDifferences(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{1, 2, 5, 18} {
+		logits := gridRow(rng, n)
+		a := rng.IntN(n)
+		const alpha, beta = 0.7, -1.3
+		ls, p := make([]float64, n), make([]float64, n)
+		_, h := CategoricalForward(logits, a, ls, p)
+		d := make([]float32, n)
+		CategoricalBackward(ls, p, a, h, alpha, beta, d)
+		checkGrad(t, "categorical", logits, d, func(x []float32) float64 {
+			lp, h := CategoricalForward(x, a, make([]float64, n), make([]float64, n))
+			return alpha*lp + beta*h
+		})
+	}
+}
+
+// Hand-worked: action (1, -0.5), mean (0, 0.5), log_std (0, log 2): z = (1, -0.5),
+// logp = -½(1 + 0.25) - log 2 - 2·½log 2π = -3.156024247, H = log 2 + 2·(½ + ½log 2π) =
+// 3.531024247; ∂logp/∂mean = z/σ = (1, -0.25), ∂logp/∂log_std = z² - 1 = (0, -0.75).
+func TestGaussianForwardBackwardByHand(t *testing.T) {
+	a, mean, logStd := []float32{1, -0.5}, []float32{0, 0.5}, []float32{0, float32(math.Log(2))}
+	z, inv := make([]float64, 2), make([]float64, 2)
+	logp, h := GaussianForward(a, mean, logStd, z, inv)
+	if !near(logp, -3.156024247, 1e-7) || !near(h, 3.531024247, 1e-7) {
+		t.Errorf("logp %v H %v, want -3.156024247 and 3.531024247", logp, h)
+	}
+	if lp := GaussianLogProb(a, mean, logStd); lp != logp {
+		t.Errorf("GaussianLogProb %v, GaussianForward %v", lp, logp)
+	}
+	if e := GaussianEntropy(logStd); e != h {
+		t.Errorf("GaussianEntropy %v, GaussianForward %v", e, h)
+	}
+	dMean, dLogStd := make([]float32, 2), make([]float32, 2)
+	GaussianBackward(z, inv, 1, 0.5, dMean, dLogStd)
+	for j, w := range []float64{1, -0.25} {
+		if !near(float64(dMean[j]), w, 1e-7) {
+			t.Errorf("∂/∂mean_%d = %v, want %v", j, dMean[j], w)
+		}
+	}
+	for j, w := range []float64{0 + 0.5, -0.75 + 0.5} {
+		if !near(float64(dLogStd[j]), w, 1e-7) {
+			t.Errorf("∂/∂log_std_%d = %v, want %v", j, dLogStd[j], w)
+		}
+	}
+}
+
+// GaussianBackward matches central differences of L = α·logp + β·H in the mean and log_std.
+func TestGaussianBackwardFiniteDifferences(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, d := range []int{1, 3, 6} {
+		a, mean, logStd := gridRow(rng, d), gridRow(rng, d), gridRow(rng, d)
+		for j := range logStd {
+			logStd[j] *= 0.25
+		}
+		const alpha, beta = 1.1, 0.4
+		z, inv := make([]float64, d), make([]float64, d)
+		GaussianForward(a, mean, logStd, z, inv)
+		dMean, dLogStd := make([]float32, d), make([]float32, d)
+		GaussianBackward(z, inv, alpha, beta, dMean, dLogStd)
+		loss := func(mean, logStd []float32) float64 {
+			lp, h := GaussianForward(a, mean, logStd, make([]float64, d), make([]float64, d))
+			return alpha*lp + beta*h
+		}
+		checkGrad(t, "gaussian mean", mean, dMean, func(x []float32) float64 { return loss(x, logStd) })
+		checkGrad(t, "gaussian log_std", logStd, dLogStd, func(x []float32) float64 { return loss(mean, x) })
+	}
+}
+
+// gridRow is n values drawn from N(0, 1.5²) and rounded to multiples of 2⁻¹⁰, so that the
+// finite-difference steps of checkGrad move them exactly.
+func gridRow(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for j := range x {
+		x[j] = float32(math.Round(1.5*rng.NormFloat64()*1024) / 1024)
+	}
+	return x
+}
+
+// checkGrad compares grad with central differences of loss at x, step 2⁻⁸ (exact in float32
+// for x on gridRow's grid), to 2e-4 absolute plus 2e-4 relative.
+func checkGrad(t *testing.T, what string, x, grad []float32, loss func([]float32) float64) {
+	t.Helper()
+	const h = 1.0 / 256
+	for j := range x {
+		xp, xm := append([]float32(nil), x...), append([]float32(nil), x...)
+		xp[j] += h
+		xm[j] -= h
+		fd := (loss(xp) - loss(xm)) / (2 * h)
+		if !near(float64(grad[j]), fd, 2e-4+2e-4*math.Abs(fd)) {
+			t.Errorf("%s (%d values): gradient %d is %v, central difference %v", what, len(x), j, grad[j], fd)
+		}
+	}
+}
