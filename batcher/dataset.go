@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/internal/atomicfile"
 	"github.com/towerrl/towerrl/internal/dirlock"
 )
 
@@ -23,10 +25,12 @@ import (
 const (
 	ManifestName = "manifest.json" // the record of the runs, see Manifest
 	lockName     = ".lock"         // flock'ed by the writer, holds its PID
-	manifestTmp  = ManifestName + ".tmp"
 	shardPrefix  = "shard-"
 	shardSuffix  = ".npz"
-	tmpSuffix    = ".tmp"
+	// legacyTmp ends the names the writer before internal/atomicfile gave a shard and the
+	// manifest while it wrote them (shard-NNNNNN.npz.tmp, manifest.json.tmp); recover finishes
+	// or removes what a killed writer of that version left.
+	legacyTmp = ".tmp"
 )
 
 // ManifestFormat is the Manifest.Format this package writes and reads.
@@ -45,8 +49,10 @@ var (
 	ErrDatasetMismatch = errors.New("batcher: the run does not fit the dataset in the output folder")
 )
 
-// Manifest is DIR/manifest.json: every run that wrote shards into the folder, in order.
-// It lists exactly the folder's complete shards (see Dataset).
+// Manifest is DIR/manifest.json: every run that wrote shards into the folder, in order (a run
+// under way is in it from just before its first shard). Every shard it lists is in the folder,
+// whole; while a shard is being recorded the folder holds it a moment before the manifest
+// lists it (see Dataset).
 type Manifest struct {
 	Format int          `json:"format"` // ManifestFormat
 	Runs   []DatasetRun `json:"runs"`
@@ -80,21 +86,29 @@ type Shard struct {
 }
 
 // Dataset writes shards into a folder that it holds locked, and records them in the folder's
-// Manifest. Commit order makes a kill at any moment leave a consistent folder: a shard is
-// written whole to shard-NNNNNN.npz.tmp and synced, then the manifest listing it is
-// replaced atomically (manifest.json.tmp, sync, rename), then the shard is renamed into place.
-// The next writer to take the lock finishes the rename of a listed shard whose .tmp is all
-// that is left, and removes every other .tmp (a shard that was never complete).
+// Manifest. Commit order makes a kill at any moment leave a consistent folder:
+//
+//  1. before its first shard, the run is added to the manifest (without shards);
+//  2. each shard is written whole under its final name with internal/atomicfile (a
+//     temporary file .shard-NNNNNN.npz.tmp-DIGITS, synced, renamed, the folder synced);
+//  3. then the manifest listing it replaces the old one, atomically too.
+//
+// So every shard the manifest lists is whole, and a kill leaves at most one shard the
+// manifest does not list: the one numbered after every listed shard, while the manifest's last
+// run is unfinished. The next writer to take the lock removes that shard and the temporary
+// files of interrupted writes, drops a last unfinished run that got no shard, and finishes or
+// removes what a writer of the version before atomicfile left (see recover).
 //
 // A Dataset belongs to one goroutine. Close releases the lock.
 type Dataset struct {
 	dir      string
 	lock     *dirlock.Lock
-	manifest Manifest // written to disk once the run has a shard
+	manifest Manifest // the earlier runs and this one; on disk once the run writes a shard
 	run      int      // index of this run in manifest.Runs
 	next     int      // number of the next shard
 	created  bool     // OpenDataset made the folder
-	written  bool     // the manifest has been written by this run
+	written  bool     // the manifest on disk lists this run
+	failed   error    // a failure Write could not undo: no more writes; the next writer recovers
 	shards   *shardWriter
 }
 
@@ -123,7 +137,7 @@ func OpenDataset(dir string, run DatasetRun, appendRun bool) (*Dataset, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("batcher: output folder: %w", err)
 	}
-	d := &Dataset{dir: dir, created: errors.Is(statErr, os.ErrNotExist), shards: newShardWriter()}
+	d := &Dataset{dir: dir, created: errors.Is(statErr, os.ErrNotExist), shards: &shardWriter{}}
 	if d.lock, err = lockDir(dir); err != nil {
 		d.removeIfCreated()
 		return nil, err
@@ -150,7 +164,7 @@ func (d *Dataset) open(run DatasetRun, appendRun bool) error {
 	if !hasManifest {
 		m = &Manifest{Format: ManifestFormat}
 	}
-	onDisk, err := d.recover(m)
+	onDisk, hasManifest, err := d.recover(m, hasManifest)
 	if err != nil {
 		return err
 	}
@@ -199,65 +213,111 @@ func (d *Dataset) open(run DatasetRun, appendRun bool) error {
 	return nil
 }
 
-// recover finishes what a killed writer left: a shard the manifest lists whose .tmp is all
-// that is left is renamed into place (it was complete and synced before the manifest listed
-// it); every other shard .tmp and a manifest .tmp are removed. It returns the numbers of the
-// shards now in the folder, in order.
-func (d *Dataset) recover(m *Manifest) ([]int, error) {
+// recover puts right what a killed writer left in the folder, before anything reads it (the
+// caller holds the lock, so no write is under way). m is the manifest on disk (empty when
+// hasManifest is false); recover updates it with the folder, and returns the numbers of the
+// shards now in the folder, in order, and whether a manifest is left.
+//
+//   - Temporary files of interrupted atomic writes (.NAME.tmp-DIGITS) are removed.
+//   - When m's last run is unfinished (no Finish), a shard named after every shard m lists
+//     is the one the kill caught between its rename and the manifest's: it is whole but
+//     unrecorded, and is removed. A last unfinished run with no shard left is dropped from m
+//     (and from the disk; a manifest left with no run is removed).
+//   - Leftovers of the writer before this version, which wrote shard-NNNNNN.npz.tmp, listed it,
+//     then renamed it: a shard m lists whose .tmp is all that is left is renamed into place (it
+//     was whole and synced before the manifest listed it); every other shard .tmp and a
+//     manifest.json.tmp (never complete) are removed.
+//
+// Any other shard m does not list stays, for open to refuse.
+func (d *Dataset) recover(m *Manifest, hasManifest bool) ([]int, bool, error) {
+	if err := atomicfile.RemoveTemps(d.dir); err != nil {
+		return nil, false, fmt.Errorf("batcher: cleaning up after a killed writer in %s: %w", d.dir, err)
+	}
 	entries, err := os.ReadDir(d.dir)
 	if err != nil {
-		return nil, fmt.Errorf("batcher: reading output folder: %w", err)
+		return nil, false, fmt.Errorf("batcher: reading output folder: %w", err)
 	}
 	present := map[string]bool{}
 	for _, e := range entries {
 		present[e.Name()] = true
 	}
+	changed := false // a rename or removal to make durable
+	remove := func(name, what string) error {
+		if err := os.Remove(filepath.Join(d.dir, name)); err != nil {
+			return fmt.Errorf("batcher: removing %s, %s: %w", filepath.Join(d.dir, name), what, err)
+		}
+		delete(present, name)
+		changed = true
+		return nil
+	}
+	last := -1 // the highest shard number m lists
 	for _, r := range m.Runs {
 		for _, s := range r.Shards {
+			n, ok := parseShardName(s.Name)
+			if !ok {
+				return nil, false, fmt.Errorf("%w: %s lists %q, which is not a shard name", ErrDatasetMismatch, filepath.Join(d.dir, ManifestName), s.Name)
+			}
+			last = max(last, n)
 			if present[s.Name] {
 				continue
 			}
-			if _, ok := parseShardName(s.Name); !ok {
-				return nil, fmt.Errorf("%w: %s lists %q, which is not a shard name", ErrDatasetMismatch, filepath.Join(d.dir, ManifestName), s.Name)
-			}
-			if !present[s.Name+tmpSuffix] {
-				return nil, fmt.Errorf("%w: %s lists %s, which the folder lacks; restore it, or remove its entry from the manifest",
+			if !present[s.Name+legacyTmp] {
+				return nil, false, fmt.Errorf("%w: %s lists %s, which the folder lacks; restore it, or remove its entry from the manifest",
 					ErrDatasetMismatch, filepath.Join(d.dir, ManifestName), s.Name)
 			}
-			if err := os.Rename(filepath.Join(d.dir, s.Name+tmpSuffix), filepath.Join(d.dir, s.Name)); err != nil {
-				return nil, fmt.Errorf("batcher: finishing shard %s of a killed writer: %w", s.Name, err)
+			if err := os.Rename(filepath.Join(d.dir, s.Name+legacyTmp), filepath.Join(d.dir, s.Name)); err != nil {
+				return nil, false, fmt.Errorf("batcher: finishing shard %s of a killed writer: %w", s.Name, err)
 			}
-			delete(present, s.Name+tmpSuffix)
-			present[s.Name] = true
+			delete(present, s.Name+legacyTmp)
+			present[s.Name], changed = true, true
+		}
+	}
+	if k := len(m.Runs) - 1; k >= 0 && !m.Runs[k].Complete {
+		// The shard goes first: were the run dropped first, a kill in between would leave a
+		// shard that no unfinished run accounts for, which the next writer would refuse.
+		if name := shardName(last + 1); present[name] {
+			if err := remove(name, "a whole shard a killed writer had not yet recorded in the manifest"); err != nil {
+				return nil, false, err
+			}
+		}
+		if len(m.Runs[k].Shards) == 0 {
+			m.Runs = m.Runs[:k]
+			if err := saveManifest(d.dir, m.Runs); err != nil {
+				return nil, false, fmt.Errorf("batcher: dropping a killed writer's run, which got no shard, from the manifest: %w", err)
+			}
+			hasManifest = len(m.Runs) > 0 // saveManifest removes a manifest of no runs
 		}
 	}
 	var shards []int
 	for name := range present {
-		if name == manifestTmp {
-			os.Remove(filepath.Join(d.dir, name))
-			continue
-		}
-		if base, ok := strings.CutSuffix(name, tmpSuffix); ok {
-			if _, ok := parseShardName(base); ok {
-				if err := os.Remove(filepath.Join(d.dir, name)); err != nil {
-					return nil, fmt.Errorf("batcher: removing %s, left incomplete by a killed writer: %w", name, err)
-				}
+		base, tmp := strings.CutSuffix(name, legacyTmp)
+		if _, ok := parseShardName(base); tmp && (ok || base == ManifestName) {
+			if err := remove(name, "left incomplete by a killed writer"); err != nil {
+				return nil, false, err
 			}
-			continue
-		}
-		if n, ok := parseShardName(name); ok {
+		} else if n, ok := parseShardName(name); ok {
 			shards = append(shards, n)
 		}
 	}
+	if changed {
+		if err := atomicfile.SyncDir(d.dir); err != nil {
+			return nil, false, fmt.Errorf("batcher: cleaning up after a killed writer: %w", err)
+		}
+	}
 	slices.Sort(shards)
-	return shards, nil
+	return shards, hasManifest, nil
 }
 
 // Write writes r as the next shard, records it in the manifest and returns the shard's path.
-// On failure (a full disk) the folder and the manifest are as they were.
+// On failure (a full disk) the folder's shards and the manifest's are as they were; a
+// failure it cannot undo (the disk fails again as it does) leaves the folder as a kill
+// would, and the Dataset refuses further writes.
 func (d *Dataset) Write(r *Rollout) (string, error) {
 	if d.lock == nil {
 		return "", errors.New("batcher: Write on a closed Dataset")
+	}
+	if d.failed != nil {
+		return "", d.failedErr()
 	}
 	run := &d.manifest.Runs[d.run]
 	if !slices.Equal(r.ObsShape, run.ObservationShape) {
@@ -265,30 +325,48 @@ func (d *Dataset) Write(r *Rollout) (string, error) {
 	}
 	name := shardName(d.next)
 	path := filepath.Join(d.dir, name)
-	tmp := path + tmpSuffix
-	if err := d.shards.writeFile(tmp, r); err != nil {
-		return "", err
+	if !d.written {
+		// The run goes into the manifest before its first shard, so that the next writer
+		// knows a shard the manifest does not list as a killed writer's (see recover).
+		if err := d.writeManifest(); err != nil {
+			return "", fmt.Errorf("batcher: shard %s not written: %w", path, err)
+		}
+	}
+	if err := d.shards.writeFile(path, r); err != nil {
+		// atomicfile fails after its rename only when syncing the folder fails.
+		return "", d.undo(path, fmt.Errorf("batcher: shard %s not written: %w", path, err))
 	}
 	run.Shards = append(run.Shards, Shard{Name: name, Rows: r.T * r.N})
 	end := run.End
 	run.End = time.Now().UTC()
 	if err := d.writeManifest(); err != nil {
 		run.Shards, run.End = run.Shards[:len(run.Shards)-1], end
-		os.Remove(tmp)
-		return "", fmt.Errorf("batcher: shard %s not written: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		run.Shards, run.End = run.Shards[:len(run.Shards)-1], end
-		// The manifest lists the shard and its .tmp is complete: if taking it back fails too,
-		// the next writer finishes the rename.
-		if merr := d.writeManifest(); merr == nil {
-			os.Remove(tmp)
+		// The failed write may have replaced the manifest after all (only syncing the folder
+		// failed): the manifest without the shard goes back before the shard goes.
+		err = fmt.Errorf("batcher: shard %s not written: %w", path, err)
+		if merr := d.writeManifest(); merr != nil {
+			d.failed = err
+			return "", fmt.Errorf("%w; putting back the manifest without it failed too (%v), so the shard is left for the next writer into the folder to remove", err, merr)
 		}
-		return "", fmt.Errorf("batcher: shard %s not written: %w", path, err)
+		return "", d.undo(path, err)
 	}
-	syncDir(d.dir)
 	d.next++
 	return path, nil
+}
+
+// undo removes the shard at path, which the manifest on disk does not list, after a failed
+// Write, and returns err, extended when the shard stays.
+func (d *Dataset) undo(path string, err error) error {
+	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		d.failed = err
+		return fmt.Errorf("%w; removing it failed too (%v), so it is left for the next writer into the folder to remove", err, rerr)
+	}
+	return err
+}
+
+// failedErr is the refusal of a Dataset whose earlier failure could not be undone.
+func (d *Dataset) failedErr() error {
+	return fmt.Errorf("batcher: no more shards go into %s after a failure that could not be undone (%w); the next writer into the folder puts it right", d.dir, d.failed)
 }
 
 // Finish marks the run complete in the manifest: it collected all the steps it set out to.
@@ -296,10 +374,13 @@ func (d *Dataset) Finish() error {
 	if d.lock == nil {
 		return errors.New("batcher: Finish on a closed Dataset")
 	}
+	if d.failed != nil {
+		return d.failedErr()
+	}
 	run := &d.manifest.Runs[d.run]
 	run.Complete, run.End = true, time.Now().UTC()
-	if !d.written {
-		return nil // no shard: nothing to record
+	if len(run.Shards) == 0 {
+		return nil // no shard: nothing to record (Close takes the run out of the manifest)
 	}
 	return d.writeManifest()
 }
@@ -317,14 +398,23 @@ func (d *Dataset) Manifest() Manifest {
 // Dir is the dataset's folder.
 func (d *Dataset) Dir() string { return d.dir }
 
-// Close releases the folder's lock. A folder OpenDataset made that got no shard is removed.
-// Close is idempotent.
+// Close releases the folder's lock. A run that got no shard leaves the manifest as it found
+// it, and a folder OpenDataset made for it is removed. Close is idempotent.
 func (d *Dataset) Close() error {
 	if d.lock == nil {
 		return nil
 	}
+	var err error
+	if d.written && len(d.manifest.Runs[d.run].Shards) == 0 && d.failed == nil {
+		// Write listed the run before its first shard, which failed.
+		if err = saveManifest(d.dir, d.manifest.Runs[:d.run]); err == nil {
+			d.written = false
+		} else {
+			err = fmt.Errorf("batcher: taking the run without shards out of the manifest: %w", err)
+		}
+	}
 	empty := d.created && !d.written
-	err := d.lock.Release(empty)
+	err = errors.Join(err, d.lock.Release(empty))
 	d.lock = nil
 	if empty {
 		d.removeIfCreated()
@@ -339,34 +429,32 @@ func (d *Dataset) removeIfCreated() {
 	}
 }
 
-// writeManifest replaces DIR/manifest.json atomically.
+// writeManifest replaces DIR/manifest.json atomically with d.manifest, which lists this run.
 func (d *Dataset) writeManifest() error {
-	b, err := json.MarshalIndent(d.manifest, "", "  ")
+	if err := saveManifest(d.dir, d.manifest.Runs); err != nil {
+		return err
+	}
+	d.written = true
+	return nil
+}
+
+// saveManifest replaces DIR/manifest.json atomically with a manifest of runs, or removes it
+// when there is no run.
+func saveManifest(dir string, runs []DatasetRun) error {
+	path := filepath.Join(dir, ManifestName)
+	if len(runs) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("batcher: removing %s: %w", path, err)
+		}
+		return atomicfile.SyncDir(dir)
+	}
+	b, err := json.MarshalIndent(Manifest{Format: ManifestFormat, Runs: runs}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("batcher: encoding the manifest: %w", err)
 	}
-	path := filepath.Join(d.dir, ManifestName)
-	tmp := filepath.Join(d.dir, manifestTmp)
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("batcher: writing %s: %w", path, err)
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("batcher: updating the manifest: %w", err)
 	}
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("batcher: writing %s (the previous one is kept): %w", path, err)
-	}
-	syncDir(d.dir)
-	d.written = true
 	return nil
 }
 
@@ -447,15 +535,6 @@ func plural(n int, noun string) string {
 
 func describeLayout(r DatasetRun) string {
 	return fmt.Sprintf("%s (observations %v, actions %s)", r.Env, r.ObservationShape, r.ActionSpace)
-}
-
-// syncDir makes renames in dir durable; a failure only weakens durability across a power
-// loss, not a process kill, so it is not reported.
-func syncDir(dir string) {
-	if f, err := os.Open(dir); err == nil {
-		f.Sync()
-		f.Close()
-	}
 }
 
 // lockDir takes DIR/.lock for this writer's life (internal/dirlock). When another writer holds

@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,8 +76,15 @@ func listedShards(t *testing.T, dir string) []string {
 	return names
 }
 
-// writeRun writes n shards of rollouts of T steps of 3 random-policy CartPole envs.
+// writeRun writes n shards of rollouts of T steps of 3 random-policy CartPole envs and
+// finishes the run.
 func writeRun(t *testing.T, dir string, run DatasetRun, appendRun bool, n, steps int) *Dataset {
+	t.Helper()
+	return writeShards(t, dir, run, appendRun, n, steps, true)
+}
+
+// writeShards is writeRun that finishes the run or not (a run stopped early).
+func writeShards(t *testing.T, dir string, run DatasetRun, appendRun bool, n, steps int, finish bool) *Dataset {
 	t.Helper()
 	b := newBatcher(t, Config{Env: run.Env, EnvsPerWorker: 3, Steps: steps, Seed: run.Seed}, nil)
 	d := openDataset(t, dir, run, appendRun)
@@ -88,8 +97,10 @@ func writeRun(t *testing.T, dir string, run DatasetRun, appendRun bool, n, steps
 			t.Fatal(err)
 		}
 	}
-	if err := d.Finish(); err != nil {
-		t.Fatal(err)
+	if finish {
+		if err := d.Finish(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
@@ -288,51 +299,324 @@ func TestEmptyRunLeavesNoFolder(t *testing.T) {
 	}
 }
 
-// TestLeftoversOfAKilledWriter: the next writer removes incomplete .tmp files and finishes the
-// rename of a shard the manifest lists (the kill fell between the manifest and the rename).
+// tempName matches internal/atomicfile's temporary files, .NAME.tmp-DIGITS.
+var tempName = regexp.MustCompile(`^\..+\.tmp-[0-9]+$`)
+
+// unrecord rewrites dir's manifest as it was on disk just before its last shard was recorded
+// (the last run without that shard, unfinished), which is what a writer killed between the
+// shard's rename and the manifest's leaves: the shard is in the folder, unlisted.
+func unrecord(t *testing.T, dir string) {
+	t.Helper()
+	m, err := ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &m.Runs[len(m.Runs)-1]
+	r.Shards, r.Complete = r.Shards[:len(r.Shards)-1], false
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ManifestName), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shardsPerRun says how many shards each run of m lists.
+func shardsPerRun(m Manifest) []int {
+	var n []int
+	for _, r := range m.Runs {
+		n = append(n, len(r.Shards))
+	}
+	return n
+}
+
+// TestLeftoversOfAKilledWriter: the next writer puts right what a writer killed at each step
+// of a shard's commit leaves (its temporary files, a whole shard not yet recorded, a run
+// recorded before its first shard), and what a writer of the version before atomicfile left
+// (shard-NNNNNN.npz.tmp, manifest.json.tmp); it keeps the user's files and the recorded
+// shards' bytes, and numbers on after the recorded shards.
 func TestLeftoversOfAKilledWriter(t *testing.T) {
-	dir := t.TempDir()
-	writeRun(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1}, false, 2, 3)
-	last, _ := os.ReadFile(filepath.Join(dir, "shard-000001.npz"))
-	os.Rename(filepath.Join(dir, "shard-000001.npz"), filepath.Join(dir, "shard-000001.npz.tmp"))
-	for _, n := range []string{"shard-000002.npz.tmp", "shard-000007.npz.tmp", ManifestName + ".tmp"} {
-		os.WriteFile(filepath.Join(dir, n), []byte("half a shard"), 0o644)
+	write := func(t *testing.T, dir, name string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("half a file"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	os.WriteFile(filepath.Join(dir, "mine.tmp"), []byte("the user's"), 0o644)
-	d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, true)
-	if got := strings.Join(shardFiles(t, dir), ","); got != "mine.tmp,shard-000000.npz,shard-000001.npz" {
-		t.Fatalf("after recovery the folder holds %s", got)
+	run := func(seed uint64) DatasetRun { return DatasetRun{Env: "CartPole-v1", Seed: seed} }
+	for _, tc := range []struct {
+		name   string
+		killed func(t *testing.T, dir string) // leaves a killed writer's leftovers in dir
+		want   string                         // the folder's files after recovery, besides the user's
+		runs   []int                          // shards per run of the manifest after recovery
+	}{
+		{"shard written, not yet recorded", func(t *testing.T, dir string) {
+			writeRun(t, dir, run(1), false, 2, 3)
+			writeShards(t, dir, run(2), true, 2, 3, false)
+			unrecord(t, dir)
+			write(t, dir, ".manifest.json.tmp-4242") // the manifest's write under way
+		}, "shard-000000.npz,shard-000001.npz,shard-000002.npz", []int{2, 1}},
+		{"first shard written, not yet recorded", func(t *testing.T, dir string) {
+			writeRun(t, dir, run(1), false, 2, 3)
+			writeShards(t, dir, run(2), true, 1, 3, false)
+			unrecord(t, dir)
+		}, "shard-000000.npz,shard-000001.npz", []int{2}},
+		{"first writer's first shard written, not yet recorded", func(t *testing.T, dir string) {
+			writeShards(t, dir, run(1), false, 1, 3, false)
+			unrecord(t, dir)
+		}, "", nil},
+		{"killed writing a shard", func(t *testing.T, dir string) {
+			writeRun(t, dir, run(1), false, 2, 3)
+			writeShards(t, dir, run(2), true, 1, 3, false)
+			write(t, dir, ".shard-000003.npz.tmp-17")
+		}, "shard-000000.npz,shard-000001.npz,shard-000002.npz", []int{2, 1}},
+		{"killed writing its first shard", func(t *testing.T, dir string) {
+			writeRun(t, dir, run(1), false, 2, 3)
+			writeShards(t, dir, run(2), true, 1, 3, false)
+			unrecord(t, dir)
+			os.Remove(filepath.Join(dir, "shard-000002.npz"))
+			write(t, dir, ".shard-000002.npz.tmp-2024")
+		}, "shard-000000.npz,shard-000001.npz", []int{2}},
+		{"previous version: listed shard not yet renamed", func(t *testing.T, dir string) {
+			writeShards(t, dir, run(1), false, 2, 3, false)
+			os.Rename(filepath.Join(dir, "shard-000001.npz"), filepath.Join(dir, "shard-000001.npz.tmp"))
+			write(t, dir, ManifestName+".tmp")
+		}, "shard-000000.npz,shard-000001.npz", []int{2}},
+		{"previous version: shard not yet listed", func(t *testing.T, dir string) {
+			writeShards(t, dir, run(1), false, 2, 3, false)
+			write(t, dir, "shard-000002.npz.tmp")
+			write(t, dir, "shard-000007.npz.tmp")
+			write(t, dir, ManifestName+".tmp")
+		}, "shard-000000.npz,shard-000001.npz", []int{2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.killed(t, dir)
+			mine := []string{".notes.tmp-draft", "mine.tmp", "shard-000000.npz.bak"}
+			for _, n := range mine {
+				write(t, dir, n)
+			}
+			recorded := map[string][]byte{}
+			if _, err := os.Stat(filepath.Join(dir, ManifestName)); err == nil {
+				for _, n := range listedShards(t, dir) {
+					recorded[n], _ = os.ReadFile(filepath.Join(dir, n))
+					if recorded[n] == nil {
+						recorded[n], _ = os.ReadFile(filepath.Join(dir, n+".tmp"))
+					}
+				}
+			}
+
+			// The next writer appends where there is a dataset, and starts one where not.
+			d := openDataset(t, dir, run(9), len(tc.runs) > 0)
+			want := slices.DeleteFunc(append(slices.Clone(mine), strings.Split(tc.want, ",")...), func(n string) bool { return n == "" })
+			slices.Sort(want)
+			if got := shardFiles(t, dir); !slices.Equal(got, want) {
+				t.Fatalf("after recovery the folder holds %s, want %s", got, want)
+			}
+			m := d.Manifest()
+			if got := shardsPerRun(m); !slices.Equal(got[:len(got)-1], tc.runs) || got[len(got)-1] != 0 {
+				t.Fatalf("shards per run %v, want %v and this run's 0", got, tc.runs)
+			}
+			if len(tc.runs) == 0 {
+				if _, err := os.Stat(filepath.Join(dir, ManifestName)); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("a manifest of no runs is left: %v", err)
+				}
+			} else if diff := cmp.Diff(tc.runs, shardsPerRun(*mustReadManifest(t, dir))); diff != "" {
+				t.Fatalf("manifest on disk (-want +got):\n%s", diff)
+			}
+			if d.next != strings.Count(tc.want, ".npz") {
+				t.Fatalf("next shard %d, want %d", d.next, strings.Count(tc.want, ".npz"))
+			}
+			for _, r := range m.Runs {
+				for _, s := range r.Shards {
+					if b, _ := os.ReadFile(filepath.Join(dir, s.Name)); !bytes.Equal(b, recorded[s.Name]) {
+						t.Fatalf("recorded shard %s changed", s.Name)
+					}
+				}
+			}
+		})
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "shard-000001.npz")); !bytes.Equal(b, last) {
-		t.Fatal("the listed shard was not put back whole")
+}
+
+func mustReadManifest(t *testing.T, dir string) *Manifest {
+	t.Helper()
+	m, err := ReadManifest(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if d.next != 2 {
-		t.Fatalf("next shard %d, want 2", d.next)
+	return m
+}
+
+// TestUnrecordedShardsRefused: a shard the manifest does not list that is not the one a killed
+// writer may leave (the next after the recorded ones, while the last run is unfinished) is
+// the user's: it is kept and the append refused, the folder untouched.
+func TestUnrecordedShardsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		finish bool
+		copyTo string
+	}{
+		{"next shard, last run finished", true, "shard-000002.npz"},
+		{"a later shard, last run unfinished", false, "shard-000005.npz"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeShards(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1}, false, 2, 3, tc.finish)
+			b, _ := os.ReadFile(filepath.Join(dir, "shard-000000.npz"))
+			os.WriteFile(filepath.Join(dir, tc.copyTo), b, 0o644)
+			before := snapshot(t, dir)
+			_, err := OpenDataset(dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, true)
+			if want := "1 shard (" + tc.copyTo + ") that manifest.json does not describe"; !errors.Is(err, ErrDatasetMismatch) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %v, want %q", err, want)
+			}
+			if diff := cmp.Diff(before, snapshot(t, dir)); diff != "" {
+				t.Fatalf("the refused append changed the folder:\n%s", diff)
+			}
+		})
+	}
+}
+
+// datasetChild is the body of a child process that writes shards into the folder
+// TOWERRL_DATASET_CHILD names, with seed TOWERRL_DATASET_SEED, until it is killed; with
+// TOWERRL_DATASET_DIE set it kills itself (SIGKILL) at that step of the commit of the shard
+// after TOWERRL_DATASET_AFTER whole ones: "writing" halfway through the shard's bytes,
+// "placed" once the shard is in place, before the manifest records it. It reports whether
+// it ran (it is this process's body).
+func datasetChild(t *testing.T) bool {
+	dir := os.Getenv("TOWERRL_DATASET_CHILD")
+	if dir == "" {
+		return false
+	}
+	seed, _ := strconv.ParseUint(os.Getenv("TOWERRL_DATASET_SEED"), 10, 64)
+	after, _ := strconv.Atoi(os.Getenv("TOWERRL_DATASET_AFTER"))
+	b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 64, Steps: 20, Seed: seed}, nil)
+	d, err := OpenDataset(dir, DatasetRun{Env: "CartPole-v1", Seed: seed}, true)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	die := func() {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	for n := 0; ; n++ {
+		if n == after {
+			switch os.Getenv("TOWERRL_DATASET_DIE") {
+			case "writing":
+				d.shards.wrap = func(w io.Writer) io.Writer { return &killingWriter{w: w, left: 4000, die: die} }
+			case "placed":
+				d.shards.placed = func(string) { die() }
+			}
+		}
+		r, err := b.Collect(context.Background(), 20)
+		if err == nil {
+			_, err = d.Write(r)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(4)
+		}
+	}
+}
+
+// killingWriter passes left bytes to w, then calls die.
+type killingWriter struct {
+	w    io.Writer
+	left int
+	die  func()
+}
+
+func (k *killingWriter) Write(p []byte) (int, error) {
+	if len(p) >= k.left {
+		k.w.Write(p[:k.left])
+		k.die()
+	}
+	k.left -= len(p)
+	return k.w.Write(p)
+}
+
+// startChild starts this test binary as datasetChild writing into dir.
+func startChild(t *testing.T, test, dir string, seed int, env ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$")
+	cmd.Env = append(os.Environ(), append(env, "TOWERRL_DATASET_CHILD="+dir, "TOWERRL_DATASET_SEED="+strconv.Itoa(seed))...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, &stderr
+}
+
+// TestKillAtEachCommitStep kills a writer (a child process, SIGKILL) at each step of a shard's
+// commit, for its first shard and a later one: the folder it leaves is the one the recovery
+// expects (the run recorded before its first shard; a temporary file, or a whole shard the
+// manifest does not list), and the next writer finds exactly the recorded shards, whole,
+// numbers on after them, and drops a run that recorded none.
+func TestKillAtEachCommitStep(t *testing.T) {
+	if datasetChild(t) {
+		return
+	}
+	for _, tc := range []struct {
+		die   string
+		after int // whole shards before the kill
+	}{{"writing", 0}, {"writing", 2}, {"placed", 0}, {"placed", 2}} {
+		t.Run(fmt.Sprintf("%s after %d", tc.die, tc.after), func(t *testing.T) {
+			dir := t.TempDir()
+			cmd, stderr := startChild(t, "TestKillAtEachCommitStep", dir, 1,
+				"TOWERRL_DATASET_DIE="+tc.die, "TOWERRL_DATASET_AFTER="+strconv.Itoa(tc.after))
+			if err := cmd.Wait(); !strings.Contains(fmt.Sprint(err), "killed") {
+				t.Fatalf("child: %v\n%s", err, stderr)
+			}
+			// What the killed writer left: its run recorded with its whole shards, unfinished,
+			// and the shard under way.
+			m := mustReadManifest(t, dir)
+			if len(m.Runs) != 1 || len(m.Runs[0].Shards) != tc.after || m.Runs[0].Complete {
+				t.Fatalf("the killed writer's manifest: %+v", m.Runs)
+			}
+			var recorded []string
+			for n := range tc.after {
+				recorded = append(recorded, shardName(n))
+			}
+			files := shardFiles(t, dir)
+			extra := slices.DeleteFunc(slices.Clone(files), func(n string) bool { return slices.Contains(recorded, n) })
+			if len(extra) != 1 || len(files) != tc.after+1 ||
+				tc.die == "writing" && !(tempName.MatchString(extra[0]) && strings.HasPrefix(extra[0], "."+shardName(tc.after)+".tmp-")) ||
+				tc.die == "placed" && extra[0] != shardName(tc.after) {
+				t.Fatalf("the killed writer left %v besides its %d recorded shards", extra, tc.after)
+			}
+
+			d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, tc.after > 0)
+			if got := shardFiles(t, dir); !slices.Equal(got, recorded) {
+				t.Fatalf("after recovery the folder holds %v, want %v", got, recorded)
+			}
+			if tc.after == 0 {
+				if _, err := os.Stat(filepath.Join(dir, ManifestName)); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("the run that recorded no shard left a manifest: %v", err)
+				}
+			} else if got := listedShards(t, dir); !slices.Equal(got, recorded) {
+				t.Fatalf("the manifest lists %v, want %v", got, recorded)
+			}
+			if d.next != tc.after {
+				t.Fatalf("next shard %d, want %d", d.next, tc.after)
+			}
+			for _, n := range recorded {
+				z, err := npz.Open(filepath.Join(dir, n))
+				if err != nil {
+					t.Fatalf("%s: %v", n, err)
+				}
+				z.Close()
+			}
+		})
 	}
 }
 
 // TestKilledWriterLeavesAConsistentFolder SIGKILLs a child process writing shards at random
 // moments; after each kill the next writer finds whole shards, exactly those the manifest
-// lists, and no .tmp file.
+// lists, and no temporary file.
 func TestKilledWriterLeavesAConsistentFolder(t *testing.T) {
-	if dir := os.Getenv("TOWERRL_DATASET_CHILD"); dir != "" {
-		seed, _ := strconv.ParseUint(os.Getenv("TOWERRL_DATASET_SEED"), 10, 64)
-		b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 64, Steps: 20, Seed: seed}, nil)
-		d, err := OpenDataset(dir, DatasetRun{Env: "CartPole-v1", Seed: seed}, true)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(3)
-		}
-		for {
-			r, err := b.Collect(context.Background(), 20)
-			if err == nil {
-				_, err = d.Write(r)
-			}
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(4)
-			}
-		}
+	if datasetChild(t) {
+		return
 	}
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(7, 7))
@@ -341,20 +625,18 @@ func TestKilledWriterLeavesAConsistentFolder(t *testing.T) {
 		kills = 3
 	}
 	for k := range kills {
-		cmd := exec.Command(os.Args[0], "-test.run", "^TestKilledWriterLeavesAConsistentFolder$")
-		cmd.Env = append(os.Environ(), "TOWERRL_DATASET_CHILD="+dir, "TOWERRL_DATASET_SEED="+strconv.Itoa(k+1))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd, stderr := startChild(t, "TestKilledWriterLeavesAConsistentFolder", dir, k+1)
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		if err := cmd.Wait(); !strings.Contains(fmt.Sprint(err), "killed") {
-			t.Fatalf("child %d: %v\n%s", k, err, stderr.String())
+			t.Fatalf("child %d: %v\n%s", k, err, stderr)
 		}
-		left := shardFiles(t, dir)
-		left = slices.DeleteFunc(left, func(n string) bool { return !strings.HasSuffix(n, tmpSuffix) })
+		// What the kill left besides the recorded shards: a temporary file, or an unrecorded shard.
+		var recorded []string
+		if _, err := os.Stat(filepath.Join(dir, ManifestName)); err == nil {
+			recorded = listedShards(t, dir)
+		}
+		left := slices.DeleteFunc(shardFiles(t, dir), func(n string) bool { return slices.Contains(recorded, n) })
 		d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1000}, true)
 		files := shardFiles(t, dir)
 		listed := listedShards(t, dir)

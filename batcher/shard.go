@@ -2,10 +2,9 @@ package batcher
 
 import (
 	"archive/zip"
-	"fmt"
 	"io"
-	"os"
 
+	"github.com/towerrl/towerrl/internal/atomicfile"
 	"github.com/towerrl/towerrl/internal/npy"
 )
 
@@ -14,39 +13,32 @@ import (
 // and policy_version. Rows are env-major (row i·T+t is env i's step t), so each env's
 // trajectory segment is contiguous; actions are the ones the envs took (int64 indices for a
 // Discrete space, float32 rows clipped to a Box's bounds). A [Dataset] names the files and
-// commits them; a shardWriter belongs to one goroutine and reuses its scratch buffers from
+// records them; a shardWriter belongs to one goroutine and reuses its scratch buffers from
 // shard to shard.
 type shardWriter struct {
-	create func(name string) (io.WriteCloser, error) // os.Create; replaced by tests
+	// Test hooks, nil otherwise: wrap wraps the file being written (a failing writer, a kill
+	// halfway); placed runs once a shard is in place, before the Dataset records it.
+	wrap   func(io.Writer) io.Writer
+	placed func(path string)
 	// scratch buffers, reused from shard to shard
 	f32, f32b []float32
 	b1, b2    []bool
 	i64       []int64
 }
 
-func newShardWriter() *shardWriter {
-	return &shardWriter{create: func(name string) (io.WriteCloser, error) { return os.Create(name) }}
-}
-
-// writeFile writes r as a whole shard at path and syncs it to disk; on failure it removes
-// whatever it wrote.
+// writeFile writes r as a whole shard at path with internal/atomicfile: the file appears
+// whole and synced, or not at all.
 func (w *shardWriter) writeFile(path string, r *Rollout) error {
-	f, err := w.create(path)
-	if err != nil {
-		return fmt.Errorf("batcher: creating shard: %w", err)
+	err := atomicfile.Write(path, 0o644, func(f io.Writer) error {
+		if w.wrap != nil {
+			f = w.wrap(f)
+		}
+		return w.encode(f, r)
+	})
+	if err == nil && w.placed != nil {
+		w.placed(path)
 	}
-	err = w.encode(f, r)
-	if s, ok := f.(interface{ Sync() error }); ok && err == nil {
-		err = s.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-		return fmt.Errorf("batcher: writing shard %s (nothing of it is left): %w", path, err)
-	}
-	return nil
+	return err
 }
 
 func grow[T any](s []T, n int) []T {

@@ -1,6 +1,7 @@
 package batcher
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -64,57 +65,143 @@ func TestShardsReadableAndConsistent(t *testing.T) {
 	}
 }
 
-// failingFile fails with ENOSPC after limit bytes, like a disk filling up.
-type failingFile struct {
-	f     *os.File
+// failingWriter fails with ENOSPC after limit bytes, like a disk filling up.
+type failingWriter struct {
+	w     io.Writer
 	limit int
 }
 
-func (f *failingFile) Write(p []byte) (int, error) {
+func (f *failingWriter) Write(p []byte) (int, error) {
 	if len(p) > f.limit {
-		n, _ := f.f.Write(p[:f.limit])
+		n, _ := f.w.Write(p[:f.limit])
 		f.limit = 0
-		return n, &os.PathError{Op: "write", Path: f.f.Name(), Err: syscall.ENOSPC}
+		return n, syscall.ENOSPC
 	}
 	f.limit -= len(p)
-	return f.f.Write(p)
+	return f.w.Write(p)
 }
-func (f *failingFile) Close() error { return f.f.Close() }
 
+// TestFullDiskLeavesOnlyCompleteShards: a shard that does not fit leaves the folder's shards
+// and the manifest as they were (no partial or temporary file; a run whose first shard failed
+// taken out of the manifest by Close, a folder made for it removed), and once there is room
+// the next shard takes the failed one's number.
 func TestFullDiskLeavesOnlyCompleteShards(t *testing.T) {
-	b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 8, Steps: 50}, nil)
+	for _, tc := range []struct {
+		name    string
+		earlier int // shards of an earlier, finished run in the folder
+		before  int // shards this run writes before the disk fills
+	}{
+		{"a later shard", 0, 2},
+		{"the first shard of an appended run", 1, 0},
+		{"the first shard into a new folder", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			if tc.earlier > 0 {
+				writeRun(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1}, false, tc.earlier, 5)
+			}
+			manifest, _ := os.ReadFile(filepath.Join(dir, ManifestName))
+			b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 8, Steps: 50}, nil)
+			d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1"}, tc.earlier > 0)
+			var want []string
+			for n := range tc.earlier + tc.before {
+				want = append(want, shardName(n))
+			}
+			for range tc.before {
+				r, err := b.Collect(context.Background(), 50)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := d.Write(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.before > 0 {
+				manifest, _ = os.ReadFile(filepath.Join(dir, ManifestName))
+			}
+			d.shards.wrap = func(w io.Writer) io.Writer { return &failingWriter{w: w, limit: 3000} }
+			r, err := b.Collect(context.Background(), 50)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.Write(r); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), shardName(len(want))+" not written") {
+				t.Fatalf("write on a full disk: %v", err)
+			}
+			if got := shardFiles(t, dir); !slices.Equal(got, want) {
+				t.Fatalf("folder holds %v, want only the complete shards %v", got, want)
+			}
+			if tc.before > 0 {
+				if got := listedShards(t, dir); !slices.Equal(got, want) {
+					t.Fatalf("manifest lists %v, want %v", got, want)
+				}
+				// Room again: the next shard takes the failed one's number.
+				d.shards.wrap = nil
+				path, err := d.Write(r)
+				if err != nil || filepath.Base(path) != shardName(len(want)) {
+					t.Fatalf("write once there is room: %s, %v", path, err)
+				}
+				return
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(filepath.Join(dir, ManifestName))
+			if tc.earlier == 0 {
+				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("the folder made for a run without shards is left: %v", err)
+				}
+			} else if err != nil || !bytes.Equal(got, manifest) {
+				t.Fatalf("the manifest changed (%v):\n%s\nwas\n%s", err, got, manifest)
+			}
+		})
+	}
+}
+
+// TestWriteFailureItCannotUndo: when recording a shard fails and putting the manifest back
+// fails too, Write says the shard is left, the Dataset refuses further writes, and the next
+// writer removes the shard the manifest does not list.
+func TestWriteFailureItCannotUndo(t *testing.T) {
 	dir := t.TempDir()
+	b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 3, Steps: 5}, nil)
 	d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1"}, false)
-	for range 2 {
-		r, err := b.Collect(context.Background(), 50)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.Write(r); err != nil {
-			t.Fatal(err)
-		}
+	r, err := b.Collect(context.Background(), 5)
+	if err != nil {
+		t.Fatal(err)
 	}
-	d.shards.create = func(name string) (io.WriteCloser, error) {
-		f, err := os.Create(name)
-		return &failingFile{f: f, limit: 3000}, err
+	if _, err := d.Write(r); err != nil {
+		t.Fatal(err)
 	}
-	r, _ := b.Collect(context.Background(), 50)
-	if _, err := d.Write(r); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("write on a full disk: %v", err)
+	manifest := filepath.Join(dir, ManifestName)
+	saved, _ := os.ReadFile(manifest)
+	// While the shard is written, the manifest becomes a folder no file can be renamed over.
+	d.shards.wrap = func(w io.Writer) io.Writer {
+		os.Remove(manifest)
+		os.MkdirAll(filepath.Join(manifest, "x"), 0o755)
+		return w
 	}
-	names := shardFiles(t, dir)
-	if strings.Join(names, ",") != "shard-000000.npz,shard-000001.npz" {
-		t.Fatalf("folder holds %v, want only the two complete shards", names)
+	_, err = d.Write(r)
+	if err == nil || !strings.Contains(err.Error(), "shard-000001.npz not written") || !strings.Contains(err.Error(), "left for the next writer") {
+		t.Fatalf("write: %v", err)
 	}
-	if got := listedShards(t, dir); strings.Join(got, ",") != "shard-000000.npz,shard-000001.npz" {
-		t.Fatalf("manifest lists %v, want the two complete shards", got)
+	d.shards.wrap = nil
+	if _, err := d.Write(r); err == nil || !strings.Contains(err.Error(), "no more shards go into") {
+		t.Fatalf("write after it: %v", err)
 	}
-	for _, n := range names {
-		z, err := npz.Open(filepath.Join(dir, n))
-		if err != nil {
-			t.Fatalf("%s: %v", n, err)
-		}
-		z.Close()
+	if err := d.Finish(); err == nil || !strings.Contains(err.Error(), "no more shards go into") {
+		t.Fatalf("finish after it: %v", err)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := shardFiles(t, dir); strings.Join(got, ",") != "shard-000000.npz,shard-000001.npz" {
+		t.Fatalf("folder holds %v", got)
+	}
+	// The disk recovers with the manifest as its last good write left it.
+	os.RemoveAll(manifest)
+	os.WriteFile(manifest, saved, 0o644)
+	openDataset(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, true)
+	if got, listed := shardFiles(t, dir), listedShards(t, dir); strings.Join(got, ",") != "shard-000000.npz" || !slices.Equal(got, listed) {
+		t.Fatalf("after recovery the folder holds %v, the manifest lists %v", got, listed)
 	}
 }
 

@@ -3,16 +3,18 @@ package models
 import (
 	"fmt"
 	"hash"
-	"math"
 
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/towerrl/towerrl/models/head"
 )
 
-// logSoftmaxOp is log softmax over the last axis of a matrix, row by row, in one pass. (gorgonia's
-// own LogSoftMax and its gradient start a goroutine per row, which costs more than the
-// arithmetic at the batch sizes of a PPO minibatch.)
+// logSoftmaxOp is log softmax over the last axis of a matrix, row by row, with head.LogSoftmax
+// (its gradient op with head.LogSoftmaxBackward), so the ops and the sampling maths share one
+// implementation. (gorgonia's own LogSoftMax and its gradient start a goroutine per row, which
+// costs more than the arithmetic at the batch sizes of a PPO minibatch.)
 type logSoftmaxOp struct{ out output }
 
 func (op *logSoftmaxOp) Arity() int            { return 1 }
@@ -47,19 +49,7 @@ func (op *logSoftmaxOp) Do(in ...G.Value) (G.Value, error) {
 	}
 	t, y := op.out.get(m, n)
 	for i := range m {
-		row, out := x[i*n:(i+1)*n], y[i*n:(i+1)*n]
-		hi := math.Inf(-1)
-		for _, v := range row {
-			hi = math.Max(hi, float64(v))
-		}
-		sum := 0.0
-		for _, v := range row {
-			sum += math.Exp(float64(v) - hi)
-		}
-		lse := hi + math.Log(sum)
-		for j, v := range row {
-			out[j] = float32(float64(v) - lse)
-		}
+		head.LogSoftmax(y[i*n:(i+1)*n], x[i*n:(i+1)*n])
 	}
 	return t, nil
 }
@@ -120,14 +110,7 @@ func (op *logSoftmaxGradOp) Do(in ...G.Value) (G.Value, error) {
 	}
 	t, dx := op.out.get(m, n)
 	for i := range m {
-		yr, gr, out := y[i*n:(i+1)*n], dy[i*n:(i+1)*n], dx[i*n:(i+1)*n]
-		sum := 0.0
-		for _, g := range gr {
-			sum += float64(g)
-		}
-		for j, v := range yr {
-			out[j] = float32(float64(gr[j]) - math.Exp(float64(v))*sum)
-		}
+		head.LogSoftmaxBackward(dx[i*n:(i+1)*n], y[i*n:(i+1)*n], dy[i*n:(i+1)*n])
 	}
 	return t, nil
 }

@@ -53,12 +53,12 @@
 // manifest describes (written by an older batcher) cannot be appended to.
 //
 // The writer holds an exclusive lock (flock on DIR/.lock, which holds its PID) for its whole
-// run; a second writer into the same folder is refused with the PID of the first. A shard is
-// written under DIR/shard-NNNNNN.npz.tmp and synced, then the manifest listing it replaces
-// the old one atomically, then the shard is renamed into place, so a kill at any moment
-// leaves whole shards and a manifest that describes them: the next writer finishes a listed
-// shard's rename and removes every other .tmp file. A run that writes no shard into a folder
-// it made removes the folder.
+// run; a second writer into the same folder is refused with the PID of the first. The run
+// enters the manifest before its first shard; a shard is written whole under its final name
+// (temporary file, sync, rename), then the manifest listing it replaces the old one
+// atomically, so a kill at any moment leaves whole shards: the next writer removes the one
+// shard the manifest does not list yet, temporary files, and a run that recorded no shard. A
+// run that writes no shard into a folder it made removes the folder.
 //
 // A progress bar goes to stderr; one JSON object to stdout: steps, episodes, return_mean,
 // return_std, steps_per_sec, policy, env, device, the shards, the manifest and the time split.
