@@ -171,7 +171,9 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 		for _, st := range policy.feeds.states {
 			b.rollout.StateNames = append(b.rollout.StateNames, st.name)
 			b.rollout.StateShapes = append(b.rollout.StateShapes, slices.Clone(st.row))
-			b.rollout.InitialState = append(b.rollout.InitialState, make([]float32, n*st.size))
+			all := make([]float32, cfg.Steps*n*st.size)
+			b.rollout.States = append(b.rollout.States, all)
+			b.rollout.InitialState = append(b.rollout.InitialState, all[:n*st.size])
 		}
 	}
 	for w := range cfg.Workers {
@@ -446,10 +448,6 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 	logp, _ := w.out.LogP.Host()
 	value, _ := w.out.Value.Host()
 	w.episodes = w.episodes[:0]
-	for j, st := range w.stIn {
-		sz := w.stSize[j]
-		copy(r.InitialState[j][off*sz:(off+m)*sz], st)
-	}
 	var inf0 time.Duration
 	if a, ok := w.agent.(timed); ok {
 		inf0 = a.inferenceTime()
@@ -477,6 +475,10 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 			}
 		}
 		copy(r.EpisodeStarts[base:base+m], w.starts)
+		for j, st := range w.stIn {
+			sz := w.stSize[j]
+			copy(r.States[j][base*sz:(base+m)*sz], st)
+		}
 		t1 := time.Now()
 		if err := w.agent.Act(w.in, w.out); err != nil {
 			return err

@@ -40,16 +40,19 @@ type Rollout struct {
 
 	// Recurrent state, for a policy that carries one (empty otherwise). The batcher keeps
 	// each env's state between steps and zeroes it when the env's episode starts, so a learner
-	// replays env i's whole rollout from InitialState: the state before step 0, then at each
-	// step t the state the policy output at t−1, or zeros where EpisodeStarts[t·N+i] is 1.
+	// replays env i's rollout from any step t on from States: the state fed at t, then at each
+	// later step the state the policy output at the step before, or zeros where
+	// EpisodeStarts[t·N+i] is 1.
 	//
 	// StateNames names each state by the graph input it feeds. StateShapes[k] is one env's
 	// state k with the batch axis removed (RLlib's [hidden], SB3-contrib's [layers, hidden]
-	// from [layers, batch, hidden]); InitialState[k] holds [N × StateShapes[k]] env-major:
-	// env i's state k is InitialState[k][i·S : (i+1)·S], S the product of StateShapes[k],
-	// to be placed at index i of the graph input's batch axis (layout.State.BatchAxis).
+	// from [layers, batch, hidden]). States[k] holds [T×N × StateShapes[k]]: the state k fed
+	// to the policy at step t for env i is States[k][(t·N+i)·S : (t·N+i+1)·S], S the product
+	// of StateShapes[k], to be placed at index i of the graph input's batch axis
+	// (layout.State.BatchAxis). InitialState[k] is its first step, States[k][:N·S].
 	StateNames   []string
 	StateShapes  [][]int
+	States       [][]float32
 	InitialState [][]float32
 }
 

@@ -1,16 +1,13 @@
 package engine
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
-	"strconv"
+	"slices"
 	"strings"
 
+	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/internal/names"
 	"github.com/towerrl/towerrl/models/head"
 )
 
@@ -22,7 +19,7 @@ var ErrConfig = errors.New("engine: invalid config")
 // Booleans are phrased so that false is the default.
 type Config struct {
 	Env  string `json:"env"`  // Gymnasium id (required)
-	Algo string `json:"algo"` // "ppo" (default)
+	Algo string `json:"algo"` // a registered algorithm (engine/algo): "ppo" (default)
 
 	TotalSteps   int64 `json:"total_steps"`   // env steps; default 500k (Discrete), 1M (Box)
 	Workers      int   `json:"workers"`       // batcher workers; default 1
@@ -31,6 +28,12 @@ type Config struct {
 	Towers       int   `json:"towers"`        // learner towers; default 1
 	Minibatches  int   `json:"minibatches"`   // per epoch; default 4 (Discrete), 32 (Box)
 	Epochs       int   `json:"epochs"`        // passes over each rollout; default 4 (Discrete), 10 (Box)
+	// SeqLen is, for a recurrent policy, the steps of the sequences the learner
+	// backpropagates through (RLlib's max_seq_len): each env's rollout is cut into
+	// RolloutSteps/SeqLen sequences, each replayed from the state the batcher fed at its first
+	// step. It must divide RolloutSteps. Default (0): the largest divisor of RolloutSteps up
+	// to 32. Unused by feed-forward policies.
+	SeqLen int `json:"seq_len,omitempty"`
 
 	LR          float64 `json:"lr"`            // default 2.5e-4 (Discrete), 3e-4 (Box)
 	ConstantLR  bool    `json:"constant_lr"`   // do not anneal the learning rate linearly to 0
@@ -74,81 +77,6 @@ type Config struct {
 	// the learning rate ×10 (it starts from scratch next to a pretrained actor). Default 30;
 	// negative: none.
 	ValueWarmup int `json:"value_warmup,omitempty"`
-}
-
-// ParseConfig decodes a JSON object of Config fields strictly: a field Config does not have
-// is an error naming it and the nearest known field ("total_step": did you mean
-// "total_steps"?), as is anything after the object. Defaults are not applied.
-func ParseConfig(data []byte) (Config, error) {
-	var c Config
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		const prefix = "json: unknown field "
-		if msg := err.Error(); strings.HasPrefix(msg, prefix) {
-			name, _ := strconv.Unquote(strings.TrimPrefix(msg, prefix))
-			hint, ok := configAliases[strings.ToLower(name)]
-			if ok {
-				hint = fmt.Sprintf("; towerrl calls it %q", hint)
-			} else {
-				hint = suggest(name, configFields())
-			}
-			return c, fmt.Errorf("%w: unknown field %q%s", ErrConfig, name, hint)
-		}
-		return c, fmt.Errorf("%w: %v", ErrConfig, err)
-	}
-	if dec.More() {
-		return c, fmt.Errorf("%w: more than one JSON value; a config is one object", ErrConfig)
-	}
-	return c, nil
-}
-
-// configAliases maps Stable-Baselines3's and CleanRL's names for PPO settings to Config's.
-var configAliases = map[string]string{
-	"learning_rate": "lr", "n_steps": "rollout_steps", "num_steps": "rollout_steps", "num_envs": "envs",
-	"n_envs": "envs", "n_epochs": "epochs", "update_epochs": "epochs", "num_minibatches": "minibatches",
-	"clip_range": "clip_coef", "total_timesteps": "total_steps", "seed_": "seed", "env_id": "env",
-	"batch_size": "minibatches (a count: rows per minibatch = workers·envs·rollout_steps / minibatches)",
-}
-
-// configFields lists Config's JSON field names.
-func configFields() []string {
-	t := reflect.TypeFor[Config]()
-	names := make([]string, 0, t.NumField())
-	for f := range t.Fields() {
-		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
-			names = append(names, name)
-		}
-	}
-	return names
-}
-
-// suggest returns `; did you mean "x"?` for the known name nearest to name (edit distance at
-// most a third of its length, or a shared word), else the list of known names.
-func suggest(name string, known []string) string {
-	best, bestD := "", len(name)/3+1
-	for _, k := range known {
-		if d := names.Distance(strings.ToLower(name), k); d < bestD {
-			best, bestD = k, d
-		}
-	}
-	if best == "" {
-		for _, k := range known {
-			for _, w := range strings.Split(strings.ToLower(name), "_") {
-				if len(w) > 2 && strings.Contains(k, w) {
-					best = k
-					break
-				}
-			}
-			if best != "" {
-				break
-			}
-		}
-	}
-	if best != "" {
-		return fmt.Sprintf("; did you mean %q?", best)
-	}
-	return "; known fields: " + strings.Join(known, ", ")
 }
 
 // WithDefaults fills zero fields and validates the result; errors name the field.
@@ -212,14 +140,17 @@ func (c Config) WithDefaults() (Config, error) {
 		c.Activation = "tanh"
 	}
 	switch {
-	case c.Algo != "ppo":
-		return c, fmt.Errorf("%w: Algo %q; only ppo is implemented", ErrConfig, c.Algo)
+	case !slices.Contains(algo.Names(), c.Algo):
+		return c, fmt.Errorf("%w: Algo %q is not a registered algorithm; registered: %s", ErrConfig, c.Algo, strings.Join(algo.Names(), ", "))
 	case c.TotalSteps < 0:
 		return c, fmt.Errorf("%w: TotalSteps = %d", ErrConfig, c.TotalSteps)
 	case c.CheckpointEvery < 0:
 		return c, fmt.Errorf("%w: CheckpointEvery = %d", ErrConfig, c.CheckpointEvery)
-	case c.Workers < 0 || c.Envs < 0 || c.RolloutSteps < 0 || c.Towers < 0 || c.Minibatches < 0 || c.Epochs < 0:
-		return c, fmt.Errorf("%w: Workers, Envs, RolloutSteps, Towers, Minibatches and Epochs must be positive", ErrConfig)
+	case c.Workers < 0 || c.Envs < 0 || c.RolloutSteps < 0 || c.Towers < 0 || c.Minibatches < 0 || c.Epochs < 0 || c.SeqLen < 0:
+		return c, fmt.Errorf("%w: Workers, Envs, RolloutSteps, Towers, Minibatches, Epochs and SeqLen must be positive", ErrConfig)
+	case c.SeqLen > 0 && c.RolloutSteps%c.SeqLen != 0:
+		return c, fmt.Errorf("%w: SeqLen %d does not divide RolloutSteps %d: a rollout is cut into whole sequences; pick a divisor of %d",
+			ErrConfig, c.SeqLen, c.RolloutSteps, c.RolloutSteps)
 	case c.Gamma < 0 || c.Gamma > 1:
 		return c, fmt.Errorf("%w: Gamma = %g, want [0, 1]", ErrConfig, c.Gamma)
 	case c.Lambda < 0 || c.Lambda > 1:
@@ -281,6 +212,31 @@ func (c Config) binding(env envs.Spec) (head.Spec, head.Names, error) {
 		}
 	}
 	return hs, head.Names{Params: c.LogitsOutput, LogStd: c.LogStdOutput, Value: c.ValueOutput}, nil
+}
+
+// algorithm makes the run's algorithm from the registry.
+func (c Config) algorithm() (algo.Algorithm, error) {
+	a, err := algo.New(c.Algo, algo.Settings{Gamma: c.Gamma, Lambda: c.Lambda, ClipCoef: c.ClipCoef, ClipVLoss: !c.NoClipVLoss,
+		EntCoef: c.EntCoef, VfCoef: c.VfCoef})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	return a, nil
+}
+
+// seqLen is the recurrent sequence length: SeqLen, or the largest divisor of RolloutSteps
+// up to 32 (RLlib's max_seq_len is 20; a longer one costs more per update, a shorter one
+// forgets more).
+func (c Config) seqLen() int {
+	if c.SeqLen > 0 {
+		return c.SeqLen
+	}
+	for l := min(32, c.RolloutSteps); l > 1; l-- {
+		if c.RolloutSteps%l == 0 {
+			return l
+		}
+	}
+	return 1
 }
 
 // maxParams bounds the parameters of the native MLPs a config asks for (2^28, 1 GiB of float32

@@ -1,12 +1,14 @@
-// Package engine holds the algorithms (PPO's loss, GAE) and the training loop that wires
-// batchers to the learner, with run directories, checkpoints and metrics. It holds no device
-// code.
+// Package engine is the training loop that wires batchers to the learner, with run
+// directories, checkpoints and metrics; the algorithms live in their own packages (engine/ppo;
+// engine/vtrace for the asynchronous ones to come) and register themselves with engine/algo,
+// which Config.Algo names. It holds no device code.
 //
 // # The loop
 //
 // [Train] runs synchronous PPO (Schulman et al. 2017, with CleanRL's ppo.py and
 // ppo_continuous_action.py as the reference for behaviour and defaults): the batchers collect
-// Workers×Envs×RolloutSteps steps with policy version v; [GAE] computes advantages, bootstrapping
+// Workers×Envs×RolloutSteps steps with policy version v; the algorithm computes the training
+// targets (PPO: GAE advantages, ppo.GAE), bootstrapping
 // from the final observation's value at truncation and not at termination; the learner's
 // towers make Epochs passes of Minibatches shuffled minibatches (advantages standardised per
 // minibatch, gradients averaged over towers and clipped by global norm, Adam with the learning
@@ -18,9 +20,13 @@
 // towers run in parallel without waking the garbage collector (tests compare it with the graph
 // of models' LogProb and Entropy, with ONNX Runtime in float64 and with finite differences).
 //
-// With Config.InitPolicy, a foreign ONNX policy (PyTorch, SB3, CleanRL exports) is imported
-// with package onnx/graph and trained in its own graph; the exported policy.onnx keeps its
-// graph, names and opset with new weights.
+// With Config.InitPolicy, a foreign ONNX policy (PyTorch, SB3, CleanRL, RLlib, Sample Factory
+// exports) is imported with package onnx/graph and trained in its own graph; the exported
+// policy.onnx keeps its graph, names and opset with new weights. A recurrent policy is trained
+// with backpropagation through time: each env's rollout is cut into sequences of SeqLen steps,
+// each replayed from the state the batcher fed at its first step, the one-step graph built
+// once per step over shared parameters (states zeroed where an episode ends), so the first
+// epoch's probability ratios are 1.
 //
 // # Run directory
 //

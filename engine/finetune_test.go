@@ -52,6 +52,49 @@ func TestFineTuneWeakPolicies(t *testing.T) {
 	}
 }
 
+// TestFineTuneRecurrent fine-tunes the weakened PyTorch recurrent policies (RLlib's LSTM
+// export, Sample Factory's GRU export at batch 1, neither with a value output) on
+// CartPoleNoVel-v1, where the velocities are hidden and only memory can recover them, with no
+// flags: the mean return over 100 evaluation episodes must reach 400. A feed-forward policy
+// (towerrl's own MLP) trained the same way, with the same budget, must stay far below.
+func TestFineTuneRecurrent(t *testing.T) {
+	const env = "CartPoleNoVel-v1"
+	train := func(t *testing.T, init string, steps int64) Result {
+		t.Helper()
+		res, err := Train(context.Background(), Config{Env: env, InitPolicy: init, TotalSteps: steps, Seed: 1, EvalEpisodes: 100},
+			Options{Out: filepath.Join(t.TempDir(), "run")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	const steps = 150_000
+	ff := train(t, "", steps)
+	t.Logf("feed-forward MLP trained from scratch: %.1f ± %.1f over %d episodes in %.1f s", ff.EvalReturnMean, ff.EvalReturnStd, ff.EvalEpisodes, ff.TrainSeconds)
+	if ff.EvalReturnMean > 200 {
+		t.Errorf("a feed-forward policy reaches %.1f on %s: the env does not need memory", ff.EvalReturnMean, env)
+	}
+	for _, name := range []string{"rllib_cartpole_lstm_weak", "sf_cartpole_gru_weak"} {
+		t.Run(name, func(t *testing.T) {
+			src := filepath.Join("..", "testdata", "foreign", name+".onnx")
+			var fx foreignFixture
+			if err := json.Unmarshal(readFile(t, filepath.Join("..", "testdata", "foreign", name+".json")), &fx); err != nil {
+				t.Fatal(err)
+			}
+			if fx.Env != env {
+				t.Fatalf("fixture env %q", fx.Env)
+			}
+			res := train(t, src, steps)
+			t.Logf("%s: PyTorch return %.1f, fine-tuned %.1f ± %.1f over %d episodes in %.1f s",
+				name, fx.PytorchReturn.Mean, res.EvalReturnMean, res.EvalReturnStd, res.EvalEpisodes, res.TrainSeconds)
+			if res.EvalReturnMean < 400 {
+				t.Errorf("fine-tuned return %.1f, want >= 400", res.EvalReturnMean)
+			}
+			checkSameInterface(t, src, filepath.Join(filepath.Dir(res.Policy), policyFile))
+		})
+	}
+}
+
 // BenchmarkFineTune trains the same CartPole actor-critic (CleanRL's 64×64 tanh layout) for
 // 20480 steps natively and as an imported PyTorch export (testdata/foreign/cleanrl_cartpole),
 // in one run: the bound is imported ≤ 1.5× native wall time.

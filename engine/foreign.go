@@ -4,19 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
-	G "gorgonia.org/gorgonia"
-	"gorgonia.org/tensor"
 
-	"github.com/towerrl/towerrl/device"
-	"github.com/towerrl/towerrl/internal/tape"
-	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
@@ -46,6 +43,11 @@ type foreign struct {
 	}
 	// consts are the other inputs and the values they are fed (zeros, or ones for seq_lens).
 	consts map[string]float32
+	// steps is the length of the sequences a recurrent policy's towers replay.
+	steps int
+	// stop names the tensors the loss's gradient does not flow back through: a new critic's
+	// input when it reads the policy's features.
+	stop []string
 	// critic: the graph trained is the policy with a new critic (models.AddCritic); rewritten:
 	// its batch was made dynamic. Either way the batchers run the graph trained, and
 	// policy.onnx is orig written back with the trained weights, through origParams.
@@ -56,7 +58,8 @@ type foreign struct {
 	actorFrozen atomic.Bool
 	warmedUp    atomic.Bool // the warm-up is over (set by the trainer, read by the schedule)
 	actorRanges [][2]int
-	criticBias  int // index in flat of the critic's output bias
+	criticBias  int    // index in flat of the critic's output bias
+	criticOut   [2]int // range in flat of the critic's output weights
 }
 
 // ErrFineTune is wrapped by errors about a foreign policy that cannot be fine-tuned.
@@ -85,8 +88,6 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 	case b.DeterministicOnly:
 		return nil, fmt.Errorf("%w: no action distribution could be found in the graph (%s); it runs in eval and batcher with --deterministic. Name the logits or the mean and log_std with --logits-output and --logstd-output if the graph computes them",
 			ErrFineTune, notes)
-	case len(b.State) > 0:
-		return nil, fmt.Errorf("%w: it is recurrent (%d state inputs); fine-tuning recurrent policies is not implemented yet (they run in eval and batcher)", ErrFineTune, len(b.State))
 	}
 	orig, err := graph.New(&mp)
 	if err != nil {
@@ -99,7 +100,16 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		// an MLP on the observations added to a copy of the graph, trained from scratch (with a
 		// value warm-up before the actor moves). policy.onnx stays the original graph.
 		aug := proto.Clone(&mp).(*onnxpb.ModelProto)
-		if err := models.AddCritic(aug, b.Observation, obsSize(spec), []int{64, 64}, rng); err != nil {
+		in, width, reads := b.Observation, obsSize(spec), "the observations"
+		if len(b.State) > 0 {
+			// A recurrent policy's observations miss what its memory holds: the critic reads
+			// the features its action layer reads (after the warm-up the value loss trains
+			// the recurrent core with the actor, as RLlib's shared value branch does).
+			if feat, w, ok := criticFeatures(&mp, b.Params); ok {
+				in, width, reads = feat, w, "the recurrent features "+feat+", the value loss not flowing back into them"
+			}
+		}
+		if err := models.AddCritic(aug, in, width, []int{64, 64}, rng); err != nil {
 			return nil, fmt.Errorf("%w: adding a critic: %v", ErrFineTune, err)
 		}
 		if train, err = proto.Marshal(aug); err != nil {
@@ -110,7 +120,7 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		}
 		b.Value = models.CriticOutput
 		b.Notes = append(b.Notes, "value: "+models.CriticOutput+", a new critic")
-		session.Logger.Info("fine-tuning: the policy has no value output; training a new critic (64×64 tanh MLP on the observations)")
+		session.Logger.Info("fine-tuning: the policy has no value output; training a new critic (64×64 tanh MLP on " + reads + ")")
 	}
 	// A batch fixed at export is made dynamic for training; a dynamic model comes back as it is.
 	dyn, rep, err := edit.DynamicBatch(ctx, train, edit.Options{Config: session})
@@ -125,6 +135,9 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 	}
 	f := &foreign{model: m, orig: orig, origParams: orig.NewParams(), spec: spec, names: o.Names, bind: b, input: b.Observation,
 		consts: map[string]float32{}, critic: critic, rewritten: !rep.Dynamic}
+	if critic {
+		f.stop = []string{models.CriticInput}
+	}
 	if f.spec.Head == head.TanhGaussianKind {
 		f.spec.Head = head.GaussianKind // PPO over the pre-tanh action u (the batcher stores u and log N(u))
 	}
@@ -133,10 +146,11 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		return nil, fmt.Errorf("%w: the Gaussian head has no log_std in the graph (%s); name it with --logstd-output", ErrFineTune, notes)
 	}
 	for _, in := range m.Inputs() {
-		switch in.Name {
-		case f.input:
-		case b.SeqLens:
-			f.consts[in.Name] = 1
+		switch {
+		case in.Name == f.input, in.Name == b.EpisodeStarts && b.EpisodeStarts != "",
+			slices.ContainsFunc(b.State, func(s layout.State) bool { return s.Input == in.Name }):
+		case in.Name == b.SeqLens:
+			f.consts[in.Name] = 1 // one step per sequence and call
 		default:
 			f.consts[in.Name] = 0
 		}
@@ -165,6 +179,8 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 				f.actorRanges = append(f.actorRanges, [2]int{off, off + n})
 			case name == models.CriticBias:
 				f.criticBias = off
+			case name == models.CriticPrefix+".2.weight":
+				f.criticOut = [2]int{off, off + n}
 			}
 			off += n
 		}
@@ -173,6 +189,9 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		zap.Int("trainable", len(f.flat)), zap.Strings("frozen", f.params.Frozen()))
 	return f, nil
 }
+
+// recurrent reports whether the policy carries a state from one step to the next.
+func (f *foreign) recurrent() bool { return len(f.bind.State) > 0 }
 
 // outputs are the tensors the loss reads.
 func (f *foreign) outputs() []string {
@@ -219,191 +238,23 @@ func obsSize(spec head.Spec) int {
 	return n
 }
 
-// towers makes the PPO towers over the imported graph.
-func (f *foreign) towers(c Loss) learner.TowerFactory {
-	return func(_ int, dev device.Device, rows int, flat []float32) (learner.Tower, error) {
-		if dev.Kind() != device.KindCPU {
-			return nil, fmt.Errorf("engine: PPO towers run on the CPU for now, not %s", dev)
+// startCritic sets a new critic to the first rollout's returns: its output bias to their mean,
+// not 0 (a pretrained policy's returns can be far from 0, and Adam's steps of about lr would
+// take thousands of updates to get there), and its output weights multiplied by their
+// standard deviation, so that its hidden units need not saturate to follow returns of tens or
+// hundreds.
+func (f *foreign) startCritic(returns []float32) {
+	var mean, sq float64
+	for _, r := range returns {
+		mean += float64(r)
+		sq += float64(r) * float64(r)
+	}
+	n := float64(len(returns))
+	mean /= n
+	f.flat[f.criticBias] += float32(mean)
+	if sd := math.Sqrt(max(sq/n-mean*mean, 0)); sd > 1 {
+		for i := f.criticOut[0]; i < f.criticOut[1]; i++ {
+			f.flat[i] *= float32(sd)
 		}
-		if &flat[0] != &f.flat[0] {
-			return nil, errors.New("engine: towers must read the model's own parameter vector")
-		}
-		return newForeignTower(f, rows, c)
-	}
-}
-
-// foreignTower computes the PPO loss's gradient on an imported graph.
-type foreignTower struct {
-	f                         *foreign
-	gr                        *graph.Graph
-	rows                      int
-	vm                        *tape.Machine
-	obsNode                   *G.Node
-	obs                       *tensor.Dense
-	acts                      []int32   // categorical actions, read by the loss op
-	act                       []float32 // Gaussian actions, read by the loss op
-	adv, ret, oldLogp, oldVal []float32
-	learn                     G.Nodes
-	nodes                     lossNodes
-}
-
-func newForeignTower(f *foreign, rows int, c Loss) (t *foreignTower, err error) {
-	g := G.NewGraph()
-	gr, err := f.model.Build(g, f.params, rows, f.outputs()...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("engine: building the PPO loss on the imported graph: %v", r)
-		}
-	}()
-	t = &foreignTower{f: f, rows: rows, gr: gr, learn: gr.Learnables()}
-	if t.obsNode, err = gr.Input(f.input); err != nil {
-		return nil, err
-	}
-	// The other inputs (RLlib's dummy state, seq_lens) hold constants, bound once.
-	for name, v := range f.consts {
-		n, err := gr.Input(name)
-		if err != nil {
-			return nil, err
-		}
-		data := make([]float32, n.Shape().TotalSize())
-		for i := range data {
-			data[i] = v
-		}
-		if err := G.Let(n, tensor.New(tensor.WithShape(n.Shape().Clone()...), tensor.WithBacking(data))); err != nil {
-			return nil, err
-		}
-	}
-	t.obs = tensor.New(tensor.WithShape(t.obsNode.Shape().Clone()...), tensor.WithBacking(make([]float32, t.obsNode.Shape().TotalSize())))
-	in := func(name string, shape ...int) (*G.Node, []float32) {
-		data := make([]float32, tensor.Shape(shape).TotalSize())
-		v := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(data))
-		return G.NewTensor(g, tensor.Float32, len(shape), G.WithShape(shape...), G.WithName("towerrl."+name), G.WithValue(v)), data
-	}
-	must := G.Must
-	d := f.spec.ActionDim()
-	params, err := gr.Output(f.outs.params)
-	if err != nil {
-		return nil, err
-	}
-	value, err := gr.Output(f.outs.value)
-	if err != nil {
-		return nil, err
-	}
-	var terms headTerms
-	ins := []*G.Node{params}
-	if f.spec.Head == head.CategoricalKind {
-		t.acts = make([]int32, rows)
-		terms = &categoricalTerms{n: f.spec.N, acts: t.acts}
-	} else {
-		var ls *G.Node
-		if f.outs.split {
-			// RLlib's Box head: each row holds the mean, then the log_std.
-			if params.Dims() != 2 || params.Shape()[1] != 2*d {
-				return nil, fmt.Errorf("engine: output %q has shape %v, want [%d, %d] (mean and log_std side by side)", f.outs.params, params.Shape(), rows, 2*d)
-			}
-			both := params
-			params = must(G.Slice(both, nil, G.S(0, d)))
-			ls = must(G.Slice(both, nil, G.S(d, 2*d)))
-			ins[0] = params
-		} else if ls, err = gr.Output(f.outs.logStd); err != nil {
-			return nil, err
-		}
-		if ls, err = broadcastLogStd(ls, params, rows, d); err != nil {
-			return nil, err
-		}
-		t.act = make([]float32, rows*d)
-		terms = &gaussianTerms{d: d, acts: t.act}
-		ins = append(ins, ls)
-	}
-	var adv, ret, oldLogp, oldVal *G.Node
-	adv, t.adv = in("advantages", rows)
-	ret, t.ret = in("returns", rows)
-	oldLogp, t.oldLogp = in("old_logp", rows)
-	oldVal, t.oldVal = in("old_values", rows)
-	// The same one-op loss as the native towers: log-probability, entropy, loss and their
-	// gradients from the imported graph's head outputs.
-	op := newPPOHeadLossOp(c, rows, value.Dims(), terms)
-	t.nodes = lossNodes{loss: must(G.ApplyOp(op, append(ins, value, adv, ret, oldLogp, oldVal)...)), op: &op.ppoLossOp}
-	if _, err := G.Grad(t.nodes.loss, t.learn...); err != nil {
-		return nil, fmt.Errorf("engine: differentiating the PPO loss on the imported graph: %w", err)
-	}
-	t.vm = tape.New(g, G.BindDualValues(t.learn...))
-	return t, nil
-}
-
-func (t *foreignTower) StatNames() []string { return ppoStats }
-func (t *foreignTower) Close() error        { return t.vm.Close() }
-
-// Grad computes the PPO loss's gradient over mb's rows into grads (the flat parameter layout).
-func (t *foreignTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) (err error) {
-	n := mb.Len()
-	if n != t.rows {
-		return fmt.Errorf("engine: a PPO tower of %d rows got %d", t.rows, n)
-	}
-	copy(t.obs.Data().([]float32), mb.Obs[:n*mb.ObsDim])
-	// The loss op reads the actions, and refuses a categorical one outside the head or a NaN.
-	if t.f.spec.Head == head.CategoricalKind {
-		for i := range n {
-			t.acts[i] = int32(mb.Actions[i])
-		}
-	} else {
-		if mb.ActDim != t.f.spec.ActionDim() {
-			return fmt.Errorf("engine: the batch has %d action values per row, the %s head %d", mb.ActDim, t.f.spec.Head, t.f.spec.ActionDim())
-		}
-		copy(t.act, mb.Actions[:n*mb.ActDim])
-	}
-	copy(t.adv, mb.Advantages[:n])
-	copy(t.ret, mb.Returns[:n])
-	copy(t.oldLogp, mb.LogP[:n])
-	copy(t.oldVal, mb.Values[:n])
-	if err := G.Let(t.obsNode, t.obs); err != nil {
-		return err
-	}
-	for _, p := range t.learn {
-		if g, err := p.Grad(); err == nil {
-			if d, ok := g.(tensor.Tensor); ok {
-				d.Zero()
-			}
-		}
-	}
-	defer t.vm.Reset()
-	if err := t.vm.Run(); err != nil {
-		return fmt.Errorf("engine: running the imported graph: %w", err)
-	}
-	if err := t.gr.Gradients(grads); err != nil {
-		return fmt.Errorf("engine: gradients of the imported graph: %w", err)
-	}
-	if t.f.actorFrozen.Load() {
-		for _, r := range t.f.actorRanges {
-			clear(grads[r[0]:r[1]])
-		}
-	}
-	t.nodes.stats(stats)
-	return nil
-}
-
-// broadcastLogStd gives a Gaussian's log_std the mean's shape [rows, D]: it may be per row
-// already, or one shared row ([D] or [1, D], head.LogStdLayout's shared forms).
-func broadcastLogStd(ls, mean *G.Node, rows, d int) (*G.Node, error) {
-	switch s := ls.Shape(); {
-	case s.Eq(mean.Shape()):
-		return ls, nil
-	case s.TotalSize() == d:
-		row, err := G.Reshape(ls, tensor.Shape{1, d})
-		if err != nil {
-			return nil, err
-		}
-		// 0·mean + log_std, broadcast over the rows: the mean's gradient gets 0 from it.
-		zero := G.NewConstant(float32(0), G.WithName("towerrl.zero"))
-		z, err := G.HadamardProd(mean, zero)
-		if err != nil {
-			return nil, err
-		}
-		return G.BroadcastAdd(z, row, nil, []byte{0})
-	default:
-		return nil, fmt.Errorf("engine: log_std of shape %v for a mean of shape %v: want [%d], [1, %d] or [%d, %d]", s, mean.Shape(), d, d, rows, d)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/internal/tape"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
@@ -32,8 +33,8 @@ func TestForeignTowerLossAndGradient(t *testing.T) {
 	}
 	const n = 24
 	mb := randomMinibatch(rng, n, 2, minibatchScales{ret: 3, value: 1, logp: 0.3})
-	c := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
-	tw, err := newForeignTower(f, n, c)
+	c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	tw, err := newForeignTower(f, n, &ppo.PPO{Coefs: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestForeignTowerLossAndGradient(t *testing.T) {
 		t.Error("the imported graph's tape runs through RunAll, not on the calling goroutine")
 	}
 	grads := make([]float32, len(f.flat))
-	stats := make([]float64, len(ppoStats))
+	stats := make([]float64, len(ppo.StatNames))
 	if err := tw.Grad(mb, grads, stats); err != nil {
 		t.Fatal(err)
 	}

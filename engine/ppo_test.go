@@ -2,21 +2,24 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx"
+	G "gorgonia.org/gorgonia"
 )
 
 // refLoss computes CleanRL's PPO loss in float64 from ONNX Runtime's forward pass of the
 // exported parameters: an implementation independent of the gorgonia graph.
-func refLoss(t *testing.T, params *models.Params, mb *learner.SampleBatch, c Loss) float64 {
+func refLoss(t *testing.T, params *models.Params, mb *learner.SampleBatch, c ppo.Coefs) float64 {
 	t.Helper()
 	b, err := models.Export(params, 0)
 	if err != nil {
@@ -26,7 +29,7 @@ func refLoss(t *testing.T, params *models.Params, mb *learner.SampleBatch, c Los
 }
 
 // refLossOf is refLoss for any ONNX policy with a categorical head.
-func refLossOf(t *testing.T, b []byte, spec head.Spec, mb *learner.SampleBatch, c Loss) float64 {
+func refLossOf(t *testing.T, b []byte, spec head.Spec, mb *learner.SampleBatch, c ppo.Coefs) float64 {
 	t.Helper()
 	s, err := onnx.New(context.Background(), b, onnx.Config{MaxBatch: mb.Len()})
 	if err != nil {
@@ -88,14 +91,14 @@ func TestPPOLossAndGradient(t *testing.T) {
 	}
 	const n = 32
 	mb := randomMinibatch(rng, n, 3, minibatchScales{ret: 1, value: 0.5, logp: 0.4})
-	c := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
-	tw, err := newPPOTower(params, n, c)
+	c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	tw, err := newNativeTower(params, n, &ppo.PPO{Coefs: c})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tw.Close()
 	grads := make([]float32, params.Size())
-	stats := make([]float64, len(ppoStats))
+	stats := make([]float64, len(ppo.StatNames))
 	if err := tw.Grad(mb, grads, stats); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +191,90 @@ func headMinibatch(rng *rand.Rand, n int, spec head.Spec) *learner.SampleBatch {
 	return mb
 }
 
-// TestFusedLoss: the one-op loss from the head's outputs (ppoHeadLossOp) gives the loss,
+// unfusedTower is the reference the fused loss is compared with: gorgonia's graph of
+// Policy.LogProb and Policy.Entropy (the distribution maths as small ops), then PPO's loss as
+// one op over the per-row log-probabilities and entropies.
+type unfusedTower struct {
+	pol                       *models.Policy
+	rows                      int
+	adv, ret, oldLogp, oldVal []float32
+	stats                     func([]float64)
+}
+
+func newUnfusedTower(params *models.Params, rows int, c ppo.Coefs) (t *unfusedTower, err error) {
+	pol, err := models.Build(G.NewGraph(), params, rows)
+	if err != nil {
+		return nil, err
+	}
+	t = &unfusedTower{pol: pol, rows: rows}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("building the unfused loss: %v", r)
+		}
+	}()
+	in := func(name string) (*G.Node, []float32) {
+		n, data, err := pol.Input(name, rows)
+		if err != nil {
+			panic(err)
+		}
+		return n, data
+	}
+	var adv, ret, oldLogp, oldVal *G.Node
+	adv, t.adv = in("advantages")
+	ret, t.ret = in("returns")
+	oldLogp, t.oldLogp = in("old_logp")
+	oldVal, t.oldVal = in("old_values")
+	logp, err := pol.LogProb()
+	if err != nil {
+		return nil, err
+	}
+	ent, err := pol.Entropy()
+	if err != nil {
+		return nil, err
+	}
+	loss, stats, err := ppo.LogProbLoss(logp, ent, pol.Value, adv, ret, oldLogp, oldVal, rows, c)
+	if err != nil {
+		return nil, err
+	}
+	t.stats = stats
+	if err := pol.Backward(loss); err != nil {
+		return nil, err
+	}
+	return t, pol.Compile()
+}
+
+func (t *unfusedTower) StatNames() []string { return ppo.StatNames }
+func (t *unfusedTower) Close() error        { return t.pol.Close() }
+
+func (t *unfusedTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) error {
+	n := mb.Len()
+	copy(t.pol.ObsData(), mb.Obs[:n*mb.ObsDim])
+	if t.pol.Spec().Head == head.CategoricalKind {
+		acts := make([]int32, n)
+		for i := range n {
+			acts[i] = int32(mb.Actions[i])
+		}
+		if err := t.pol.SetActions(acts); err != nil {
+			return err
+		}
+	} else if err := t.pol.SetBoxActions(mb.Actions[:n*mb.ActDim]); err != nil {
+		return err
+	}
+	copy(t.adv, mb.Advantages[:n])
+	copy(t.ret, mb.Returns[:n])
+	copy(t.oldLogp, mb.LogP[:n])
+	copy(t.oldVal, mb.Values[:n])
+	if err := t.pol.Run(); err != nil {
+		return err
+	}
+	if err := t.pol.Grads(grads); err != nil {
+		return err
+	}
+	t.stats(stats)
+	return nil
+}
+
+// TestFusedLoss: the one-op loss from the head's outputs (PPO's fused op) gives the loss,
 // statistics and gradient of the graph built from Policy.LogProb, Policy.Entropy and the PPO
 // loss op, for both heads, and refuses an action outside the categorical head or a NaN one.
 func TestFusedLoss(t *testing.T) {
@@ -213,26 +299,28 @@ func TestFusedLoss(t *testing.T) {
 			}
 			const n = 48
 			mb := headMinibatch(rng, n, tc.spec)
-			c := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.05, VfCoef: 0.5}
+			c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.05, VfCoef: 0.5}
 			var grads [2][]float32
 			var stats [2][]float64
-			for k, fused := range []bool{true, false} {
-				tw, err := buildPPOTower(params, n, c, fused)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tw.Close()
-				if tw.fused != fused {
-					t.Fatalf("tower fused = %v, want %v", tw.fused, fused)
-				}
-				grads[k], stats[k] = make([]float32, params.Size()), make([]float64, len(ppoStats))
+			fusedTower, err := newNativeTower(params, n, &ppo.PPO{Coefs: c})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fusedTower.Close()
+			graphTower, err := newUnfusedTower(params, n, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer graphTower.Close()
+			for k, tw := range []learner.Tower{fusedTower, graphTower} {
+				grads[k], stats[k] = make([]float32, params.Size()), make([]float64, len(ppo.StatNames))
 				for range 2 { // a second run must not accumulate
 					if err := tw.Grad(mb, grads[k], stats[k]); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
-			for i, name := range ppoStats {
+			for i, name := range ppo.StatNames {
 				if d := math.Abs(stats[0][i] - stats[1][i]); d > 1e-6*math.Max(1, math.Abs(stats[1][i])) {
 					t.Errorf("%s: fused %.8f, graph %.8f", name, stats[0][i], stats[1][i])
 				}
@@ -247,11 +335,7 @@ func TestFusedLoss(t *testing.T) {
 			}
 			t.Logf("worst gradient difference %.2g over %d parameters, clip fraction %.2f", worst, len(grads[0]), stats[0][5])
 
-			tw, err := newPPOTower(params, n, c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tw.Close()
+			tw := fusedTower
 			if tc.spec.Head == head.CategoricalKind {
 				mb.Actions[7] = tc.bad
 			} else {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/towerrl/towerrl/internal/atomicfile"
 	"github.com/towerrl/towerrl/internal/dirlock"
 )
 
@@ -94,7 +95,7 @@ func newRunDir(dir string, cfg Config) (_ *runDir, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeAtomic(filepath.Join(dir, configFile), append(b, '\n')); err != nil {
+	if err := writeFile(filepath.Join(dir, configFile), append(b, '\n')); err != nil {
 		return nil, err
 	}
 	if r.metrics, err = os.OpenFile(filepath.Join(dir, metricsFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
@@ -130,19 +131,11 @@ func checkEmpty(dir string) error {
 		ErrRunDir, dir, strings.Join(shown, ", "))
 }
 
-// removeTemps deletes the temporary files a killed process left behind (".NAME.tmp-*", the
-// names writeAtomic and models.SaveCheckpoint use) in dir and its checkpoint folder.
+// removeTemps deletes the temporary files a killed process left behind (internal/atomicfile's,
+// which config.json, policy.onnx and the checkpoints are written through) in dir and its
+// checkpoint folder. The caller holds the run's lock.
 func removeTemps(dir string) error {
-	var errs []error
-	for _, d := range []string{dir, filepath.Join(dir, filepath.Dir(checkpointFile))} {
-		matches, _ := filepath.Glob(filepath.Join(d, ".*.tmp-*"))
-		for _, m := range matches {
-			if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return errors.Join(atomicfile.RemoveTemps(dir), atomicfile.RemoveTemps(filepath.Join(dir, filepath.Dir(checkpointFile))))
 }
 
 // openRunDir reopens a run directory to resume after iteration iterations: metrics.jsonl keeps
@@ -203,11 +196,11 @@ func (r *runDir) iteration(_ context.Context, m Metrics, model, trained []byte) 
 	}
 	r.history = append(r.history, m)
 	if trained != nil {
-		if err := writeAtomic(filepath.Join(r.dir, trainedFile), trained); err != nil {
+		if err := writeFile(filepath.Join(r.dir, trainedFile), trained); err != nil {
 			return err
 		}
 	}
-	return writeAtomic(r.policyPath(), model)
+	return writeFile(r.policyPath(), model)
 }
 
 // curve writes curve.png from the iterations of this process.
@@ -252,29 +245,6 @@ func (r *runDir) close() error {
 	return errors.Join(errs...)
 }
 
-// writeAtomic writes data to path through a temporary file in the same folder and a rename.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("engine: writing %s: %w", path, err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("engine: writing %s: %w", path, err)
-	}
-	return nil
-}
-
 // newRunID is a fresh random run identity (128 bits, hex).
 func newRunID() string {
 	b := make([]byte, 16)
@@ -287,3 +257,6 @@ func sha256Hex(data []byte) string {
 	s := sha256.Sum256(data)
 	return hex.EncodeToString(s[:])
 }
+
+// writeFile writes data to path atomically (internal/atomicfile).
+func writeFile(path string, data []byte) error { return atomicfile.WriteFile(path, data, 0o644) }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/models"
 )
 
@@ -247,7 +248,7 @@ func TestNonFiniteStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := c.Tensor("params")
-	if err := finite(nil, p.Data); err != nil {
+	if err := finite(algo.Stats{}, p.Data); err != nil {
 		t.Fatalf("the checkpoint holds non-finite weights: %v", err)
 	}
 }

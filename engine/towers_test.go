@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
@@ -19,14 +20,14 @@ func TestPPOTowersEquivalence(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
 	const rows = 520
 	data := randomMinibatch(rng, rows, 2, minibatchScales{ret: 1, value: 0.1, logp: 0.05})
-	loss := Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	loss := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	train := func(n, mb, use int) []float32 {
 		params, err := models.NewParams(models.Config{Spec: spec}, rand.New(rand.NewPCG(1, 1)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: use, MaxGradNorm: 0.5, NormalizeAdvantages: true},
-			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0, 0, 1e-5), data, ppoTowerFactory(params, loss))
+			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0, 0, 1e-5), data, PPOTowers(params, loss))
 		if err != nil {
 			t.Fatal(err)
 		}

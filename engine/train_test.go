@@ -8,9 +8,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/onnx"
 )
@@ -93,5 +96,44 @@ func TestConfigErrors(t *testing.T) {
 		if _, err := Train(context.Background(), tc.cfg, Options{}); !errors.Is(err, tc.want) {
 			t.Errorf("%+v: %v, want %v", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+// counting is PPO that counts the trainer's calls: an algorithm added from outside the engine
+// by registering it.
+type counting struct {
+	*ppo.PPO
+	targets, losses *atomic.Int64
+}
+
+func (c counting) Name() string { return "counting-ppo" }
+func (c counting) Targets(r algo.Rollout, adv, ret []float32) error {
+	c.targets.Add(1)
+	return c.PPO.Targets(r, adv, ret)
+}
+func (c counting) Loss(h algo.Heads) (algo.Loss, error) {
+	c.losses.Add(1)
+	return c.PPO.Loss(h)
+}
+
+// TestRegisteredAlgorithm: Config.Algo picks a registered algorithm, which computes the
+// targets of every rollout and the loss of every tower.
+func TestRegisteredAlgorithm(t *testing.T) {
+	var targets, losses atomic.Int64
+	algo.Register("counting-ppo", func(s algo.Settings) (algo.Algorithm, error) {
+		p, err := ppo.New(s)
+		if err != nil {
+			return nil, err
+		}
+		return counting{PPO: p.(*ppo.PPO), targets: &targets, losses: &losses}, nil
+	})
+	cfg := smallRun(1)
+	cfg.Algo, cfg.Towers = "counting-ppo", 2
+	res, err := Train(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if targets.Load() != int64(res.Iterations) || losses.Load() != 2 {
+		t.Fatalf("%d iterations: Targets called %d times, Loss %d times (want one per iteration, one per tower)", res.Iterations, targets.Load(), losses.Load())
 	}
 }

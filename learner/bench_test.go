@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
@@ -43,7 +44,7 @@ func BenchmarkTowersUpdate(b *testing.B) {
 			batch.SetLen(mb)
 			tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: mb, MaxGradNorm: 0.5, NormalizeAdvantages: true},
 				params.Data(), learner.NewAdam(params.Size(), learner.Constant(2.5e-4), 0, 0, 1e-5), batch,
-				engine.PPOTowers(params, engine.Loss{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}))
+				engine.PPOTowers(params, ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -16,11 +16,15 @@ const (
 	// CriticBias is the output layer's bias (one value) of a critic AddCritic made with two
 	// hidden layers.
 	CriticBias = CriticPrefix + ".2.bias"
+	// CriticInput is the critic's own copy of the tensor it reads (as float32): where a
+	// trainer stops the value loss's gradient when the critic reads a policy's features.
+	CriticInput = CriticPrefix + ".obs"
 )
 
 // AddCritic appends to m a fresh value head for a policy exported without one (RLlib's
-// export, actor-only policies): an MLP over the graph input named input, whose rows hold
-// obsDim values, with tanh hidden layers of the given widths and one output, initialised as
+// export, actor-only policies): an MLP over the tensor named input — a graph input (the
+// observations) or a node's output (a recurrent policy's features) — whose rows hold obsDim
+// values, with tanh hidden layers of the given widths and one output, initialised as
 // CleanRL initialises its critic (orthogonal weights, gain √2 for the hidden layers and 1 for
 // the output; zero biases). Its value is the new graph output CriticOutput ([batch, 1]); its
 // initializers are "towerrl_critic.K.weight" ([in, out], used by Gemm without transposition)
@@ -37,8 +41,13 @@ func AddCritic(m *onnxpb.ModelProto, input string, obsDim int, hidden []int, rng
 	for _, in := range g.GetInput() {
 		found = found || in.GetName() == input
 	}
+	for _, n := range g.GetNode() {
+		for _, out := range n.GetOutput() {
+			found = found || out == input
+		}
+	}
 	if !found {
-		return fmt.Errorf("models: AddCritic: the graph has no input %q", input)
+		return fmt.Errorf("models: AddCritic: the graph has no input or node output %q", input)
 	}
 	for _, out := range g.GetOutput() {
 		if out.GetName() == CriticOutput {
@@ -48,8 +57,8 @@ func AddCritic(m *onnxpb.ModelProto, input string, obsDim int, hidden []int, rng
 	e := &exporter{}
 	// The observations may come as another element type (uint8 pixels, float64) or shape:
 	// the critic reads them as float32 rows of obsDim values.
-	e.node("Cast", []string{input}, CriticPrefix+".obs", CriticPrefix+".cast", intAttr("to", int64(onnxpb.TensorProto_FLOAT)))
-	e.node("Flatten", []string{CriticPrefix + ".obs"}, CriticPrefix+".flat", CriticPrefix+".flatten", intAttr("axis", 1))
+	e.node("Cast", []string{input}, CriticInput, CriticPrefix+".cast", intAttr("to", int64(onnxpb.TensorProto_FLOAT)))
+	e.node("Flatten", []string{CriticInput}, CriticPrefix+".flat", CriticPrefix+".flatten", intAttr("axis", 1))
 	x := CriticPrefix + ".flat"
 	widths := append(append([]int{obsDim}, hidden...), 1)
 	for k := range len(widths) - 1 {

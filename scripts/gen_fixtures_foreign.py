@@ -1035,11 +1035,13 @@ def dagger_recurrent(tag, spec, hidden_size, make_act, teacher, rng, rounds=6, s
             p.copy_(b)
 
 
-def weaken(first_weight, make_act, lo=50.0, hi=250.0, aim=175.0):
+def weaken(first_weight, make_act, lo=50.0, hi=250.0, aim=175.0, env_id="CartPole-v1",
+           factors=(0.8, 0.85, 0.9, 0.95, 1.0)):
     """Makes a weak CartPole policy by shrinking the actor's first-layer weights that read the pole
-    angle (obs[2]) by a factor 1 - s: the policy then balances mostly on the angular velocity, and
-    the pole's swing grows until it falls, at a fairly consistent time. s is the one of 0.8 ... 1.0
-    whose 20-episode return is nearest aim within [lo, hi]. Returns s and the 50-episode return."""
+    angle (obs[2]) by a factor 1 - s: the policy then balances mostly on the angular velocity (or,
+    on CartPoleNoVel-v1, on its memory of the angle's recent values), and the pole's swing grows
+    until it falls, at a fairly consistent time. s is the one of factors whose 20-episode
+    return on env_id is nearest aim within [lo, hi]. Returns s and the 50-episode return."""
     base = first_weight.detach().clone()
 
     def apply(s):
@@ -1048,9 +1050,9 @@ def weaken(first_weight, make_act, lo=50.0, hi=250.0, aim=175.0):
             first_weight[:, 2] *= 1.0 - s
 
     best, tried = None, []
-    for s in (0.8, 0.85, 0.9, 0.95, 1.0):
+    for s in factors:
         apply(s)
-        ret = evaluate(make_act, "CartPole-v1", 20).mean()
+        ret = evaluate(make_act, env_id, 20).mean()
         tried.append(f"{s:g}:{ret:.0f}")
         if lo <= ret <= hi and (best is None or abs(ret - aim) < abs(best[1] - aim)):
             best = (s, ret)
@@ -1058,7 +1060,7 @@ def weaken(first_weight, make_act, lo=50.0, hi=250.0, aim=175.0):
     if best is None:
         raise RuntimeError("weaken: no shrink factor brought the return into range")
     apply(best[0])
-    return best[0], evaluate(make_act, "CartPole-v1")
+    return best[0], evaluate(make_act, env_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1281,7 +1283,7 @@ def weak_copy(fx, returns, scale):
                    dynamic_axes=fx.dynamic_axes, fixed_batch=fx.fixed_batch, roles=fx.roles, bind=fx.bind,
                    head=fx.head, action_scaling=fx.action_scaling, make_runner=fx.make_runner,
                    to_action=fx.to_action, rows=fx.rows, extra_inputs=fx.extra_inputs, returns=returns,
-                   weak_of=fx.name, notes=f"{fx.name} weakened for fine-tuning tests: the actor's first-layer "
+                   seq=fx.seq, recurrent=fx.recurrent, weak_of=fx.name, notes=f"{fx.name} weakened for fine-tuning tests: the actor's first-layer "
                    f"weights on the pole angle (obs[2]) multiplied by {1 - scale:.2g}, so it balances on the angular "
                    "velocity alone and the pole's swing grows until it falls. Everything else, the value head "
                    "included, is the parent's.")
@@ -1636,7 +1638,7 @@ def group_rllib_lstm(T):
     B, Tn = 3, 5
     names = ["obs", "state_in_0", "state_in_1", "seq_lens"]
     args = (torch.rand(B * Tn, 4), torch.rand(B, 64), torch.rand(B, 64), torch.full((B,), float(Tn)))
-    yield Fixture("rllib_cartpole_lstm", short="RLlib LSTM export example (ONNXCompatibleWrapper)", family="rllib",
+    yield (_last := Fixture("rllib_cartpole_lstm", short="RLlib LSTM export example (ONNXCompatibleWrapper)", family="rllib",
                   recipe="RLlib's LSTM export example (examples/_old_api_stack/catalogs/onnx_torch_lstm.py): "
                   "ONNXCompatibleWrapper(policy.model) taking (obs, state_in_0, state_in_1, seq_lens) and returning "
                   "(output, state_out_0, state_out_1); torch.onnx.export(..., export_params=True, opset_version=11, "
@@ -1662,7 +1664,10 @@ def group_rllib_lstm(T):
                   notes="use_lstm=True model (fcnet_hiddens [64, 64] tanh, lstm_cell_size 64, both below RLlib's "
                         "defaults of 256 to keep the file small): FC trunk -> nn.LSTM(batch_first) -> _logits_branch. "
                         "Behaviour-cloned (DAgger) on CartPoleNoVel-v1 from the CartPole teacher, which sees the "
-                        "true state. No value output (the example exports forward only).")
+                        "true state. No value output (the example exports forward only)."))
+    fx = _last
+    scale, ret = weaken(model._hidden_layers[0]._model[0].weight, make_act, env_id="CartPoleNoVel-v1")
+    yield weak_copy(fx, ret, scale)
 
 
 def group_sf_gru(T):
@@ -1702,7 +1707,7 @@ def group_sf_gru(T):
     spec = RecurrentSpec(pre, [ac.core.core], heads, list(ac.parameters()))
     dagger_recurrent("sf_gru", spec, 64, make_act, teacher, rng)
     args = {"obs": torch.randn(1, 4), "rnn_states": torch.zeros(1, 64)}
-    yield Fixture("sf_cartpole_gru", short="Sample Factory export_onnx (RNN: batch 1)", family="sample-factory",
+    yield (_last := Fixture("sf_cartpole_gru", short="Sample Factory export_onnx (RNN: batch 1)", family="sample-factory",
                   recipe="Sample Factory export_onnx (sample_factory/export_onnx.py): OnnxExporter(cfg, env_info, "
                   "actor_critic) with forward patched to named args (obs, rnn_states); torch.onnx.export(model, "
                   "(args,), f, export_params=True, input_names=['obs', 'rnn_states'], output_names=['output_actions', "
@@ -1726,7 +1731,11 @@ def group_sf_gru(T):
                         "--eval_deterministic=True: actions are argmax(softmax(logits)) as int32 [1]. "
                         "Behaviour-cloned (DAgger) on CartPoleNoVel-v1. The critic (critic_linear) feeds no output, "
                         "so the exporter prunes it: no value tensor exists. bind.logits is the "
-                        "distribution_linear output.")
+                        "distribution_linear output."))
+    # Its observations are normalised, so the angle's weights matter more: smaller shrinks.
+    scale, ret = weaken(ac.encoder.encoders["obs"].mlp_head[0].weight, make_act, env_id="CartPoleNoVel-v1",
+                        factors=(0.2, 0.3, 0.4, 0.5, 0.6, 0.7))
+    yield weak_copy(_last, ret, scale)
 
 
 def group_sb3c_lstm(T):

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/engine/vtrace"
 )
 
@@ -312,15 +312,16 @@ func TestOnPolicyIsGAE(t *testing.T) {
 			}
 
 			gaeAdv, gaeRet := make([]float32, rows), make([]float32, rows)
-			if err := engine.GAE(in.Rewards, in.Values, in.Terminated, in.Truncated, in.FinalValues, in.LastValues,
-				tc.t, tc.n, gamma, tc.lambda, gaeAdv, gaeRet); err != nil {
+			if err := ppo.GAE(ppo.GAEInput{T: tc.t, N: tc.n, Rewards: in.Rewards, Values: in.Values, Terminated: in.Terminated,
+				Truncated: in.Truncated, FinalValues: in.FinalValues, LastValues: in.LastValues, Gamma: gamma, Lambda: tc.lambda},
+				gaeAdv, gaeRet); err != nil {
 				t.Fatal(err)
 			}
-			assertClose(t, "vs against engine.GAE returns", vs, float64s(gaeRet), 2e-5)
+			assertClose(t, "vs against ppo.GAE returns", vs, float64s(gaeRet), 2e-5)
 			if tc.lambda != 1 {
 				return
 			}
-			assertClose(t, "adv against engine.GAE advantages", adv, float64s(gaeAdv), 2e-5)
+			assertClose(t, "adv against ppo.GAE advantages", adv, float64s(gaeAdv), 2e-5)
 
 			// The discounted returns by a plain backward loop.
 			ret := make([]float64, rows)

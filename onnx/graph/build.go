@@ -49,6 +49,22 @@ type BuildOptions struct {
 	// [layers, batch, hidden]). Each must agree with the declared fixed dimensions. Default:
 	// none.
 	Shapes map[string][]int
+	// Inputs gives nodes of g to stand for inputs by name, in place of new input nodes: the
+	// output of an earlier build (a recurrent state carried from one step to the next), or a
+	// node the caller made. Each must have the input's concrete shape (Shapes or the batch)
+	// and the graph's element type. Default: none.
+	Inputs map[string]*G.Node
+	// Share is a graph built earlier on the same gorgonia graph over the same Params: this
+	// build uses its parameter nodes instead of making its own, so the gradient of each
+	// parameter sums over every build that reads it (a recurrent policy unrolled through
+	// time, one build per step). Parameters only this build reads get nodes of their own,
+	// which [Graph.Gradients] of Share does not see: build the one that reads the most first.
+	// Default: nil.
+	Share *Graph
+	// StopGradient names tensors the gradient does not flow back through: their readers see
+	// their values, but what computes them gets no gradient from those readers (a new value
+	// head reading a policy's features trains without moving the policy). Default: none.
+	StopGradient []string
 }
 
 // Import parses a serialized ONNX model, makes fresh float32 parameters and builds a graph
@@ -103,6 +119,22 @@ func (m *Model) BuildWith(g *G.ExprGraph, p *Params, opts BuildOptions) (gr *Gra
 			return nil, fmt.Errorf("%w: BuildOptions.Shapes names %q, which is not a graph input; the inputs are %v", ErrModel, name, m.inputNames())
 		}
 	}
+	for name, n := range opts.Inputs {
+		if !slices.ContainsFunc(m.inputs, func(in Input) bool { return in.Name == name }) {
+			return nil, fmt.Errorf("%w: BuildOptions.Inputs names %q, which is not a graph input; the inputs are %v", ErrModel, name, m.inputNames())
+		}
+		if n == nil || n.Graph() != g {
+			return nil, fmt.Errorf("%w: BuildOptions.Inputs gives input %q a node that is not in the graph being built", ErrModel, name)
+		}
+	}
+	for _, name := range opts.StopGradient {
+		if !slices.Contains(m.Tensors(), name) {
+			return nil, fmt.Errorf("%w: BuildOptions.StopGradient names %q, which the graph does not compute", ErrNoTensor, name)
+		}
+	}
+	if s := opts.Share; s != nil && (s.g != g || s.params != p || s.model != m) {
+		return nil, fmt.Errorf("%w: BuildOptions.Share is a graph of another gorgonia graph, Params or model", ErrModel)
+	}
 	b := &builder{m: m, g: g, dt: p.dt, batch: opts.Batch, env: map[string]value{}, refs: map[string]*G.Node{}}
 	defer func() {
 		if r := recover(); r != nil {
@@ -119,6 +151,16 @@ func (m *Model) BuildWith(g *G.ExprGraph, p *Params, opts BuildOptions) (gr *Gra
 			continue
 		}
 		b.at = nodeRef{name: pa.name, op: "parameter"}
+		if opts.Share != nil {
+			if n, ok := opts.Share.pnodes[pa.name]; ok {
+				b.env[pa.name] = value{n: n}
+				gr.pnodes[pa.name] = n
+				if !p.frozen[pa.name] {
+					gr.learn = append(gr.learn, n)
+				}
+				continue
+			}
+		}
 		n := G.NewTensor(g, b.dt, len(pa.shape), G.WithShape(pa.shape...), G.WithName(pa.name), G.WithValue(p.vals[pa.name]))
 		b.env[pa.name] = value{n: n}
 		gr.pnodes[pa.name] = n
@@ -132,13 +174,31 @@ func (m *Model) BuildWith(g *G.ExprGraph, p *Params, opts BuildOptions) (gr *Gra
 		if err != nil {
 			return nil, err
 		}
-		n := G.NewTensor(g, b.dt, len(shape), G.WithShape(shape...), G.WithName(in.Name))
+		n, given := opts.Inputs[in.Name]
+		switch {
+		case !given:
+			n = G.NewTensor(g, b.dt, len(shape), G.WithShape(shape...), G.WithName(in.Name))
+		case !slices.Equal([]int(n.Shape()), shape) || n.Dtype() != b.dt:
+			return nil, fmt.Errorf("%w: BuildOptions.Inputs gives input %q a %v node of shape %v, want %v %v", ErrShape, in.Name, n.Dtype(), n.Shape(), b.dt, shape)
+		}
 		b.env[in.Name] = value{n: n}
 		gr.inputs = append(gr.inputs, n)
 	}
 	var plans map[int]*dense
 	if !opts.NoFusion {
 		plans = m.planDense(need, outs)
+		// A stopped tensor inside a fused layer would never be built on its own: leave that
+		// layer unfused.
+		for k, d := range plans {
+			for _, j := range []int{k, d.add, d.act} {
+				if j >= 0 && j != k && m.nodes[j].GetOutput()[0] == d.out {
+					continue
+				}
+				if j >= 0 && slices.ContainsFunc(m.nodes[j].GetOutput(), func(o string) bool { return o != d.out && slices.Contains(opts.StopGradient, o) }) {
+					delete(plans, k)
+				}
+			}
+		}
 	}
 	done := map[int]bool{}
 	for k, pn := range m.nodes {
@@ -153,10 +213,16 @@ func (m *Model) BuildWith(g *G.ExprGraph, p *Params, opts BuildOptions) (gr *Gra
 			}
 			if fused {
 				done[d.add], done[d.act] = true, true
+				if err := b.stop(opts.StopGradient, d.out); err != nil {
+					return nil, err
+				}
 				continue
 			}
 		}
 		if err := b.node(pn, m.refs[k]); err != nil {
+			return nil, err
+		}
+		if err := b.stop(opts.StopGradient, pn.GetOutput()...); err != nil {
 			return nil, err
 		}
 	}
@@ -185,6 +251,35 @@ func (m *Model) BuildWith(g *G.ExprGraph, p *Params, opts BuildOptions) (gr *Gra
 		}
 	}
 	return gr, nil
+}
+
+// stop puts a StopGradient between each of the tensors outs that names lists and its
+// readers.
+func (b *builder) stop(names []string, outs ...string) error {
+	for _, out := range outs {
+		v, ok := b.env[out]
+		if !ok || v.n == nil || !slices.Contains(names, out) {
+			continue
+		}
+		b.at = nodeRef{name: out, op: "StopGradient"}
+		var err error
+		if v.n, err = stopGradient(v.n); err != nil {
+			return err
+		}
+		b.env[out] = v
+	}
+	return nil
+}
+
+// stopGradient returns a node holding a copy of x's value through which no gradient flows.
+func stopGradient(x *G.Node) (*G.Node, error) {
+	shape := []int(x.Shape())
+	if x.IsScalar() {
+		shape = nil
+	}
+	return G.ApplyOp(&fnOp{spec: fnSpec{desc: "StopGradient", shape: shape,
+		fwd: func(in [][]float64, y []float64) error { copy(y, in[0]); return nil },
+	}, shapes: [][]int{shape}}, x)
 }
 
 // copyNode returns a node holding a copy of x's value.

@@ -1,4 +1,4 @@
-package engine
+package ppo
 
 import (
 	"math"
@@ -29,7 +29,7 @@ func TestGAEByHand(t *testing.T) {
 		{"both flags: termination wins", []float32{0, 1, 0, 0}, []float32{0, 1, 0, 0}, []float64{1.08, -1, 2.68, 1.5}},
 	} {
 		adv, ret := make([]float32, 4), make([]float32, 4)
-		if err := GAE(rewards, values, tc.term, tc.trunc, final, []float32{5}, 4, 1, 0.9, 0.8, adv, ret); err != nil {
+		if err := GAE(GAEInput{T: 4, N: 1, Rewards: rewards, Values: values, Terminated: tc.term, Truncated: tc.trunc, FinalValues: final, LastValues: []float32{5}, Gamma: 0.9, Lambda: 0.8}, adv, ret); err != nil {
 			t.Fatal(err)
 		}
 		for k, w := range tc.want {
@@ -48,7 +48,7 @@ func TestGAEInterleaved(t *testing.T) {
 	term := []float32{0, 0, 0, 1, 0, 0, 0, 0}
 	zero := make([]float32, 8)
 	adv, ret := make([]float32, 8), make([]float32, 8)
-	if err := GAE(rewards, values, term, zero, zero, []float32{5, 5}, 4, 2, 0.9, 0.8, adv, ret); err != nil {
+	if err := GAE(GAEInput{T: 4, N: 2, Rewards: rewards, Values: values, Terminated: term, Truncated: zero, FinalValues: zero, LastValues: []float32{5, 5}, Gamma: 0.9, Lambda: 0.8}, adv, ret); err != nil {
 		t.Fatal(err)
 	}
 	want := []float64{4.413312, 1.08, 3.6296, -1, 2.68, 2.68, 1.5, 1.5}
@@ -57,7 +57,7 @@ func TestGAEInterleaved(t *testing.T) {
 			t.Errorf("row %d: %v, want %v", k, adv[k], w)
 		}
 	}
-	if err := GAE(rewards, values, term, zero, zero, []float32{5}, 4, 2, 0.9, 0.8, adv, ret); err == nil {
+	if err := GAE(GAEInput{T: 4, N: 2, Rewards: rewards, Values: values, Terminated: term, Truncated: zero, FinalValues: zero, LastValues: []float32{5}, Gamma: 0.9, Lambda: 0.8}, adv, ret); err == nil {
 		t.Error("1 last value for 2 envs accepted")
 	}
 }

@@ -1,0 +1,152 @@
+// Package algo is what the engine's trainer needs from a learning algorithm, and the registry
+// that maps a run's Config.Algo to one.
+//
+// The trainer owns the policy (towerrl's own MLPs or an imported ONNX graph, feed-forward or
+// recurrent), the batchers and the learner's towers. Each tower builds the policy's forward
+// pass for its rows on a gorgonia graph and hands its head outputs ([Heads]) to the
+// algorithm, which adds its loss ([Algorithm.Loss]); the tower differentiates it and runs it
+// on every minibatch. Before training on a rollout the trainer asks the algorithm for the
+// rows' training targets ([Algorithm.Targets]: PPO's GAE advantages and returns).
+//
+// An algorithm is added by one package that calls [Register] from its init function (see
+// package engine/ppo); the engine imports the algorithms it ships, and a program adds its own
+// with a blank import.
+//
+// Threading: Register is safe for concurrent use; an Algorithm's Targets is called from the
+// trainer's goroutine, each Loss from one tower's goroutine and used only by it.
+package algo
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	G "gorgonia.org/gorgonia"
+
+	"github.com/towerrl/towerrl/learner"
+	"github.com/towerrl/towerrl/models/head"
+)
+
+// ErrUnknown is wrapped by the error of New for a name no package registered.
+var ErrUnknown = errors.New("algo: unknown algorithm")
+
+// Settings are the hyper-parameters an algorithm reads (from the run's config; zero values
+// mean what the config's defaults made them).
+type Settings struct {
+	Gamma, Lambda float64 // discount, and GAE's (or V-trace's) λ
+	ClipCoef      float64 // PPO's ε
+	ClipVLoss     bool    // clip the value update around the old value
+	EntCoef       float64 // weight of the entropy bonus
+	VfCoef        float64 // weight of the value loss
+}
+
+// Heads are a policy's outputs for one tower of Rows rows: what a loss reads. Params holds
+// the logits ([Rows, N], categorical) or the mean ([Rows, D], Gaussian; a tanh-gaussian head
+// is trained as the Gaussian over its pre-tanh action); LogStd the Gaussian's log standard
+// deviation, [Rows, D] (nil for a categorical head); Value the state value, [Rows] or
+// [Rows, 1]. Every node is in one gorgonia graph.
+type Heads struct {
+	Spec                  head.Spec
+	Rows                  int
+	Params, LogStd, Value *G.Node
+}
+
+// Loss is an algorithm's loss over one tower's Heads.
+type Loss interface {
+	// Node is the scalar loss node, to differentiate.
+	Node() *G.Node
+	// Fill writes the loss's per-row inputs (actions, targets, behaviour log-probabilities
+	// and values) before a run: loss row k from minibatch row rowOf(k).
+	Fill(mb *learner.SampleBatch, rowOf func(k int) int) error
+	// Stats writes the last run's statistics, in the algorithm's StatNames order.
+	Stats(dst []float64)
+	// LogProbs are the last run's log-probabilities of the taken actions, per loss row.
+	LogProbs() []float32
+}
+
+// Rollout is a time-major rollout's columns an algorithm's targets read: row t·N+i is step t
+// of env i ([T×N]; LastValues [N], the value of the observation after the last step).
+// FinalValues holds the value of the final observation where an episode was truncated.
+type Rollout struct {
+	T, N                                                int
+	Rewards, Values, Terminated, Truncated, FinalValues []float32
+	LastValues                                          []float32
+}
+
+// Algorithm is a learning algorithm as the trainer drives it.
+type Algorithm interface {
+	// Name is the name it is registered under (Config.Algo).
+	Name() string
+	// StatNames names the statistics its losses report, in order. The trainer reads
+	// "loss", "policy_loss", "value_loss", "entropy", "approx_kl" and "clip_frac" when
+	// present; others are the algorithm's own.
+	StatNames() []string
+	// Targets writes each row's advantage and return (the value target) of r, time-major.
+	Targets(r Rollout, adv, ret []float32) error
+	// Loss adds the loss over h to h's graph. Gorgonia's panics are the caller's to recover.
+	Loss(h Heads) (Loss, error)
+}
+
+// Factory makes an algorithm from the run's settings.
+type Factory func(Settings) (Algorithm, error)
+
+var (
+	mu       sync.RWMutex
+	registry = map[string]Factory{}
+)
+
+// Register makes an algorithm available under name. It panics when name is empty or taken:
+// registration happens in init functions, where two algorithms claiming one name is a
+// programming error.
+func Register(name string, f Factory) {
+	mu.Lock()
+	defer mu.Unlock()
+	if name == "" || f == nil {
+		panic("algo: Register with an empty name or a nil factory")
+	}
+	if _, dup := registry[name]; dup {
+		panic("algo: Register called twice for " + name)
+	}
+	registry[name] = f
+}
+
+// Names lists the registered algorithms, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	names := make([]string, 0, len(registry))
+	for n := range registry {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New makes the algorithm registered under name.
+func New(name string, s Settings) (Algorithm, error) {
+	mu.RLock()
+	f, ok := registry[name]
+	mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q; registered: %s", ErrUnknown, name, strings.Join(Names(), ", "))
+	}
+	return f(s)
+}
+
+// Stats are one update's statistics by name.
+type Stats struct {
+	Names  []string
+	Values []float64
+}
+
+// Get returns the statistic called name, NaN when the algorithm does not report it.
+func (s Stats) Get(name string) float64 {
+	if i := slices.Index(s.Names, name); i >= 0 && i < len(s.Values) {
+		return s.Values[i]
+	}
+	return math.NaN()
+}

@@ -1,0 +1,53 @@
+package algo_test
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/ppo"
+)
+
+// fake is an algorithm that only names itself.
+type fake struct{ algo.Algorithm }
+
+func (fake) Name() string { return "fake" }
+
+func TestRegistry(t *testing.T) {
+	algo.Register("fake", func(algo.Settings) (algo.Algorithm, error) { return fake{}, nil })
+	if names := algo.Names(); !slices.Contains(names, "fake") || !slices.Contains(names, ppo.Name) || !slices.IsSorted(names) {
+		t.Fatalf("Names() = %v, want sorted with fake and ppo", names)
+	}
+	a, err := algo.New("fake", algo.Settings{})
+	if err != nil || a.Name() != "fake" {
+		t.Fatalf("New(fake) = %v, %v", a, err)
+	}
+	_, err = algo.New("sac", algo.Settings{})
+	if !errors.Is(err, algo.ErrUnknown) || !strings.Contains(err.Error(), "fake, ppo") {
+		t.Fatalf("New(sac) = %v, want ErrUnknown listing the registered names", err)
+	}
+	if _, err := algo.New(ppo.Name, algo.Settings{Gamma: 2, Lambda: 0.9, ClipCoef: 0.2}); err == nil {
+		t.Fatal("ppo accepted gamma 2")
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("a second registration of one name did not panic")
+			}
+		}()
+		algo.Register("fake", func(algo.Settings) (algo.Algorithm, error) { return fake{}, nil })
+	}()
+}
+
+func TestStatsByName(t *testing.T) {
+	s := algo.Stats{Names: ppo.StatNames, Values: []float64{1, 2, 3, 4, 5, 6}}
+	if s.Get("value_loss") != 3 || s.Get("clip_frac") != 6 {
+		t.Fatalf("Get: %v %v", s.Get("value_loss"), s.Get("clip_frac"))
+	}
+	if !math.IsNaN(s.Get("rho_clip_frac")) {
+		t.Fatal("a statistic the algorithm does not report is not NaN")
+	}
+}

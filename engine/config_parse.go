@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/towerrl/towerrl/internal/names"
+)
+
+// ParseConfig decodes a JSON object of Config fields strictly: a field Config does not have
+// is an error naming it and the nearest known field ("total_step": did you mean
+// "total_steps"?), as is anything after the object. Defaults are not applied.
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		const prefix = "json: unknown field "
+		if msg := err.Error(); strings.HasPrefix(msg, prefix) {
+			name, _ := strconv.Unquote(strings.TrimPrefix(msg, prefix))
+			hint, ok := configAliases[strings.ToLower(name)]
+			if ok {
+				hint = fmt.Sprintf("; towerrl calls it %q", hint)
+			} else {
+				hint = suggest(name, configFields())
+			}
+			return c, fmt.Errorf("%w: unknown field %q%s", ErrConfig, name, hint)
+		}
+		return c, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	if dec.More() {
+		return c, fmt.Errorf("%w: more than one JSON value; a config is one object", ErrConfig)
+	}
+	return c, nil
+}
+
+// configAliases maps Stable-Baselines3's and CleanRL's names for PPO settings to Config's.
+var configAliases = map[string]string{
+	"learning_rate": "lr", "n_steps": "rollout_steps", "num_steps": "rollout_steps", "num_envs": "envs",
+	"n_envs": "envs", "n_epochs": "epochs", "update_epochs": "epochs", "num_minibatches": "minibatches",
+	"clip_range": "clip_coef", "total_timesteps": "total_steps", "seed_": "seed", "env_id": "env",
+	"batch_size": "minibatches (a count: rows per minibatch = workers·envs·rollout_steps / minibatches)",
+}
+
+// configFields lists Config's JSON field names.
+func configFields() []string {
+	t := reflect.TypeFor[Config]()
+	names := make([]string, 0, t.NumField())
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// suggest returns `; did you mean "x"?` for the known name nearest to name (edit distance at
+// most a third of its length, or a shared word), else the list of known names.
+func suggest(name string, known []string) string {
+	best, bestD := "", len(name)/3+1
+	for _, k := range known {
+		if d := names.Distance(strings.ToLower(name), k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		for _, k := range known {
+			for _, w := range strings.Split(strings.ToLower(name), "_") {
+				if len(w) > 2 && strings.Contains(k, w) {
+					best = k
+					break
+				}
+			}
+			if best != "" {
+				break
+			}
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf("; did you mean %q?", best)
+	}
+	return "; known fields: " + strings.Join(known, ", ")
+}

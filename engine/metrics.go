@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/engine/algo"
+)
+
+// Metrics describe one training iteration; they are the lines of metrics.jsonl.
+type Metrics struct {
+	Iteration    int   `json:"iteration"`
+	EnvSteps     int64 `json:"env_steps"`
+	Episodes     int   `json:"episodes"` // finished during this iteration
+	EpisodesAll  int64 `json:"episodes_total"`
+	ReturnMean   Float `json:"return_mean"` // of the episodes finished this iteration (NaN: none)
+	ReturnMin    Float `json:"return_min"`
+	ReturnMax    Float `json:"return_max"`
+	LengthMean   Float `json:"length_mean"`
+	PolicyLoss   Float `json:"policy_loss"`
+	ValueLoss    Float `json:"value_loss"`
+	Entropy      Float `json:"entropy"`
+	ApproxKL     Float `json:"approx_kl"`
+	ClipFrac     Float `json:"clip_frac"`
+	ExplainedVar Float `json:"explained_variance"`
+	LR           Float `json:"lr"`
+	CollectSPS   Float `json:"collect_steps_per_sec"`
+	LearnSPS     Float `json:"learn_samples_per_sec"`
+	Version      int64 `json:"policy_version"`
+	WallSeconds  Float `json:"wall_seconds"`
+}
+
+// Float is a float64 whose JSON form is null for NaN and ±Inf (an iteration in which no
+// episode ended has no return statistics).
+type Float float64
+
+// MarshalJSON writes null for NaN and ±Inf.
+func (f Float) MarshalJSON() ([]byte, error) {
+	v := float64(f)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads null as NaN.
+func (f *Float) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = Float(math.NaN())
+		return nil
+	}
+	var v float64
+	err := json.Unmarshal(b, &v)
+	*f = Float(v)
+	return err
+}
+
+// Result summarises a finished run.
+type Result struct {
+	EvalReturnMean float64 `json:"eval_return_mean"`
+	EvalReturnStd  float64 `json:"eval_return_std"`
+	EvalEpisodes   int     `json:"eval_episodes"`
+	EnvSteps       int64   `json:"env_steps"`
+	Iterations     int     `json:"iterations"`
+	WallSeconds    float64 `json:"wall_seconds"`
+	TrainSeconds   float64 `json:"train_seconds"` // collection and learning, without evaluation
+	Policy         string  `json:"policy"`        // path of the exported ONNX policy ("" without Out)
+	Curve          string  `json:"curve,omitempty"`
+	Dir            string  `json:"dir,omitempty"`
+}
+
+// explainedVariance is 1 − Var(returns − values)/Var(returns), NaN when the returns are constant.
+func explainedVariance(values, returns []float32) float64 {
+	var y, d batcher.Stats
+	for i, v := range values {
+		y.Add(float64(returns[i]))
+		d.Add(float64(returns[i] - v))
+	}
+	vy := y.Std() * y.Std()
+	if vy == 0 {
+		return math.NaN()
+	}
+	return 1 - d.Std()*d.Std()/vy
+}
+
+// ErrNonFinite is wrapped by the error of a run stopped by a NaN or infinite loss or weight.
+var ErrNonFinite = errors.New("engine: training diverged")
+
+// finite checks the learner's statistics and the parameters.
+func finite(stats algo.Stats, params []float32) error {
+	for i, v := range stats.Values {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			name := "statistic " + strconv.Itoa(i)
+			if i < len(stats.Names) {
+				name = stats.Names[i]
+			}
+			return fmt.Errorf("%w: the %s is %v", ErrNonFinite, name, v)
+		}
+	}
+	for i, v := range params {
+		if v != v || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("%w: parameter %d of %d became %v (the gradient was not finite)", ErrNonFinite, i, len(params), v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,274 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/internal/tape"
+	"github.com/towerrl/towerrl/learner"
+	"github.com/towerrl/towerrl/onnx/graph"
+)
+
+// Recurrent fine-tuning: backpropagation through time over whole rollouts.
+//
+// The batchers run a recurrent policy one step at a time, carrying each env's state from one
+// step to the next and zeroing it where an episode starts; a rollout records each env's state
+// before its first step. A recurrent tower replays that: the imported one-step graph is built
+// once per step of the rollout on one gorgonia graph over shared parameter nodes
+// (graph.BuildOptions.Share), step t's state outputs feeding step t+1's state inputs through a
+// mask that zeroes the envs whose episode ended at t. The PPO loss then reads every step's
+// head outputs, and one backward pass gives the gradient through time. Sequences are whole
+// rollouts of one env (the learner splits minibatches in whole sequences), so the replay sees
+// exactly the states the batchers saw and the first epoch's probability ratios are 1.
+
+// recurrentTower computes an algorithm's loss's gradient on an imported recurrent graph, unrolled
+// over steps steps for seqs sequences. Loss row k is step k/seqs of sequence k%seqs
+// (time-major); minibatch row s·steps+t is step t of sequence s.
+type recurrentTower struct {
+	f           *foreign
+	seqs, steps int
+	first       *graph.Graph // step 0's build, whose parameter nodes every step shares
+	vm          *tape.Machine
+	obs         [][]float32   // per step: [seqs × obs] backing of the step's observation node
+	state0      [][]float32   // per state: backing of its step-0 input, [state's shape with batch seqs]
+	masks       [][][]float32 // per step t ≥ 1, per state: 1 − (episode of the row ended at t−1)
+	starts      [][]float32   // per step t ≥ 1: the graph's episode_starts input, when it has one
+	loss        *headLoss
+}
+
+// stateShape is state k's input shape for seqs sequences: its declared shape with the batch
+// axis set to seqs.
+func (f *foreign) stateShape(k, seqs int) ([]int, error) {
+	s := f.bind.State[k]
+	shape := make([]int, len(s.Shape))
+	for i, d := range s.Shape {
+		switch {
+		case i == s.BatchAxis:
+			shape[i] = seqs
+		case d <= 0:
+			return nil, fmt.Errorf("%w: recurrent state %q has a dynamic dimension %d besides the batch (shape %v)", ErrFineTune, s.Input, i, s.Shape)
+		default:
+			shape[i] = int(d)
+		}
+	}
+	return shape, nil
+}
+
+// stateDim is the number of values of one env's recurrent state, all states together: the
+// width of learner.SampleBatch.State.
+func (f *foreign) stateDim() int {
+	n := 0
+	for k := range f.bind.State {
+		shape, _ := f.stateShape(k, 1)
+		n += tensor.Shape(shape).TotalSize()
+	}
+	return n
+}
+
+func newRecurrentTower(f *foreign, seqs, steps int, a algo.Algorithm) (t *recurrentTower, err error) {
+	if steps < 1 {
+		return nil, fmt.Errorf("engine: a recurrent tower needs the rollout length, got %d", steps)
+	}
+	g := G.NewGraph()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("engine: building the %s loss on the imported recurrent graph: %v", a.Name(), r)
+		}
+	}()
+	t = &recurrentTower{f: f, seqs: seqs, steps: steps}
+	od := obsSize(f.spec)
+	node := func(name string, shape []int) (*G.Node, []float32) {
+		data := make([]float32, tensor.Shape(shape).TotalSize())
+		v := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(data))
+		return G.NewTensor(g, tensor.Float32, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(v)), data
+	}
+	shapes := map[string][]int{}
+	state := make([]*G.Node, len(f.bind.State))
+	for k, s := range f.bind.State {
+		shape, err := f.stateShape(k, seqs)
+		if err != nil {
+			return nil, err
+		}
+		shapes[s.Input] = shape
+		var data []float32
+		state[k], data = node("towerrl.state0."+s.Input, shape)
+		t.state0 = append(t.state0, data)
+	}
+	fixed := map[string]*G.Node{} // constant inputs (seq_lens ones, zeros), one node for every step
+	for _, in := range f.model.Inputs() {
+		v, ok := f.consts[in.Name]
+		if !ok {
+			continue
+		}
+		shape := []int{seqs}
+		for _, d := range in.Shape[1:] {
+			if d <= 0 {
+				return nil, fmt.Errorf("%w: input %q has a dynamic dimension besides the batch (shape %v)", ErrFineTune, in.Name, in.Shape)
+			}
+			shape = append(shape, int(d))
+		}
+		n, data := node("towerrl.const."+in.Name, shape)
+		for i := range data {
+			data[i] = v
+		}
+		fixed[in.Name] = n
+	}
+	outs := f.outputs()
+	for _, s := range f.bind.State {
+		outs = append(outs, s.Output)
+	}
+	var params, values, logStds []*G.Node
+	for step := range steps {
+		ins := map[string]*G.Node{}
+		for name, n := range fixed {
+			ins[name] = n
+		}
+		obs, data := node("towerrl.obs."+strconv.Itoa(step), append([]int{seqs}, f.spec.ObsShape...))
+		if len(data) != seqs*od {
+			return nil, fmt.Errorf("engine: observation node of %d values for %d sequences of %d", len(data), seqs, od)
+		}
+		t.obs = append(t.obs, data)
+		ins[f.input] = obs
+		if f.bind.EpisodeStarts != "" {
+			n, data := node("towerrl.starts."+strconv.Itoa(step), []int{seqs})
+			ins[f.bind.EpisodeStarts] = n
+			t.starts = append(t.starts, data) // step 0's stays 0: its state is the recorded one
+		}
+		for k, s := range f.bind.State {
+			ins[s.Input] = state[k]
+		}
+		gr, err := f.model.BuildWith(g, f.params, graph.BuildOptions{Batch: seqs, Outputs: outs, Shapes: shapes, Inputs: ins, Share: t.first, StopGradient: f.stop})
+		if err != nil {
+			return nil, err
+		}
+		if t.first == nil {
+			t.first = gr
+		}
+		p, err := gr.Output(f.outs.params)
+		if err != nil {
+			return nil, err
+		}
+		v, err := gr.Output(f.outs.value)
+		if err != nil {
+			return nil, err
+		}
+		// One row per sequence: an exporter's [batch, time = 1, width] (RLlib's inner
+		// tensors) is taken as [batch, width].
+		if p.Dims() > 2 && p.Shape()[0] == seqs {
+			p = G.Must(G.Reshape(p, tensor.Shape{seqs, p.Shape().TotalSize() / seqs}))
+		}
+		params, values = append(params, p), append(values, v)
+		if f.outs.logStd != "" && !f.outs.split {
+			ls, err := gr.Output(f.outs.logStd)
+			if err != nil {
+				return nil, err
+			}
+			logStds = append(logStds, ls)
+		}
+		if step == steps-1 {
+			break
+		}
+		// The next step's state: this step's output, zeroed for the sequences whose episode
+		// ended here (the batchers zero an env's state when its next episode starts).
+		var masks [][]float32
+		for k, s := range f.bind.State {
+			out, err := gr.Output(s.Output)
+			if err != nil {
+				return nil, err
+			}
+			if !out.Shape().Eq(tensor.Shape(shapes[s.Input])) {
+				return nil, fmt.Errorf("%w: recurrent state output %q has shape %v, its input %q %v", ErrFineTune, s.Output, out.Shape(), s.Input, shapes[s.Input])
+			}
+			m, data := node(fmt.Sprintf("towerrl.mask.%d.%d", step+1, k), shapes[s.Input])
+			masks = append(masks, data)
+			state[k] = G.Must(G.HadamardProd(out, m))
+		}
+		t.masks = append(t.masks, masks)
+	}
+	rows := seqs * steps
+	cat := func(nodes []*G.Node) *G.Node {
+		if len(nodes) == 1 {
+			return nodes[0]
+		}
+		return G.Must(G.Concat(0, nodes...))
+	}
+	var ls *G.Node
+	if logStds != nil {
+		// One row per sequence (it may depend on the observation) is joined like the means; a
+		// shared [D] stays one (the same at every step).
+		if ls = logStds[0]; ls.Dims() == 2 && ls.Shape()[0] == seqs {
+			ls = cat(logStds)
+		}
+	}
+	if t.loss, err = f.newHeadLoss(a, rows, cat(params), ls, cat(values), t.first.Learnables()); err != nil {
+		return nil, err
+	}
+	t.vm = tape.New(g, G.BindDualValues(t.loss.learn...))
+	return t, nil
+}
+
+func (t *recurrentTower) StatNames() []string { return t.loss.names }
+func (t *recurrentTower) Close() error        { return t.vm.Close() }
+
+// Grad computes the PPO loss's gradient over mb's sequences into grads (the flat layout).
+func (t *recurrentTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) error {
+	if len(mb.SeqLens) != t.seqs || mb.Len() != t.seqs*t.steps {
+		return fmt.Errorf("engine: a recurrent PPO tower of %d sequences of %d steps got %d sequences, %d rows", t.seqs, t.steps, len(mb.SeqLens), mb.Len())
+	}
+	for s, l := range mb.SeqLens {
+		if int(l) != t.steps {
+			return fmt.Errorf("engine: sequence %d has %d steps; a recurrent PPO tower replays whole rollouts of %d", s, l, t.steps)
+		}
+	}
+	if mb.StateDim != t.f.stateDim() {
+		return fmt.Errorf("engine: the batch carries %d state values per sequence, the policy %d", mb.StateDim, t.f.stateDim())
+	}
+	od := mb.ObsDim
+	for step, obs := range t.obs {
+		for s := range t.seqs {
+			r := s*t.steps + step
+			copy(obs[s*od:(s+1)*od], mb.Obs[r*od:(r+1)*od])
+		}
+	}
+	// Each sequence's initial state, state by state, at its index on the state's batch axis.
+	off := 0
+	for k, s := range t.f.bind.State {
+		shape, _ := t.f.stateShape(k, t.seqs)
+		size := len(t.state0[k]) / t.seqs
+		for seq := range t.seqs {
+			src := mb.State[seq*mb.StateDim+off : seq*mb.StateDim+off+size]
+			placeRow(t.state0[k], shape, s.BatchAxis, seq, src)
+		}
+		off += size
+	}
+	ones := make([]float32, 0, 64)
+	for step := 1; step < t.steps; step++ {
+		for s := range t.seqs {
+			prev := s*t.steps + step - 1
+			keep := float32(1)
+			if mb.Terminated[prev] != 0 || mb.Truncated[prev] != 0 {
+				keep = 0
+			}
+			if t.starts != nil {
+				t.starts[step][s] = 1 - keep
+			}
+			for k, st := range t.f.bind.State {
+				shape, _ := t.f.stateShape(k, t.seqs)
+				size := len(t.state0[k]) / t.seqs
+				ones = ones[:0]
+				for range size {
+					ones = append(ones, keep)
+				}
+				placeRow(t.masks[step-1][k], shape, st.BatchAxis, s, ones)
+			}
+		}
+	}
+	if err := t.loss.loss.Fill(mb, func(k int) int { return (k%t.seqs)*t.steps + k/t.seqs }); err != nil {
+		return err
+	}
+	return t.loss.run(t.vm, t.first, grads, stats)
+}

@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/towerrl/towerrl/models"
+)
+
+// Resume continues the run in dir from its last checkpoint with the configuration in its
+// config.json: same iteration, parameters, optimiser state, environment states and random
+// streams, so it finishes with the metrics an uninterrupted run would have had. metrics.jsonl
+// lines written after the checkpoint are dropped (they are produced again), and temporary
+// files a killed process left are removed. opts.Out is dir.
+//
+// The checkpoint must belong to the run (same run ID), and the configuration it was written
+// with must equal config.json's after opts.Change, except for [ResumeChangeable]. A fine-tune
+// resumes from the policy bytes in the checkpoint: the InitPolicy file is not needed. A run
+// stopped before its first checkpoint (no metrics yet) starts again from the beginning.
+func Resume(ctx context.Context, dir string, opts Options) (res Result, err error) {
+	fail := func(err error) (Result, error) { return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err) }
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fail(fmt.Errorf("%w: not a run directory (%v)", ErrRunDir, err))
+	}
+	lock, err := lockRunDir(dir)
+	if err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		if lock != nil { // not handed over to the runDir
+			err = errors.Join(err, lock.Release(false))
+		}
+	}()
+	if err := removeTemps(dir); err != nil {
+		return fail(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, configFile))
+	if err != nil {
+		return fail(err)
+	}
+	stored, err := ParseConfig(b)
+	if err != nil {
+		return fail(fmt.Errorf("config.json: %w", err))
+	}
+	cfg := stored
+	if opts.Change != nil {
+		opts.Change(&cfg)
+	}
+	if err := resumeChanges(stored, cfg); err != nil {
+		return fail(err)
+	}
+	asked := cfg // stored, with at most ResumeChangeable fields changed: config.json from now on
+	if cfg, err = cfg.WithDefaults(); err != nil {
+		return fail(err)
+	}
+	ckpt, err := models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist) && noMetrics(dir):
+		ckpt = nil // stopped before the first checkpoint: nothing was trained, start again
+	case err != nil:
+		return fail(err)
+	default:
+		if err := checkCheckpoint(ckpt, stored); err != nil {
+			return fail(err)
+		}
+	}
+	var initData []byte
+	if cfg.InitPolicy != "" {
+		if ckpt != nil {
+			initData = ckpt.Bytes["init_policy"]
+		}
+		if initData == nil {
+			if initData, err = os.ReadFile(cfg.InitPolicy); err != nil {
+				return fail(fmt.Errorf("InitPolicy: %w", err))
+			}
+		}
+		if sum := sha256Hex(initData); cfg.InitPolicySHA256 != "" && sum != cfg.InitPolicySHA256 {
+			return fail(fmt.Errorf("the policy being fine-tuned has SHA-256 %s, config.json records %s", sum, cfg.InitPolicySHA256))
+		}
+	}
+	if !reflect.DeepEqual(asked, stored) {
+		out, err := json.MarshalIndent(asked, "", "  ")
+		if err != nil {
+			return fail(err)
+		}
+		if err := writeFile(filepath.Join(dir, configFile), append(out, '\n')); err != nil {
+			return fail(err)
+		}
+	}
+	first := 0
+	if ckpt != nil {
+		first = int(ckpt.Ints["iteration"])
+	}
+	run, err := openRunDir(dir, lock, first)
+	if err != nil {
+		return Result{}, err
+	}
+	lock = nil
+	opts.Out = dir
+	return train(ctx, cfg, opts, run, ckpt, initData)
+}
+
+// noMetrics reports whether the run in dir has not finished an iteration yet.
+func noMetrics(dir string) bool {
+	st, err := os.Stat(filepath.Join(dir, metricsFile))
+	return err != nil || st.Size() == 0
+}
+
+// resumeChanges refuses changes to fields outside ResumeChangeable, naming every one.
+func resumeChanges(stored, asked Config) error {
+	a, b := configMap(stored), configMap(asked)
+	var bad []string
+	for k := range union(a, b) {
+		if !slices.Contains(ResumeChangeable, k) && !bytes.Equal(a[k], b[k]) {
+			bad = append(bad, fmt.Sprintf("%s (run: %s, asked: %s)", k, orNone(a[k]), orNone(b[k])))
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return fmt.Errorf("%w: a resume may change only %s; not %s", ErrConfig, strings.Join(ResumeChangeable, ", "), strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// checkCheckpoint refuses a checkpoint of another run, or one written with another config.
+func checkCheckpoint(c *models.Checkpoint, stored Config) error {
+	id := string(c.Bytes["run_id"])
+	if id != stored.RunID {
+		return fmt.Errorf("%w: the checkpoint belongs to run %q, config.json to run %q (was it copied from another run?)",
+			ErrRunDir, id, stored.RunID)
+	}
+	var was Config
+	if err := json.Unmarshal(c.Bytes["config"], &was); err != nil {
+		return fmt.Errorf("%w: the checkpoint's config: %v", ErrRunDir, err)
+	}
+	if err := resumeChanges(was, stored); err != nil {
+		return fmt.Errorf("config.json was edited since the checkpoint: %w", err)
+	}
+	return nil
+}
+
+func configMap(c Config) map[string]json.RawMessage {
+	b, _ := json.Marshal(c)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	return m
+}
+
+func union(a, b map[string]json.RawMessage) map[string]bool {
+	u := map[string]bool{}
+	for k := range a {
+		u[k] = true
+	}
+	for k := range b {
+		u[k] = true
+	}
+	return u
+}
+
+func orNone(v json.RawMessage) string {
+	if v == nil {
+		return "none"
+	}
+	return string(v)
+}
+
+// checkpoint saves what Resume needs after iteration iterations.
+func (t *trainer) checkpoint(ctx context.Context, path string, iteration int) error {
+	snap, err := t.b.Snapshot()
+	if err != nil {
+		return err
+	}
+	c := &models.Checkpoint{
+		Ints: map[string]int64{"iteration": int64(iteration), "env_steps": t.steps, "episodes": t.eps,
+			"version": t.version, "adam_steps": int64(t.opt.Steps())},
+		Bytes: map[string][]byte{"batcher": snap, "run_id": []byte(t.cfg.RunID)},
+	}
+	var err2 error
+	if c.Bytes["config"], err2 = json.Marshal(t.cfg); err2 != nil {
+		return err2
+	}
+	if f, ok := t.pm.(*foreign); ok {
+		c.Bytes["init_policy"] = f.source
+	}
+	flat := t.pm.flatParams()
+	st := t.opt.State()
+	for name, v := range map[string][]float32{"params": flat, "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
+		if err := c.Put(name, []int{len(v)}, v); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("engine: checkpoint: %w", err)
+	}
+	return models.SaveCheckpoint(ctx, path, c)
+}
+
+// restore sets the trainer to a checkpoint's state (after start built it afresh).
+func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {
+	st := t.opt.State()
+	for name, dst := range map[string][]float32{"params": t.pm.flatParams(), "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
+		v, ok := c.Tensor(name)
+		if !ok || len(v.Data) != len(dst) {
+			return fmt.Errorf("engine: the checkpoint's %q does not fit this model (%d values, want %d)", name, len(v.Data), len(dst))
+		}
+		copy(dst, v.Data)
+	}
+	t.opt.SetSteps(int(c.Ints["adam_steps"]))
+	t.steps, t.eps, t.version = c.Ints["env_steps"], c.Ints["episodes"], c.Ints["version"]
+	if err := t.publish(ctx); err != nil {
+		return err
+	}
+	return t.b.Restore(c.Bytes["batcher"])
+}
