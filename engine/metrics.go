@@ -32,6 +32,13 @@ type Metrics struct {
 	LearnSPS     Float `json:"learn_samples_per_sec"`
 	Version      int64 `json:"policy_version"`
 	WallSeconds  Float `json:"wall_seconds"`
+	// Where the iteration's time went: collecting the rollout, the learner's updates,
+	// publishing the new policy (export, hot swap into the batchers, policy.onnx), and the
+	// checkpoint's share of the critical path (its snapshot; it is written on a goroutine).
+	CollectSeconds    Float `json:"collect_seconds"`
+	LearnSeconds      Float `json:"learn_seconds"`
+	PublishSeconds    Float `json:"publish_seconds"`
+	CheckpointSeconds Float `json:"checkpoint_seconds"`
 }
 
 // Float is a float64 whose JSON form is null for NaN and ±Inf (an iteration in which no

@@ -173,7 +173,15 @@ func orNone(v json.RawMessage) string {
 }
 
 // checkpoint saves what Resume needs after iteration iterations.
+//
+// The checkpoint is a snapshot (copies) taken here, written on a goroutine off the training's
+// critical path; writes never overlap: a checkpoint first waits for the last one and returns
+// its error, and waitCheckpoint waits for it. The write is atomic, so a process killed
+// meanwhile leaves the previous checkpoint.
 func (t *trainer) checkpoint(ctx context.Context, path string, iteration int) error {
+	if err := t.waitCheckpoint(); err != nil {
+		return err
+	}
 	snap, err := t.b.Snapshot()
 	if err != nil {
 		return err
@@ -200,7 +208,20 @@ func (t *trainer) checkpoint(ctx context.Context, path string, iteration int) er
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("engine: checkpoint: %w", err)
 	}
-	return models.SaveCheckpoint(ctx, path, c)
+	done := make(chan error, 1)
+	go func() { done <- models.SaveCheckpoint(ctx, path, c) }()
+	t.ckpt = done
+	return nil
+}
+
+// waitCheckpoint waits for the checkpoint being written, if any, and returns its error.
+func (t *trainer) waitCheckpoint() error {
+	if t.ckpt == nil {
+		return nil
+	}
+	err := <-t.ckpt
+	t.ckpt = nil
+	return err
 }
 
 // restore sets the trainer to a checkpoint's state (after start built it afresh).

@@ -2,13 +2,13 @@ package engine
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,7 +135,13 @@ func checkEmpty(dir string) error {
 // which config.json, policy.onnx and the checkpoints are written through) in dir and its
 // checkpoint folder. The caller holds the run's lock.
 func removeTemps(dir string) error {
-	return errors.Join(atomicfile.RemoveTemps(dir), atomicfile.RemoveTemps(filepath.Join(dir, filepath.Dir(checkpointFile))))
+	var errs []error
+	for _, d := range []string{dir, filepath.Join(dir, filepath.Dir(checkpointFile))} {
+		if err := atomicfile.RemoveTemps(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err) // no checkpoint folder yet: nothing to remove
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // openRunDir reopens a run directory to resume after iteration iterations: metrics.jsonl keeps
@@ -181,9 +187,8 @@ func (r *runDir) policyPath() string {
 	return filepath.Join(r.dir, policyFile)
 }
 
-// iteration appends m to metrics.jsonl and writes policy.onnx, and trained, when not nil, as
-// policy_with_critic.onnx (the graph with the new critic a value-less policy was given).
-func (r *runDir) iteration(_ context.Context, m Metrics, model, trained []byte) error {
+// metricsLine appends m to metrics.jsonl.
+func (r *runDir) metricsLine(m Metrics) error {
 	if r.dir == "" {
 		return nil
 	}
@@ -195,6 +200,15 @@ func (r *runDir) iteration(_ context.Context, m Metrics, model, trained []byte) 
 		return fmt.Errorf("engine: writing metrics: %w", err)
 	}
 	r.history = append(r.history, m)
+	return nil
+}
+
+// policy writes policy.onnx, and trained, when not nil, as policy_with_critic.onnx (the graph
+// with the new critic a value-less policy was given).
+func (r *runDir) policy(model, trained []byte) error {
+	if r.dir == "" {
+		return nil
+	}
 	if trained != nil {
 		if err := writeFile(filepath.Join(r.dir, trainedFile), trained); err != nil {
 			return err

@@ -131,6 +131,9 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		if err := t.checkpoint(ctx, ckptPath, 0); err != nil {
 			return res, err
 		}
+		if err := t.waitCheckpoint(); err != nil {
+			return res, err
+		}
 		run.resumable = true
 	}
 	iters := cfg.Iterations()
@@ -139,19 +142,26 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		if err != nil {
 			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
 		}
-		m.WallSeconds = Float(time.Since(start).Seconds())
+		p0 := time.Now()
 		art, err := t.pm.artifact(t.model, t.version)
 		if err != nil {
 			return res, err
 		}
-		if err := run.iteration(ctx, m, art, t.pm.trained(t.model)); err != nil {
+		if err := run.policy(art, t.pm.trained(t.model)); err != nil {
 			return res, err
 		}
+		m.PublishSeconds += Float(time.Since(p0).Seconds())
 		saved := ckptPath != "" && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
+		c0 := time.Now()
 		if saved {
 			if err := t.checkpoint(ctx, ckptPath, it+1); err != nil {
 				return res, err
 			}
+		}
+		m.CheckpointSeconds = Float(time.Since(c0).Seconds())
+		m.WallSeconds = Float(time.Since(start).Seconds())
+		if err := run.metricsLine(m); err != nil {
+			return res, err
 		}
 		if opts.Progress != nil {
 			opts.Progress(m)
@@ -165,8 +175,14 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 					return res, err
 				}
 			}
+			if err := t.waitCheckpoint(); err != nil {
+				return res, err
+			}
 			return res, fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, iters, run.dir)
 		}
+	}
+	if err := t.waitCheckpoint(); err != nil {
+		return res, err
 	}
 	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.policyPath(), Dir: run.dir}
 	if res.Curve, err = run.curve(fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {

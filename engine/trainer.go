@@ -36,6 +36,7 @@ type trainer struct {
 	version  int64
 	steps    int64
 	eps      int64
+	ckpt     chan error // the checkpoint being written, if any
 }
 
 func newTrainer(cfg Config, spec envs.Spec, pm policyModel, session onnx.Config) *trainer {
@@ -244,14 +245,17 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	learn := time.Since(l0)
 	t.steps += int64(rows)
 	t.version++
+	p0 := time.Now()
 	if err := t.publish(ctx); err != nil {
 		return Metrics{}, err
 	}
+	publish := time.Since(p0)
 	nan := Float(math.NaN())
 	m := Metrics{Iteration: it + 1, EnvSteps: t.steps, Episodes: len(r.Episodes), ReturnMean: nan, ReturnMin: nan,
 		ReturnMax: nan, LengthMean: nan, PolicyLoss: Float(stats.Get("policy_loss")), ValueLoss: Float(stats.Get("value_loss")),
 		Entropy: Float(stats.Get("entropy")), ApproxKL: Float(stats.Get("approx_kl")), ClipFrac: Float(stats.Get("clip_frac")), ExplainedVar: Float(ev), LR: Float(lr),
-		CollectSPS: Float(float64(rows) / collect.Seconds()), LearnSPS: Float(float64(res.Trained) / learn.Seconds()), Version: t.version}
+		CollectSPS: Float(float64(rows) / collect.Seconds()), LearnSPS: Float(float64(res.Trained) / learn.Seconds()), Version: t.version,
+		CollectSeconds: Float(collect.Seconds()), LearnSeconds: Float(learn.Seconds()), PublishSeconds: Float(publish.Seconds())}
 	if len(r.Episodes) > 0 {
 		var ret, length batcher.Stats
 		lo, hi := math.Inf(1), math.Inf(-1)
@@ -268,7 +272,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 }
 
 func (t *trainer) close() error {
-	var errs []error
+	errs := []error{t.waitCheckpoint()}
 	if t.l != nil {
 		errs = append(errs, t.l.Close())
 	}

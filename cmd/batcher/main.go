@@ -134,12 +134,20 @@ func main() {
 	fs.BoolVar(&o.appendRun, "append", false, "add this run's shards to the dataset in --out, numbered after its shards, and record the run in its manifest.json")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for env resets and action sampling")
 	fs.BoolVar(&o.deterministic, "deterministic", false, "take the most probable action instead of sampling")
+	profile := fs.String("profile", "", "folder to write a CPU profile (cpu.pprof) and a heap profile (heap.pprof) of the run into")
 	o.flags.Register(fs)
 	var lf cli.LogFlags
 	lf.Register(fs)
 	flag.Parse()
 	o.jsonLogs = lf.JSON
-	cli.MainGraceful("batcher", lf, func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) error {
+	cli.MainGraceful("batcher", lf, func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) (err error) {
+		if *profile != "" {
+			end, err := cli.StartProfile(*profile)
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, end()) }()
+		}
 		o.stop = stop
 		return run(ctx, os.Stdout, os.Stderr, log, o)
 	})

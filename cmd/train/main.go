@@ -22,9 +22,11 @@ import (
 	"io"
 	"math"
 	"os"
+	"strings"
 
 	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/zap"
 )
@@ -33,7 +35,7 @@ func main() {
 	fs := flag.CommandLine
 	var (
 		env        = fs.String("env", "", "Gymnasium environment id (required unless in --config)")
-		algo       = fs.String("algo", "", "algorithm: ppo (default)")
+		algoName   = fs.String("algo", "", "algorithm: "+strings.Join(algo.Names(), ", ")+" (default ppo)")
 		configPath = fs.String("config", "", "JSON file of engine.Config fields")
 		out        = fs.String("out", "", "run directory (default runs/<env>-<seed>)")
 		towers     = fs.Int("towers", 0, "learner towers (default 1)")
@@ -44,18 +46,26 @@ func main() {
 		initPolicy = fs.String("init-policy", "", "pretrained ONNX policy to fine-tune")
 		resume     = fs.String("resume", "", "run directory to resume")
 		library    = fs.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
+		profile    = fs.String("profile", "", "folder to write a CPU profile (cpu.pprof) and a heap profile (heap.pprof) of the run into")
 		lf         cli.LogFlags
 		hf         cli.HeadFlags
 	)
 	lf.Register(fs)
 	hf.Register(fs)
 	flag.Parse()
-	cli.MainGraceful("train", lf, func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) error {
+	cli.MainGraceful("train", lf, func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) (err error) {
+		if *profile != "" {
+			end, err := cli.StartProfile(*profile)
+			if err != nil {
+				return err
+			}
+			defer func() { err = errors.Join(err, end()) }()
+		}
 		// Flags given on the command line override the config file's fields, or, with --resume,
 		// the run's own (only engine.ResumeChangeable fields may change).
 		override := map[string]func(*engine.Config){
 			"env":         func(c *engine.Config) { c.Env = *env },
-			"algo":        func(c *engine.Config) { c.Algo = *algo },
+			"algo":        func(c *engine.Config) { c.Algo = *algoName },
 			"towers":      func(c *engine.Config) { c.Towers = *towers },
 			"workers":     func(c *engine.Config) { c.Workers = *workers },
 			"envs":        func(c *engine.Config) { c.Envs = *envs },
