@@ -33,7 +33,8 @@
 // Options.Out receives config.json (the full Config, defaults filled), metrics.jsonl (one
 // [Metrics] object per iteration), policy.onnx (the latest policy, replaced atomically each
 // iteration), checkpoint/state.ckpt (parameters, Adam state, counters and the batchers' env and
-// random-stream snapshots, every CheckpointEvery iterations and at the end) and curve.png.
+// random-stream snapshots, every CheckpointEvery iterations and at the end) and curve.png (when
+// Options.Plot is set: package engine/curve draws it, so the engine links no plotting library).
 // Train refuses a folder that already holds a run; [Resume] continues one from its checkpoint
 // and finishes with exactly the metrics and policy an uninterrupted run would have.
 //

@@ -217,13 +217,13 @@ func (r *runDir) policy(model, trained []byte) error {
 	return writeFile(r.policyPath(), model)
 }
 
-// curve writes curve.png from the iterations of this process.
-func (r *runDir) curve(title string) (string, error) {
-	if r.dir == "" {
+// curve draws curve.png from the iterations of this process with plot, when given.
+func (r *runDir) curve(plot func(path, title string, ms []Metrics) error, title string) (string, error) {
+	if r.dir == "" || plot == nil {
 		return "", nil
 	}
 	path := filepath.Join(r.dir, curveFile)
-	return path, WriteCurve(path, title, r.history)
+	return path, plot(path, title, r.history)
 }
 
 // discard removes what a fresh run wrote before its first checkpoint (and the folder, when it

@@ -31,6 +31,9 @@ type Options struct {
 	// checkpoint is written, and Train or Resume return an error wrapping [ErrStopped]. (A
 	// cancelled ctx stops at once; the last checkpoint stays.) Default: never.
 	Stop <-chan struct{}
+	// Plot, when set, draws the learning curve as curve.png in Out at the end of the run
+	// (package engine/curve's Write; the engine itself links no plotting library).
+	Plot func(path, title string, ms []Metrics) error
 	// Change, for Resume only, edits the run's configuration before it continues; only the
 	// fields [ResumeChangeable] lists may change (the new values are written to config.json).
 	Change func(*Config)
@@ -185,7 +188,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		return res, err
 	}
 	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.policyPath(), Dir: run.dir}
-	if res.Curve, err = run.curve(fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
+	if res.Curve, err = run.curve(opts.Plot, fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
 		return res, err
 	}
 	if cfg.EvalEpisodes > 0 {

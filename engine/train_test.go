@@ -25,12 +25,17 @@ import (
 func TestTrainCartPoleLearns(t *testing.T) {
 	dir := t.TempDir()
 	var seen []Metrics
+	plotted := 0
+	plot := func(path, _ string, ms []Metrics) error { // engine/curve.Write draws it; tested there
+		plotted = len(ms)
+		return os.WriteFile(path, []byte("a curve"), 0o644)
+	}
 	res, err := Train(context.Background(), Config{Env: "CartPole-v1", TotalSteps: 40960, Seed: 3, EvalEpisodes: 20},
-		Options{Out: dir, Progress: func(m Metrics) { seen = append(seen, m) }})
+		Options{Out: dir, Progress: func(m Metrics) { seen = append(seen, m) }, Plot: plot})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Iterations != 80 || res.EnvSteps != 40960 || len(seen) != 80 || seen[79].Version != 80 {
+	if res.Iterations != 80 || res.EnvSteps != 40960 || len(seen) != 80 || seen[79].Version != 80 || plotted != 80 {
 		t.Fatalf("result %+v, %d progress calls", res, len(seen))
 	}
 	if res.EvalReturnMean < 150 {

@@ -27,6 +27,7 @@ import (
 	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"github.com/towerrl/towerrl/engine"
 	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/curve"
 	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/zap"
 )
@@ -126,7 +127,7 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 			m.Iteration, m.EnvSteps, ret, float64(m.PolicyLoss), float64(m.ValueLoss), float64(m.Entropy), float64(m.ApproxKL),
 			float64(m.ClipFrac), float64(m.ExplainedVar), float64(m.CollectSPS), float64(m.LearnSPS)))
 	}
-	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change}
+	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change, Plot: curve.Write}
 	var res engine.Result
 	var err error
 	if resume != "" {

@@ -1,4 +1,7 @@
-package engine
+// Package curve draws a run's learning curve (gonum/plot), kept out of package engine so that
+// library users who never plot do not link a plotting library: pass [Write] as
+// engine.Options.Plot.
+package curve
 
 import (
 	"fmt"
@@ -8,11 +11,13 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/towerrl/towerrl/engine"
 )
 
-// WriteCurve draws the learning curve of a run, mean episode return against env steps (the
+// Write draws the learning curve of a run, mean episode return against env steps (the
 // iterations in which episodes ended), as a PNG at path.
-func WriteCurve(path, title string, ms []Metrics) error {
+func Write(path, title string, ms []engine.Metrics) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "env steps"
@@ -27,14 +32,14 @@ func WriteCurve(path, title string, ms []Metrics) error {
 	if len(pts) > 0 {
 		line, err := plotter.NewLine(pts)
 		if err != nil {
-			return fmt.Errorf("engine: learning curve: %w", err)
+			return fmt.Errorf("curve: learning curve: %w", err)
 		}
 		line.Color = color.RGBA{R: 31, G: 119, B: 180, A: 255}
 		line.Width = vg.Points(1.5)
 		p.Add(line)
 	}
 	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
-		return fmt.Errorf("engine: writing %s: %w", path, err)
+		return fmt.Errorf("curve: writing %s: %w", path, err)
 	}
 	return nil
 }
