@@ -172,39 +172,50 @@ func orNone(v json.RawMessage) string {
 	return string(v)
 }
 
-// checkpoint saves what Resume needs after iteration iterations.
-//
-// The checkpoint is a snapshot (copies) taken here, written on a goroutine off the training's
-// critical path; writes never overlap: a checkpoint first waits for the last one and returns
-// its error, and waitCheckpoint waits for it. The write is atomic, so a process killed
-// meanwhile leaves the previous checkpoint.
+// checkpoint saves what Resume needs after iteration iterations: snapshot, then save.
 func (t *trainer) checkpoint(ctx context.Context, path string, iteration int) error {
-	if err := t.waitCheckpoint(); err != nil {
+	c, err := t.snapshot(iteration)
+	if err != nil {
 		return err
+	}
+	return t.save(ctx, path, c)
+}
+
+// snapshot copies what Resume needs after iteration iterations into a checkpoint. It first
+// waits for the checkpoint being written, if any, and returns its error: writes never overlap.
+func (t *trainer) snapshot(iteration int) (*models.Checkpoint, error) {
+	if err := t.waitCheckpoint(); err != nil {
+		return nil, err
 	}
 	snap, err := t.b.Snapshot()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c := &models.Checkpoint{
 		Ints: map[string]int64{"iteration": int64(iteration), "env_steps": t.steps, "episodes": t.eps,
 			"version": t.version, "adam_steps": int64(t.opt.Steps())},
 		Bytes: map[string][]byte{"batcher": snap, "run_id": []byte(t.cfg.RunID)},
 	}
-	var err2 error
-	if c.Bytes["config"], err2 = json.Marshal(t.cfg); err2 != nil {
-		return err2
+	if c.Bytes["config"], err = json.Marshal(t.cfg); err != nil {
+		return nil, err
 	}
 	if f, ok := t.pm.(*foreign); ok {
 		c.Bytes["init_policy"] = f.source
 	}
-	flat := t.pm.flatParams()
 	st := t.opt.State()
-	for name, v := range map[string][]float32{"params": flat, "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
-		if err := c.Put(name, []int{len(v)}, v); err != nil {
-			return err
+	for name, v := range map[string][]float32{"params": t.pm.flatParams(), "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
+		if err := c.Put(name, []int{len(v)}, v); err != nil { // Put copies
+			return nil, err
 		}
 	}
+	return c, nil
+}
+
+// save writes c to path on a goroutine, off the training's critical path; waitCheckpoint
+// waits for it. The write is atomic, so a process killed meanwhile leaves the previous
+// checkpoint. The caller writes the metrics line of c's iteration first: a checkpoint is
+// never ahead of metrics.jsonl.
+func (t *trainer) save(ctx context.Context, path string, c *models.Checkpoint) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("engine: checkpoint: %w", err)
 	}

@@ -156,15 +156,22 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		m.PublishSeconds += Float(time.Since(p0).Seconds())
 		saved := ckptPath != "" && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
 		c0 := time.Now()
+		var snap *models.Checkpoint
 		if saved {
-			if err := t.checkpoint(ctx, ckptPath, it+1); err != nil {
+			if snap, err = t.snapshot(it + 1); err != nil {
 				return res, err
 			}
 		}
 		m.CheckpointSeconds = Float(time.Since(c0).Seconds())
 		m.WallSeconds = Float(time.Since(start).Seconds())
+		// The metrics line goes first: a checkpoint on disk is never ahead of metrics.jsonl.
 		if err := run.metricsLine(m); err != nil {
 			return res, err
+		}
+		if snap != nil {
+			if err := t.save(ctx, ckptPath, snap); err != nil {
+				return res, err
+			}
 		}
 		if opts.Progress != nil {
 			opts.Progress(m)
