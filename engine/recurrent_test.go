@@ -135,25 +135,7 @@ func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 				}
 				return st[0]
 			}
-			const eps = 1e-2
-			off := 0
-			for _, pname := range f.params.TrainableNames() {
-				v, _ := f.params.Value(pname)
-				size := v.Shape().TotalSize()
-				for _, k := range []int{off, off + size/2, off + size - 1} {
-					old := f.flat[k]
-					f.flat[k] = old + eps
-					up := loss()
-					f.flat[k] = old - eps
-					down := loss()
-					f.flat[k] = old
-					fd := (up - down) / (2 * eps)
-					if math.Abs(fd-float64(grads[k])) > 2e-3+0.05*math.Abs(fd) {
-						t.Errorf("%s[%d]: gradient %.6f, finite difference %.6f", pname, k-off, grads[k], fd)
-					}
-				}
-				off += size
-			}
+			checkFiniteDifferences(t, f, grads, loss, 1e-2, 0.05)
 		})
 	}
 }
