@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/models"
 )
 
@@ -30,7 +31,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return fail(fmt.Errorf("%w: not a run directory (%v)", ErrRunDir, err))
 	}
-	lock, err := lockRunDir(dir)
+	lock, err := rundir.Lock(dir)
 	if err != nil {
 		return Result{}, err
 	}
@@ -39,7 +40,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 			err = errors.Join(err, lock.Release(false))
 		}
 	}()
-	if err := removeTemps(dir); err != nil {
+	if err := rundir.RemoveTemps(dir); err != nil {
 		return fail(err)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, configFile))
@@ -82,7 +83,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 				return fail(fmt.Errorf("InitPolicy: %w", err))
 			}
 		}
-		if sum := sha256Hex(initData); cfg.InitPolicySHA256 != "" && sum != cfg.InitPolicySHA256 {
+		if sum := rundir.SHA256Hex(initData); cfg.InitPolicySHA256 != "" && sum != cfg.InitPolicySHA256 {
 			return fail(fmt.Errorf("the policy being fine-tuned has SHA-256 %s, config.json records %s", sum, cfg.InitPolicySHA256))
 		}
 	}
@@ -91,7 +92,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 		if err != nil {
 			return fail(err)
 		}
-		if err := writeFile(filepath.Join(dir, configFile), append(out, '\n')); err != nil {
+		if err := rundir.WriteFile(filepath.Join(dir, configFile), append(out, '\n')); err != nil {
 			return fail(err)
 		}
 	}
@@ -99,7 +100,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	if ckpt != nil {
 		first = int(ckpt.Ints["iteration"])
 	}
-	run, err := openRunDir(dir, lock, first)
+	run, err := rundir.Open[Metrics](dir, lock, first)
 	if err != nil {
 		return Result{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/models"
 )
 
@@ -286,7 +287,7 @@ func TestFineTuneResumeNeedsNoFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.InitPolicy != src || stored.InitPolicySHA256 != sha256Hex(readFile(t, src)) {
+	if stored.InitPolicy != src || stored.InitPolicySHA256 != rundir.SHA256Hex(readFile(t, src)) {
 		t.Fatalf("config.json records init_policy %q (sha %s), want %q", stored.InitPolicy, stored.InitPolicySHA256, src)
 	}
 	if err := os.Remove(src); err != nil {
@@ -323,7 +324,7 @@ func TestFailedSetupLeavesNothing(t *testing.T) {
 			t.Errorf("the folder Train made is still there: %v", entries)
 		case existed && err != nil:
 			t.Errorf("the user's empty folder is gone: %v", err)
-		case existed && checkEmpty(dir) != nil:
+		case existed && rundir.CheckEmpty(dir) != nil:
 			t.Errorf("the user's folder is left with %v", entries)
 		}
 		cfg.InitPolicy = ""
@@ -358,7 +359,7 @@ func TestCriticFineTuneResumes(t *testing.T) {
 	if _, err := Resume(ctx, dir, Options{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{policyFile, trainedFile} {
+	for _, name := range []string{policyFile, rundir.TrainedFile} {
 		if !bytes.Equal(readFile(t, filepath.Join(dir, name)), readFile(t, filepath.Join(full, name))) {
 			t.Errorf("%s of the resumed run differs from the uninterrupted run's", name)
 		}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
@@ -68,28 +70,32 @@ func Train(ctx context.Context, cfg Config, opts Options) (Result, error) {
 		if cfg.InitPolicy, err = filepath.Abs(cfg.InitPolicy); err != nil {
 			return Result{}, fmt.Errorf("engine: InitPolicy: %w", err)
 		}
-		sum := sha256Hex(initData)
+		sum := rundir.SHA256Hex(initData)
 		if cfg.InitPolicySHA256 != "" && cfg.InitPolicySHA256 != sum {
 			return Result{}, fmt.Errorf("%w: InitPolicy %s has SHA-256 %s, the config's init_policy_sha256 is %s (the file changed?)",
 				ErrConfig, cfg.InitPolicy, sum, cfg.InitPolicySHA256)
 		}
 		cfg.InitPolicySHA256 = sum
 	}
-	cfg.RunID = newRunID()
-	run, err := newRunDir(opts.Out, cfg)
+	cfg.RunID = rundir.NewRunID()
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return Result{}, err
+	}
+	run, err := rundir.Create[Metrics](opts.Out, append(b, '\n'))
 	if err != nil {
 		return Result{}, err
 	}
 	res, err := train(ctx, cfg, opts, run, nil, initData)
 	if err != nil {
-		err = errors.Join(err, run.discard())
+		err = errors.Join(err, run.Discard())
 	}
 	return res, err
 }
 
 func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte) (res Result, err error) {
 	start := time.Now()
-	defer func() { err = errors.Join(err, run.close()) }()
+	defer func() { err = errors.Join(err, run.Close()) }()
 	spec, _ := envs.Lookup(cfg.Env)
 	hs, names, err := cfg.binding(spec)
 	if err != nil {
@@ -122,8 +128,8 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		return res, err
 	}
 	ckptPath := ""
-	if run.dir != "" {
-		ckptPath = filepath.Join(run.dir, checkpointFile)
+	if run.Path() != "" {
+		ckptPath = filepath.Join(run.Path(), checkpointFile)
 	}
 	if ckpt != nil {
 		if err := t.restore(ctx, ckpt); err != nil {
@@ -137,7 +143,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		if err := t.waitCheckpoint(); err != nil {
 			return res, err
 		}
-		run.resumable = true
+		run.Resumable()
 	}
 	iters := cfg.Iterations()
 	for it := first; it < iters; it++ {
@@ -150,7 +156,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		if err != nil {
 			return res, err
 		}
-		if err := run.policy(art, t.pm.trained(t.model)); err != nil {
+		if err := run.Policy(art, t.pm.trained(t.model)); err != nil {
 			return res, err
 		}
 		m.PublishSeconds += Float(time.Since(p0).Seconds())
@@ -165,7 +171,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		m.CheckpointSeconds = Float(time.Since(c0).Seconds())
 		m.WallSeconds = Float(time.Since(start).Seconds())
 		// The metrics line goes first: a checkpoint on disk is never ahead of metrics.jsonl.
-		if err := run.metricsLine(m); err != nil {
+		if err := run.Metrics(m); err != nil {
 			return res, err
 		}
 		if snap != nil {
@@ -188,14 +194,14 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 			if err := t.waitCheckpoint(); err != nil {
 				return res, err
 			}
-			return res, fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, iters, run.dir)
+			return res, fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, iters, run.Path())
 		}
 	}
 	if err := t.waitCheckpoint(); err != nil {
 		return res, err
 	}
-	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.policyPath(), Dir: run.dir}
-	if res.Curve, err = run.curve(opts.Plot, fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
+	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(), Dir: run.Path()}
+	if res.Curve, err = run.Curve(opts.Plot, fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
 		return res, err
 	}
 	if cfg.EvalEpisodes > 0 {
