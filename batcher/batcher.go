@@ -86,8 +86,8 @@ type Timings struct {
 	Steps     int64         // env steps
 }
 
-// Batcher steps W workers × M envs with a policy and collects rollouts. Collect, UpdatePolicy
-// and Close may be called from different goroutines; Collect calls are serialised.
+// Batcher steps W workers × M envs with a policy and collects rollouts. Collect, UpdatePolicy,
+// Publish and Close may be called from different goroutines; Collect calls are serialised.
 type Batcher struct {
 	cfg     Config
 	spec    envs.Spec
@@ -101,6 +101,9 @@ type Batcher struct {
 	mu      sync.Mutex // guards closed and serialises Collect; held while a rollout runs
 	closed  bool
 	timings Timings // written under mu
+
+	pubMu     sync.Mutex // serialises Publish and UpdatePolicy's hand-over, guards pubClosed; taken after mu
+	pubClosed bool
 }
 
 // worker owns one VecEnv, its agent and the agent's buffers; it runs on its own goroutine.
@@ -130,7 +133,7 @@ type worker struct {
 	reqs        chan request
 	done        chan error
 
-	pendingMu sync.Mutex  // guards pending
+	pendingMu sync.Mutex  // guards pending, and agent against other goroutines (the worker reads it freely)
 	pending   Agent       // next agent, installed between steps
 	hasNext   atomic.Bool // pending != nil, read without the lock every step
 }
@@ -362,6 +365,7 @@ func (b *Batcher) Timings() Timings {
 // UpdatePolicy installs a new policy on every worker. It builds the workers' sessions first,
 // then hands each worker its agent; a worker switches between two steps, so collection never
 // pauses and no step mixes versions. The policy must fit the environment (see NewPolicy).
+// After Close it returns ErrClosed.
 func (b *Batcher) UpdatePolicy(ctx context.Context, policy *Policy) error {
 	if policy == nil {
 		return errors.New("batcher: UpdatePolicy needs a policy")
@@ -385,6 +389,15 @@ func (b *Batcher) UpdatePolicy(ctx context.Context, policy *Policy) error {
 			return err
 		}
 		agents[i] = a
+	}
+	b.pubMu.Lock() // hand over in the same order as Publish calls
+	defer b.pubMu.Unlock()
+	if b.pubClosed {
+		var errs []error
+		for _, a := range agents {
+			errs = append(errs, a.Close())
+		}
+		return errors.Join(ErrClosed, errors.Join(errs...))
 	}
 	var errs []error
 	for i, w := range b.workers {
@@ -414,6 +427,9 @@ func (b *Batcher) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.pubMu.Lock()
+	b.pubClosed = true
+	b.pubMu.Unlock()
 	for _, w := range b.workers {
 		close(w.reqs)
 	}
@@ -431,12 +447,11 @@ func (w *worker) run(wg *sync.WaitGroup, r *Rollout) {
 // swap installs a pending agent, between steps.
 func (w *worker) swap() error {
 	w.pendingMu.Lock()
-	next := w.pending
+	old := w.agent
+	w.agent = w.pending
 	w.pending = nil
 	w.hasNext.Store(false)
 	w.pendingMu.Unlock()
-	old := w.agent
-	w.agent = next
 	return old.Close()
 }
 
@@ -463,6 +478,11 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 			}
 			if a, ok := w.agent.(timed); ok {
 				inf0 = a.inferenceTime()
+			}
+		}
+		if a, ok := w.agent.(*onnxAgent); ok && a.fed != nil {
+			if err := a.takeWeights(); err != nil { // weights a Publish staged
+				return err
 			}
 		}
 		t0 := time.Now()

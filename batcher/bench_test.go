@@ -2,25 +2,45 @@ package batcher
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/towerrl/towerrl/envs"
 )
 
-// TestCollectAllocatesNothing: after warm-up, a whole rollout allocates nothing.
+// TestCollectAllocatesNothing: after warm-up, a whole rollout allocates nothing, with
+// today's constant-weight sessions and with weights published in place (after a Publish).
 func TestCollectAllocatesNothing(t *testing.T) {
-	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 64, Steps: 32}, p)
 	ctx := context.Background()
-	for range 20 { // let episode lists reach their steady capacity
-		if _, err := b.Collect(ctx, 32); err != nil {
-			t.Fatal(err)
+	tr := newTrainer(t, "../testdata/mlp_tanh.onnx")
+	for _, publish := range []bool{false, true} {
+		var cfg PolicyConfig
+		if publish {
+			cfg.Publish = tr.layout
 		}
-	}
-	if a := testing.AllocsPerRun(10, func() {
-		if _, err := b.Collect(ctx, 32); err != nil {
-			t.Fatal(err)
+		p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", cfg)
+		b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 64, Steps: 32}, p)
+		if publish {
+			tr.perturb(rand.New(rand.NewPCG(1, 1)), 0.01)
+			if err := b.Publish(ctx, 1, tr.flat); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}); a > 0 {
-		t.Errorf("%v allocations per Collect of 32 steps × 128 envs", a)
+		for range 20 { // let episode lists reach their steady capacity
+			if _, err := b.Collect(ctx, 32); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a := testing.AllocsPerRun(10, func() {
+			if _, err := b.Collect(ctx, 32); err != nil {
+				t.Fatal(err)
+			}
+		}); a > 0 {
+			t.Errorf("published %v: %v allocations per Collect of 32 steps × 128 envs", publish, a)
+		}
 	}
 }
 
@@ -76,4 +96,121 @@ func benchCollect(b *testing.B, bt *Batcher, steps int) (before, after Timings) 
 	after = bt.Timings()
 	b.ReportMetric(float64(after.Steps-before.Steps)/b.Elapsed().Seconds(), "steps/s")
 	return before, after
+}
+
+// BenchmarkPublishInference runs one inference over 1024 rows (and over 4, make demo's
+// envs) through an agent whose session reads the weights Publish writes (fed weights:
+// overridable initializers bound from the worker's buffers) and through one of today's
+// constant-weight session, side by side: the two alternate call by call (in alternating
+// order) on the same rows, so load on the machine falls on both alike. It reports each one's
+// median µs per call and how much slower the fed one is.
+//
+//	go test ./batcher -run '^$' -bench PublishInference -benchtime 2000x
+func BenchmarkPublishInference(b *testing.B) {
+	for _, f := range []struct{ name, path, env string }{
+		{"mlp_tanh", "../testdata/mlp_tanh.onnx", "CartPole-v1"},
+		{"cleanrl_cartpole", foreignDir + "/cleanrl_cartpole.onnx", "CartPole-v1"},
+		{"rllib_cartpole_lstm", foreignDir + "/rllib_cartpole_lstm.onnx", "CartPole-v1"},
+	} {
+		for _, rows := range []int{1024, 4} {
+			b.Run(fmt.Sprintf("%s/rows=%d", f.name, rows), func(b *testing.B) {
+				benchFed(b, f.path, f.env, rows)
+			})
+		}
+	}
+}
+
+// benchFed is BenchmarkPublishInference for one policy and batch.
+func benchFed(b *testing.B, path, env string, rows int) {
+	tr := newTrainer(b, path)
+	constant := newTestAgent(b, loadPolicy(b, path, env, PolicyConfig{}), rows, 0, true)
+	defer constant.Close()
+	published := newTestAgent(b, loadPolicy(b, path, env, PolicyConfig{Publish: tr.layout}), rows, 0, true)
+	defer published.Close()
+	rng := rand.New(rand.NewPCG(1, 2))
+	obs := make([]float32, rows*constant.obsRow)
+	for i := range obs {
+		obs[i] = 0.2 * (2*rng.Float32() - 1)
+	}
+	var state [][]float32
+	for _, st := range constant.fd.states {
+		s := make([]float32, rows*st.size)
+		for i := range s {
+			s[i] = 0.1 * (2*rng.Float32() - 1)
+		}
+		state = append(state, s)
+	}
+	agents := []*onnxAgent{constant, published}
+	times := [2][]float64{}
+	for _, a := range agents { // warm up each batch size's binding
+		if err := a.run(rows, obs, state, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	k := 0
+	for b.Loop() {
+		for j := range 2 {
+			i := (j + k) % 2
+			t0 := time.Now()
+			if err := agents[i].run(rows, obs, state, nil); err != nil {
+				b.Fatal(err)
+			}
+			times[i] = append(times[i], time.Since(t0).Seconds())
+		}
+		k++
+	}
+	c, p := median(times[0]), median(times[1])
+	b.ReportMetric(c*1e6, "const-µs/call")
+	b.ReportMetric(p*1e6, "fed-µs/call")
+	b.ReportMetric(100*(p/c-1), "%slower")
+}
+
+func median(x []float64) float64 {
+	s := slices.Clone(x)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// BenchmarkPublish times getting a new policy version to the workers, Publish against
+// today's path (export the model, WithModel, UpdatePolicy: a session per worker), for
+// CleanRL's CartPole MLP on one worker of 4 envs (make demo's setting) and for the
+// torch-exported 64×64 tanh MLP on two workers of 1024 envs.
+//
+//	go test ./batcher -run '^$' -bench 'Publish$' -benchtime 200x
+func BenchmarkPublish(b *testing.B) {
+	ctx := context.Background()
+	spec, _ := envs.Lookup("CartPole-v1")
+	for _, c := range []struct {
+		name, path string
+		workers, m int
+	}{
+		{"cleanrl_cartpole/1x4", foreignDir + "/cleanrl_cartpole.onnx", 1, 4},
+		{"mlp_tanh/2x1024", "../testdata/mlp_tanh.onnx", 2, 1024},
+	} {
+		for _, path := range []string{"publish", "export+UpdatePolicy"} {
+			b.Run(c.name+"/"+path, func(b *testing.B) {
+				tr := newTrainer(b, c.path)
+				p, err := NewPolicy(ctx, tr.model, 0, spec, PolicyConfig{Publish: tr.layout})
+				if err != nil {
+					b.Fatal(err)
+				}
+				bt := newBatcher(b, Config{Env: "CartPole-v1", Workers: c.workers, EnvsPerWorker: c.m, Steps: 1}, p)
+				v := int64(0)
+				for b.Loop() {
+					v++
+					tr.flat[0] += 1e-3 // a trainer's step
+					if path == "publish" {
+						if err := bt.Publish(ctx, v, tr.flat); err != nil {
+							b.Fatal(err)
+						}
+						continue
+					}
+					if err := bt.UpdatePolicy(ctx, p.WithModel(tr.export(b), v)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(b.Elapsed().Seconds()/float64(b.N)*1e6, "µs/publish")
+			})
+		}
+	}
 }

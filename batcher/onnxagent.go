@@ -27,8 +27,9 @@ type onnxAgent struct {
 	scaled        bool         // the graph's own actions are in env units (tanh-gaussian)
 	rngs          []*rand.Rand // one per env, owned by the worker
 	deterministic bool
-	version       int64
+	version       int64 // the policy version of the weights the session reads
 	inference     time.Duration
+	fed           *fed // the published weights' buffers; nil when the policy is not published in place
 
 	chunk  int  // rows per call
 	fixed  bool // static batch: every call runs exactly chunk rows
@@ -114,6 +115,7 @@ func buf[T onnx.Element](s *onnx.Session, i int, output bool) (numeric, error) {
 func newONNXAgent(ctx context.Context, p *Policy, n int, rngs []*rand.Rand, deterministic bool) (*onnxAgent, error) {
 	sc := p.cfg.Session
 	sc.MaxBatch = n
+	sc.Weights = p.pub.names()
 	s, err := onnx.New(ctx, p.model, sc)
 	if err != nil {
 		return nil, err
@@ -123,6 +125,11 @@ func newONNXAgent(ctx context.Context, p *Policy, n int, rngs []*rand.Rand, dete
 		act: make([]int32, n), zeros: make([]float32, n)}
 	if a.fixed {
 		a.chunk = s.MaxBatch()
+	}
+	if p.pub != nil {
+		if a.fed, err = newFed(s, p.pub); err != nil {
+			return nil, errors.Join(err, s.Close())
+		}
 	}
 	if err := a.bind(n); err != nil {
 		return nil, errors.Join(err, s.Close())

@@ -40,10 +40,42 @@ type PolicyConfig struct {
 	// (--action-scale): head.ScaleEnv maps them onto the env's bounds, head.ScaleNone passes
 	// them as they are. Default: detected (a graph that scales its own actions says so).
 	ActionScale head.Scale
-	// Session configures the ONNX Runtime sessions (provider, threads, library). MaxBatch is
-	// set by the batcher. Its Logger receives, at info level, what the policy was bound to
-	// and how its graph was rewritten.
+	// Session configures the ONNX Runtime sessions (provider, threads, library). MaxBatch and
+	// Weights are set by the batcher. Its Logger receives, at info level, what the policy was
+	// bound to and how its graph was rewritten.
 	Session onnx.Config
+	// Publish lays out the weights a trainer publishes in place with [Batcher.Publish]: each
+	// names an initializer of the graph given to NewPolicy (or an Identity's output over one,
+	// which becomes an initializer of its own: onnx/graph's untied parameters) and where its
+	// values lie in the trainer's flat parameter vector ([ContiguousParams] lays out names
+	// back to back, as onnx/graph's Params.TrainableNames and models.Params.Names are). The
+	// sessions then read these weights from buffers each worker owns (package onnx's fed
+	// weights); the others stay the graph's constants. Default: none (Publish is refused; new
+	// weights go through WithModel and UpdatePolicy).
+	Publish []Param
+}
+
+// Param locates one published weight in a trainer's flat parameter vector.
+type Param struct {
+	Name   string // the initializer's name
+	Offset int    // where its values start in the flat vector
+	Len    int    // how many values it holds: the initializer's size, row-major
+}
+
+// ContiguousParams lays out the named weights back to back from offset 0, sizes[i] values for
+// names[i].
+func ContiguousParams(names []string, sizes []int) []Param {
+	out := make([]Param, len(names))
+	off := 0
+	for i, name := range names {
+		n := 0
+		if i < len(sizes) {
+			n = sizes[i]
+		}
+		out[i] = Param{Name: name, Offset: off, Len: n}
+		off += n
+	}
+	return out
 }
 
 // Policy is an ONNX policy checked against an environment, ready to make one agent per worker.
@@ -61,6 +93,9 @@ type Policy struct {
 	fixed int
 	// reweigh carries the edits over to WithModel's bytes; nil when the model runs unedited.
 	reweigh *reweigh
+	// pub is the layout of the weights Batcher.Publish writes (PolicyConfig.Publish) with the
+	// model's values; nil when the policy is not published in place.
+	pub *publishing
 	// err is WithModel's failure, returned when agents are made from the policy.
 	err error
 }
@@ -169,8 +204,21 @@ func NewPolicy(ctx context.Context, model []byte, version int64, env envs.Spec, 
 	if err != nil {
 		return nil, err
 	}
+	var pub *publishing
+	if len(cfg.Publish) > 0 {
+		if pr.model, pub, err = preparePublish(pr.model, cfg.Publish); err != nil {
+			return nil, err
+		}
+		log.Info("policy: published in place: its sessions read the trainer's weights from buffers",
+			zap.Int("weights", len(cfg.Publish)), zap.Int("values", pub.size))
+		if len(pub.conv) > 0 {
+			log.Warn("policy: published convolution weights are fed to ONNX Runtime, which then runs those convolutions without its constant-weight layout (measured 2.3× slower for an Atari CNN at batch 64); for a convolutional policy, publishing with WithModel and UpdatePolicy is faster",
+				zap.Strings("conv_weights", pub.conv))
+		}
+	}
 	sc := cfg.Session
 	sc.MaxBatch = 1
+	sc.Weights = pub.names()
 	s, err := onnx.New(ctx, pr.model, sc)
 	if err != nil {
 		return nil, err
@@ -196,7 +244,7 @@ func NewPolicy(ctx context.Context, model []byte, version int64, env envs.Spec, 
 		fixed = 0
 	}
 	p := &Policy{model: pr.model, version: version, spec: spec, outs: outs, binding: pr.binding, feeds: fd, cfg: cfg,
-		fixed: fixed, reweigh: pr.reweigh}
+		fixed: fixed, reweigh: pr.reweigh, pub: pub}
 	if w := p.probeScale(ctx, env); w != "" {
 		log.Warn("policy: " + w)
 	}
@@ -451,12 +499,16 @@ func bindFeeds(s *onnx.Session, b layout.Binding, states []layout.State, env env
 // When p's graph was edited (batch freed, tensors exposed, states made batch-first), the same
 // edits are applied to model by taking its initializers by name into p's edited graph. A model
 // that does not fit (a missing initializer, another shape) makes the agents fail: Batcher.New
-// and UpdatePolicy return the error.
+// and UpdatePolicy return the error. A policy published in place (PolicyConfig.Publish) starts
+// its agents from model's values of the published weights.
 func (p *Policy) WithModel(model []byte, version int64) *Policy {
 	q := *p
 	q.version, q.model, q.err = version, model, nil
 	if p.reweigh != nil {
 		q.model, q.err = p.reweigh.apply(model)
+	}
+	if p.pub != nil && q.err == nil {
+		q.model, q.pub, q.err = preparePublish(q.model, p.pub.params)
 	}
 	return &q
 }

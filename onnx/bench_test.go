@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
@@ -68,5 +69,66 @@ func BenchmarkSessionRun(b *testing.B) {
 			}
 			report(b, batch)
 		})
+	}
+}
+
+// BenchmarkFedWeights times Session.Run on the 64×64 tanh MLP with its weights as the model's
+// constants (today's session, pre-packed by ONNX Runtime) next to the same weights fed from
+// caller buffers (Config.Weights), and fed with a switch to the other of two sets before
+// every Run (the worst case of a publish per step: each switch rebinds the nine weights).
+// The cases run one after the other, so load on a shared machine falls on them unevenly;
+// batcher's BenchmarkPublishInference compares constant and fed call by call.
+//
+//	go test ./onnx -run '^$' -bench FedWeights -count 5
+func BenchmarkFedWeights(b *testing.B) {
+	_, data := readModel(b, "mlp_tanh")
+	defaults, err := WeightValues(data, mlpWeights)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, batch := range []int{1, 64, 1024} {
+		for _, mode := range []string{"constant", "fed", "fed+switch"} {
+			b.Run(fmt.Sprintf("batch=%d/%s", batch, mode), func(b *testing.B) {
+				cfg := Config{MaxBatch: batch}
+				if mode != "constant" {
+					cfg.Weights = mlpWeights
+				}
+				s := newSession(b, data, cfg)
+				var sets []*Weights
+				if mode != "constant" {
+					for range 2 {
+						w, err := s.NewWeights(perturbed(defaults, rand.New(rand.NewPCG(1, 2)), 0))
+						if err != nil {
+							b.Fatal(err)
+						}
+						sets = append(sets, w)
+					}
+					if err := s.UseWeights(sets[0]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				in, _ := Input[float32](s, 0)
+				for i := range in {
+					in[i] = float32(i%13) * 0.05
+				}
+				if err := s.Run(batch); err != nil {
+					b.Fatal(err)
+				}
+				k := 0
+				b.ReportAllocs()
+				for b.Loop() {
+					if mode == "fed+switch" {
+						k++
+						if err := s.UseWeights(sets[k%2]); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := s.Run(batch); err != nil {
+						b.Fatal(err)
+					}
+				}
+				report(b, batch)
+			})
+		}
 	}
 }

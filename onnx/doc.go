@@ -20,6 +20,36 @@
 // [FeedRepeat] fills a larger batch by repeating the rows it is given. Run refuses NaN in
 // floating-point inputs unless Config.AllowNaN is set.
 //
+// # Fed weights
+//
+// Config.Weights names float32 initializers the session reads from caller-owned buffers
+// instead of from the model: New lists each among the graph's inputs, which makes it an
+// "overridable initializer" (an input with a default value; IR version 4 or later, to which
+// an older model is raised), and every Run binds the buffers of the set chosen with
+// [Session.UseWeights] through the same I/O binding as the inputs. [Session.NewWeights]
+// wraps caller memory as a set, once; switching sets is a pointer swap, and each batch
+// size's binding takes the new set at its next Run (one small allocation per weight in
+// onnxruntime_go, so a switch per publish, not per step). The caller may write a set while
+// the session runs another, which is how a batcher double-buffers published weights. On CPU
+// the session reads the buffers at every Run; another provider may copy them to its device
+// when the set is bound, so to change weights write the set not in use and switch to it.
+// [WeightValues] reads an initializer's values from a model, to fill the first sets.
+//
+// ONNX Runtime neither constant-folds nor pre-packs an overridable initializer. Measured on
+// 2 shared cores, one intra-op thread (batcher's BenchmarkPublishInference, the two sessions
+// alternating call by call): at batch 1024 the 64×64 tanh MLP runs 0.7–1.9% slower fed,
+// CleanRL's CartPole MLP 1.2–2.1%, RLlib's CartPole LSTM 0.1–1.3%; at batch 4 the MLP costs
+// 2.6 µs more per call (7.6 against 5.0 µs: its weights are packed at every call). The Atari
+// CNN fixture (testdata/foreign/atari_uint8_cnn) at batch 64 runs 2.3–3.2× slower: its
+// convolutions lose the constant-weight NCHWc layout. The alternatives were measured too: user-owned initializers (the C API's
+// AddInitializer, which onnxruntime_go does not wrap) with pre-packing disabled cost about
+// the same where they work, but ONNX Runtime still copies or folds them when it optimises
+// the graph, so rewriting their memory is silently ignored in part (the Atari CNN's and SB3's
+// Gaussian PPO's outputs were off by 0.25 and 0.74) unless every optimisation is off, which
+// costs as much as feeding; building a new session per publish costs 0.85 ms (the MLP) to
+// 4.8 ms (the CNN) of ONNX Runtime time alone, and towerrl's full export-and-swap 4.8–6.6 ms
+// for one worker of the MLP, against microseconds to write a set.
+//
 // # Untrusted models
 //
 // Model bytes are parsed with the Go protobuf types (package onnxpb) before ONNX Runtime sees
@@ -32,10 +62,12 @@
 // one is set — before it is allocated, the zero batches that learn the output shapes
 // included: an [ErrTooLarge] error names the tensor, its shape and the batch.
 //
-// Ownership and threading: a Session's description methods (Inputs, Outputs, Metadata,
-// MaxBatch, Provider, InputIndex, OutputIndex) are safe for concurrent use. Run, Feed and the
-// buffers belong to one goroutine at a time; give each worker its own Session. Buffers stay
-// valid until Close; output contents until the next Run. Close is idempotent.
+// Ownership and threading: a Session's description methods (Inputs, Outputs, Weights,
+// Metadata, MaxBatch, Provider, InputIndex, OutputIndex) are safe for concurrent use. Run,
+// Feed, NewWeights, UseWeights and the buffers belong to one goroutine at a time; give each
+// worker its own Session. Buffers stay valid until Close; output contents until the next Run.
+// Fed weight sets are the caller's memory: write one only while no Run reads it. Close is
+// idempotent.
 //
 // # Execution providers
 //

@@ -48,6 +48,14 @@ type Config struct {
 	Shapes map[string][]int64
 	// AllowNaN skips the NaN check Run does on floating-point inputs. Default false.
 	AllowNaN bool
+	// Weights names float32 initializers (rank 1 or more) that the session reads from
+	// caller-owned buffers at every Run instead of from the model ([Session.NewWeights],
+	// [Session.UseWeights]): new weights take effect at the next Run, with no new session.
+	// ONNX Runtime sees them as graph inputs with default values ("overridable
+	// initializers"), which it neither constant-folds nor pre-packs; until a set is used,
+	// Run computes with the model's values. Run does not check fed weights for NaN.
+	// Default: none.
+	Weights []string
 	// Logger receives set-up messages (provider fallback). Default: no logging.
 	Logger *zap.Logger
 }
@@ -153,8 +161,9 @@ func (p *port) elems(batch int) int {
 // binding holds the ONNX Runtime tensors and I/O binding for one batch size; they view the
 // ports' memory, so binding them once makes Run allocation-free.
 type binding struct {
-	io     *ort.IoBinding
-	values []ort.Value
+	io      *ort.IoBinding
+	values  []ort.Value
+	weights *Weights // the fed weight set bound, nil while the model's own values are used
 }
 
 // Session runs one ONNX model over batches held in buffers it allocates once.
@@ -173,6 +182,9 @@ type Session struct {
 	provider Provider
 	meta     map[string]string
 	bindings map[int]*binding // by batch size, made on first use
+	weights  []port           // fed weights (Config.Weights), without memory: the caller's
+	sets     []*Weights       // every set NewWeights made, released by Close
+	current  *Weights         // the set Run binds; nil: the model's own values
 	closed   bool
 }
 
@@ -214,11 +226,18 @@ func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	meta := metadata(mp)
+	var weights []port
+	if len(cfg.Weights) > 0 {
+		if model, weights, err = feedWeights(mp, cfg.Weights); err != nil {
+			return nil, err
+		}
+	}
 	ins, outs, err := ort.GetInputOutputInfoWithONNXData(model)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not a readable ONNX model: %v", ErrModel, err)
 	}
-	s := &Session{cfg: cfg, maxBatch: cfg.MaxBatch, meta: metadata(mp)}
+	s := &Session{cfg: cfg, maxBatch: cfg.MaxBatch, meta: meta, weights: weights}
 	if s.inputs, err = ports(ins, "input"); err != nil {
 		return nil, err
 	}
@@ -668,6 +687,11 @@ func (s *Session) Run(batch int) error {
 		}
 		s.bindings[batch] = b
 	}
+	if s.current != nil {
+		if err := s.bindWeights(b); err != nil {
+			return err
+		}
+	}
 	if err := s.sess.RunWithBinding(b.io); err != nil {
 		return fmt.Errorf("onnx: running the model on a batch of %d: %w", batch, err)
 	}
@@ -757,6 +781,10 @@ func (s *Session) Close() error {
 	if s.sess != nil {
 		errs = append(errs, s.sess.Destroy())
 	}
+	for _, w := range s.sets {
+		errs = append(errs, w.destroy())
+	}
+	s.current = nil
 	return errors.Join(errs...)
 }
 

@@ -41,6 +41,12 @@ func readNPY(t testing.TB, path string) *npy.Array {
 func open(t testing.TB, name string, cfg Config) *Session {
 	t.Helper()
 	s, err := Open(context.Background(), filepath.Join(fixtures, name+".onnx"), cfg)
+	return closedAtEnd(t, s, err)
+}
+
+// closedAtEnd fails t on err, else closes s when t ends (a Close error fails t) and returns it.
+func closedAtEnd(t testing.TB, s *Session, err error) *Session {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
