@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
@@ -257,4 +258,16 @@ func (f *foreign) startCritic(returns []float32) {
 			f.flat[i] *= float32(sd)
 		}
 	}
+}
+
+// publishLayout places f.flat's weights in the graph trained (the batchers' model), for
+// Batcher.Publish: the trainable initializers in TrainableNames order.
+func (f *foreign) publishLayout() []batcher.Param {
+	names := f.params.TrainableNames()
+	sizes := make([]int, len(names))
+	for i, name := range names {
+		v, _ := f.params.Value(name)
+		sizes[i] = v.Shape().TotalSize()
+	}
+	return batcher.ContiguousParams(names, sizes)
 }

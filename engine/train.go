@@ -151,16 +151,16 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		if err != nil {
 			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
 		}
-		p0 := time.Now()
-		art, err := t.pm.artifact(t.model, t.version)
-		if err != nil {
-			return res, err
-		}
-		if err := run.Policy(art, t.pm.trained(t.model)); err != nil {
-			return res, err
-		}
-		m.PublishSeconds += Float(time.Since(p0).Seconds())
+		// policy.onnx every CheckpointEvery iterations, at the end and at a stop (the
+		// batchers have every version in place meanwhile).
 		saved := ckptPath != "" && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
+		if saved || it+1 == iters || stopped(opts.Stop) {
+			p0 := time.Now()
+			if err := t.writePolicy(run); err != nil {
+				return res, err
+			}
+			m.PublishSeconds += Float(time.Since(p0).Seconds())
+		}
 		c0 := time.Now()
 		var snap *models.Checkpoint
 		if saved {
@@ -206,7 +206,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 	}
 	if cfg.EvalEpisodes > 0 {
 		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: cfg.Env, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
-			Deterministic: true}, t.pol.WithModel(t.model, t.version))
+			Deterministic: true}, t.pol.WithModel(t.model, t.version)) // t.model: the last export
 		if err != nil {
 			return res, err
 		}

@@ -53,6 +53,8 @@ type policyModel interface {
 	artifact(model []byte, version int64) ([]byte, error)
 	trained(model []byte) []byte
 	towers(algo.Algorithm) learner.TowerFactory
+	// publishLayout places flatParams' weights in the exported graph, for Batcher.Publish.
+	publishLayout() []batcher.Param
 }
 
 // native is one of our architectures (package models).
@@ -64,6 +66,18 @@ func (n native) export(v int64) ([]byte, error)               { return models.Ex
 func (n native) towers(a algo.Algorithm) learner.TowerFactory { return Towers(n.p, a) }
 func (n native) artifact(m []byte, _ int64) ([]byte, error)   { return m, nil }
 func (n native) trained([]byte) []byte                        { return nil }
+
+func (n native) publishLayout() []batcher.Param {
+	ps := make([]batcher.Param, n.p.Len())
+	for i, name := range n.p.Names() {
+		size := 1
+		for _, d := range n.p.Shape(i) {
+			size *= d
+		}
+		ps[i] = batcher.Param{Name: name, Offset: n.p.Offset(i), Len: size}
+	}
+	return ps
+}
 
 func (f *foreign) trained(m []byte) []byte {
 	if f.critic {
@@ -103,7 +117,9 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		return err
 	}
 	var err error
-	pc := batcher.PolicyConfig{Session: t.session}
+	// The weights reach the batchers in place (Batcher.Publish), not by a new export and new
+	// sessions per iteration.
+	pc := batcher.PolicyConfig{Session: t.session, Publish: t.pm.publishLayout()}
 	if f, ok := t.pm.(*foreign); ok {
 		// The batchers bind the policy as loadForeign did: the user's names and head, else
 		// recognition (and the new critic's value).
@@ -153,18 +169,30 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 }
 
 // export writes the current parameters as policy version t.version.
+// writePolicy exports the current parameters (t.model) and writes them to the run directory
+// as policy.onnx (and policy_with_critic.onnx when the graph trained differs).
+func (t *trainer) writePolicy(run *runDir) error {
+	if err := t.export(); err != nil {
+		return err
+	}
+	art, err := t.pm.artifact(t.model, t.version)
+	if err != nil {
+		return err
+	}
+	return run.Policy(art, t.pm.trained(t.model))
+}
+
 func (t *trainer) export() (err error) {
 	t.model, err = t.pm.export(t.version)
 	return err
 }
 
-// publish exports the current parameters as policy version t.version and hot-swaps it into the
-// batchers.
+// publish makes the current parameters policy version t.version in the batchers: copied in
+// place into the weights their sessions read (Batcher.Publish), every later step's rows
+// carrying the version. t.model, the exported bytes, is left as it was: export makes it
+// when policy.onnx is written.
 func (t *trainer) publish(ctx context.Context) error {
-	if err := t.export(); err != nil {
-		return err
-	}
-	return t.b.UpdatePolicy(ctx, t.pol.WithModel(t.model, t.version))
+	return t.b.Publish(ctx, t.version, t.pm.flatParams())
 }
 
 func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
