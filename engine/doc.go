@@ -12,8 +12,8 @@
 // from the final observation's value at truncation and not at termination; the learner's
 // towers make Epochs passes of Minibatches shuffled minibatches (advantages standardised per
 // minibatch, gradients averaged over towers and clipped by global norm, Adam with the learning
-// rate annealed linearly per iteration); the new weights are exported as ONNX version v+1 and
-// hot-swapped into the batchers. The loss is CleanRL's: clipped surrogate, value loss clipped
+// rate annealed linearly per iteration); the new weights are published in place into the
+// batchers' sessions as version v+1 (batcher.Batcher.Publish: no export, no new session). The loss is CleanRL's: clipped surrogate, value loss clipped
 // around the old values, entropy bonus. Each tower computes it as one gorgonia op over the
 // head's outputs (the logits, or the Gaussian mean and log std) with its analytic gradient:
 // the log-probability, entropy and loss in float64 per row, with no per-run allocation, so
@@ -31,8 +31,9 @@
 // # Run directory
 //
 // Options.Out receives config.json (the full Config, defaults filled), metrics.jsonl (one
-// [Metrics] object per iteration), policy.onnx (the latest policy, replaced atomically each
-// iteration), checkpoint/state.ckpt (parameters, Adam state, counters and the batchers' env and
+// [Metrics] object per iteration), policy.onnx (the latest policy, replaced atomically every
+// CheckpointEvery iterations, at a stop and at the end; the batchers get every version in
+// place, batcher.Batcher.Publish, without an export), checkpoint/state.ckpt (parameters, Adam state, counters and the batchers' env and
 // random-stream snapshots, every CheckpointEvery iterations and at the end) and curve.png (when
 // Options.Plot is set: package engine/curve draws it, so the engine links no plotting library).
 // Train refuses a folder that already holds a run; [Resume] continues one from its checkpoint

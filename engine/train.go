@@ -51,7 +51,7 @@ var ResumeChangeable = []string{"total_steps", "eval_episodes", "checkpoint_ever
 
 // Train runs synchronous PPO: the batchers collect with policy version v, GAE turns the
 // rollout into advantages, the learner's towers make Epochs passes of minibatches over it, and
-// the new weights are exported as ONNX (v+1) and hot-swapped into the batchers.
+// the new weights are published in place into the batchers as version v+1.
 //
 // With opts.Out, the run directory is locked for the run's life, config.json records the run's
 // ID (cfg.RunID is replaced by a fresh one) and, for a fine-tune, InitPolicy as an absolute
