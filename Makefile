@@ -1,7 +1,7 @@
 # towerrl — the commands a person types. Logic lives in Go and in scripts/.
 GO ?= go
 
-.PHONY: all setup gpu-setup test demo bench lint fixtures fuzz
+.PHONY: all setup gpu-setup test demo bench lint fixtures fuzz mpi
 
 all: test
 
@@ -16,11 +16,13 @@ gpu-setup: setup
 
 ## test: lint, the whole suite, then the whole suite again under the race detector (some
 ## numerical checks too slow for -race run only in the first pass), then the portability
-## checks: the native code switched off (-tags purego,towerrl_runall) and the arm64 cross-build
+## checks: the native code switched off (-tags purego,towerrl_runall) and the arm64 cross-build,
+## then learner/mpi under mpirun (needs Open MPI: apt-get install openmpi-bin libopenmpi-dev)
 test: setup lint
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 ./...
 	GO=$(GO) bash scripts/portable.sh
+	GO=$(GO) bash scripts/mpi_test.sh
 
 ## demo: the main job: train PPO on CartPole-v1, evaluate the ONNX policy over 100 episodes
 demo: setup
@@ -35,6 +37,11 @@ bench: setup
 FUZZTIME ?= 1m
 fuzz: setup
 	FUZZTIME=$(FUZZTIME) GO=$(GO) bash scripts/fuzz.sh
+
+## mpi: build the tools with MPI support (build tag mpi, for DD-PPO under mpirun; needs Open MPI:
+## apt-get install openmpi-bin libopenmpi-dev) into bin/; scripts/mpi_test.sh tests it
+mpi:
+	$(GO) build -tags mpi -o bin/ ./cmd/...
 
 ## lint: gofmt and go vet must be clean
 lint:

@@ -1,0 +1,111 @@
+//go:build mpi && cgo
+
+#include "shim.h"
+
+#include <sched.h>
+
+// ctrl is a duplicate of MPI_COMM_WORLD for the control messages of a rank that gave up on a
+// collective, so they never match the application's traffic.
+static MPI_Comm ctrl = MPI_COMM_NULL;
+static int world_rank = 0, world_size = 1;
+
+int tmpi_init(int *rank, int *size, int *provided) {
+	int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, provided);
+	if (rc != MPI_SUCCESS) return rc;
+	if ((rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)) != MPI_SUCCESS) return rc;
+	if ((rc = MPI_Comm_rank(MPI_COMM_WORLD, &world_rank)) != MPI_SUCCESS) return rc;
+	if ((rc = MPI_Comm_size(MPI_COMM_WORLD, &world_size)) != MPI_SUCCESS) return rc;
+	if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &ctrl)) != MPI_SUCCESS) return rc;
+	if ((rc = MPI_Comm_set_errhandler(ctrl, MPI_ERRORS_RETURN)) != MPI_SUCCESS) return rc;
+	*rank = world_rank;
+	*size = world_size;
+	return MPI_SUCCESS;
+}
+
+int tmpi_finalize(void) {
+	if (ctrl != MPI_COMM_NULL) MPI_Comm_free(&ctrl);
+	return MPI_Finalize();
+}
+
+void tmpi_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+
+void tmpi_error_string(int code, char *out, int len) {
+	char s[MPI_MAX_ERROR_STRING];
+	int n = 0;
+	if (MPI_Error_string(code, s, &n) != MPI_SUCCESS) n = 0;
+	if (n >= len) n = len - 1;
+	for (int i = 0; i < n; i++) out[i] = s[i];
+	out[n] = 0;
+}
+
+static MPI_Op op_of(int op) {
+	switch (op) {
+	case TMPI_MAX: return MPI_MAX;
+	case TMPI_MIN: return MPI_MIN;
+	default: return MPI_SUM;
+	}
+}
+
+int tmpi_iallreduce_f64(double *buf, int n, int op, MPI_Request *req) {
+	return MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, op_of(op), MPI_COMM_WORLD, req);
+}
+
+int tmpi_ibcast(void *buf, int n, int root, MPI_Request *req) {
+	return MPI_Ibcast(buf, n, MPI_BYTE, root, MPI_COMM_WORLD, req);
+}
+
+int tmpi_iallgather(const void *send, int n, void *recv, MPI_Request *req) {
+	return MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD, req);
+}
+
+int tmpi_igatherv(const void *send, int n, void *recv, const int *counts, const int *displs,
+                  int root, MPI_Request *req) {
+	return MPI_Igatherv(send, n, MPI_BYTE, recv, counts, displs, MPI_BYTE, root, MPI_COMM_WORLD, req);
+}
+
+int tmpi_ibarrier(MPI_Request *req) { return MPI_Ibarrier(MPI_COMM_WORLD, req); }
+
+// tmpi_test_for polls MPI_Test (which also drives MPI's progress) until the request completes or
+// seconds have passed; *done says which. Between polls it yields the CPU to any other runnable
+// thread, as Open MPI's own blocking calls do on an oversubscribed node.
+int tmpi_test_for(MPI_Request *req, double seconds, int *done) {
+	double end = MPI_Wtime() + seconds;
+	*done = 0;
+	for (;;) {
+		int rc = MPI_Test(req, done, MPI_STATUS_IGNORE);
+		if (rc != MPI_SUCCESS || *done) return rc;
+		if (MPI_Wtime() >= end) return MPI_SUCCESS;
+		sched_yield();
+	}
+}
+
+// ask_msg is the send buffer of tmpi_ask, which a World calls at most once (it is broken after).
+static int64_t ask_msg[3];
+
+// tmpi_ask sends msg (rank, sequence number, operation) to every other rank on ctrl. The
+// requests are freed at once: the messages are tiny and the job is ending.
+int tmpi_ask(const int64_t msg[3]) {
+	for (int i = 0; i < 3; i++) ask_msg[i] = msg[i];
+	for (int r = 0; r < world_size; r++) {
+		if (r == world_rank) continue;
+		MPI_Request req;
+		int rc = MPI_Isend(ask_msg, 3, MPI_INT64_T, r, TMPI_TAG_ASK, ctrl, &req);
+		if (rc != MPI_SUCCESS) return rc;
+		if ((rc = MPI_Request_free(&req)) != MPI_SUCCESS) return rc;
+	}
+	return MPI_SUCCESS;
+}
+
+// tmpi_poll_ask receives one pending control message into msg, if there is one.
+int tmpi_poll_ask(int64_t msg[3], int *got) {
+	MPI_Status st;
+	int rc = MPI_Iprobe(MPI_ANY_SOURCE, TMPI_TAG_ASK, ctrl, got, &st);
+	if (rc != MPI_SUCCESS || !*got) return rc;
+	return MPI_Recv(msg, 3, MPI_INT64_T, st.MPI_SOURCE, TMPI_TAG_ASK, ctrl, MPI_STATUS_IGNORE);
+}
+
+// tmpi_allreduce_f32_blocking is plain MPI_Allreduce (sum, float32, in place): the baseline the
+// benchmarks compare the polled, float64 path against.
+int tmpi_allreduce_f32_blocking(float *buf, int n) {
+	return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
