@@ -74,9 +74,9 @@ type Learner struct {
 	queueWait, load, grad, stackWait atomic.Int64 // nanoseconds
 }
 
-// NewLearner starts the loaders and the learner goroutine over towers; layout gives the
+// New starts the loaders and the learner goroutine over towers; layout gives the
 // batches' column widths. Close stops them.
-func NewLearner(cfg Config, towers *Towers, layout *SampleBatch) (*Learner, error) {
+func New(cfg Config, towers *Towers, layout *SampleBatch) (*Learner, error) {
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d

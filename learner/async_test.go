@@ -35,7 +35,7 @@ func TestAsyncTrainsEveryRowExactlySGDItersTimes(t *testing.T) {
 	}
 	var loads sync.Mutex
 	loadRNG := rand.New(rand.NewPCG(1, 2))
-	l, err := NewLearner(Config{TrainBatch: rows, SGDIters: iters, Stacks: 3, Loaders: 2, Inqueue: 4, Seed: 5,
+	l, err := New(Config{TrainBatch: rows, SGDIters: iters, Stacks: 3, Loaders: 2, Inqueue: 4, Seed: 5,
 		Load: func(_ context.Context, stack, b *SampleBatch) error {
 			loads.Lock()
 			d := time.Duration(loadRNG.IntN(3)) * time.Millisecond // slow and fast loads, interleaved
@@ -102,10 +102,10 @@ func TestLearnerErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewLearner(Config{}, tw, layout); !errors.Is(err, ErrConfig) {
+	if _, err := New(Config{}, tw, layout); !errors.Is(err, ErrConfig) {
 		t.Fatalf("no TrainBatch: %v", err)
 	}
-	l, err := NewLearner(Config{TrainBatch: 8}, tw, layout)
+	l, err := New(Config{TrainBatch: 8}, tw, layout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func BenchmarkLoadHidden(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := NewLearner(Config{TrainBatch: rows, SGDIters: 1, Inqueue: 4, Load: func(_ context.Context, stack, batch *SampleBatch) error {
+	l, err := New(Config{TrainBatch: rows, SGDIters: 1, Inqueue: 4, Load: func(_ context.Context, stack, batch *SampleBatch) error {
 		time.Sleep(time.Millisecond)
 		stack.Reset()
 		return stack.Append(batch)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/towerrl/towerrl/engine"
 	"github.com/towerrl/towerrl/engine/ppo"
@@ -16,8 +18,10 @@ import (
 // BenchmarkTowersUpdate times one PPO update (forward, backward, averaging over towers, global
 // norm clipping, Adam) of the 64×64 tanh MLP actor-critic with CartPole shapes at minibatch 512,
 // for 1 and 2 towers, and reports samples/s (also at minibatch 4096, where the towers' fixed
-// per-graph cost matters less). Run it with -cpu 1 for the one-core figure and -cpu 2 for two
-// towers on two cores.
+// per-graph cost matters less). The scaling figure is towers=2 against towers=1, both at the
+// default GOMAXPROCS (one tower runs as fast with -cpu 1). Two towers need both CPUs at once,
+// so anything else running on the machine slows them more than one tower: compare figures
+// taken on a quiet machine, with -count 5, or see BenchmarkTowersScaling.
 func BenchmarkTowersUpdate(b *testing.B) {
 	for _, c := range []struct{ n, mb int }{{1, 512}, {2, 512}, {1, 4096}, {2, 4096}} {
 		n, mb := c.n, c.mb
@@ -26,29 +30,7 @@ func BenchmarkTowersUpdate(b *testing.B) {
 			name += fmt.Sprintf("/minibatch=%d", mb)
 		}
 		b.Run(name, func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(1, 2))
-			params, err := models.NewParams(models.Config{Spec: head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}}, rng)
-			if err != nil {
-				b.Fatal(err)
-			}
-			batch := learner.NewSampleBatch(mb, 4, 1, 0)
-			for i := range mb {
-				for j := range 4 {
-					batch.Obs[i*4+j] = float32(rng.NormFloat64())
-				}
-				batch.Actions[i] = float32(rng.IntN(2))
-				batch.Advantages[i] = float32(rng.NormFloat64())
-				batch.Returns[i] = float32(rng.NormFloat64())
-				batch.LogP[i] = -0.69
-			}
-			batch.SetLen(mb)
-			tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: mb, MaxGradNorm: 0.5, NormalizeAdvantages: true},
-				params.Data(), learner.NewAdam(params.Size(), learner.Constant(2.5e-4), 0, 0, 1e-5), batch,
-				engine.PPOTowers(params, ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer tw.Close()
+			tw, batch := ppoTowers(b, n, mb)
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -59,4 +41,75 @@ func BenchmarkTowersUpdate(b *testing.B) {
 			b.ReportMetric(float64(mb*b.N)/b.Elapsed().Seconds(), "samples/s")
 		})
 	}
+}
+
+// BenchmarkTowersScaling runs the updates of BenchmarkTowersUpdate (minibatch 512) for 1 and 2
+// towers in turns, 20 timed updates of each per turn after 3 untimed ones (a tower left idle
+// for longer than spin.For parks, and the first update after pays its wake-up), and reports
+// the median update time of each and the speed-up, the ratio of the medians (also of their
+// fastest fifths, "speedup-p20"). Taking both in the same moments, and quantiles of single
+// updates, keeps the figure steady when other work comes and goes; under steady load from
+// other processes two towers cannot have both CPUs, and no figure means much.
+func BenchmarkTowersScaling(b *testing.B) {
+	const mb, timed = 512, 20
+	one, batch1 := ppoTowers(b, 1, mb)
+	two, batch2 := ppoTowers(b, 2, mb)
+	ctx := context.Background()
+	var times [2][]time.Duration
+	for b.Loop() {
+		for k, tw := range []*learner.Towers{one, two} {
+			batch := []*learner.SampleBatch{batch1, batch2}[k]
+			for u := range 3 + timed {
+				start := time.Now()
+				if _, err := tw.Update(ctx, batch, 0, mb); err != nil {
+					b.Fatal(err)
+				}
+				if u >= 3 {
+					times[k] = append(times[k], time.Since(start))
+				}
+			}
+		}
+	}
+	quantile := func(d []time.Duration, q float64) float64 {
+		slices.Sort(d)
+		return float64(d[int(q*float64(len(d)-1))].Microseconds())
+	}
+	t1, t2 := quantile(times[0], 0.5), quantile(times[1], 0.5)
+	b.ReportMetric(t1, "µs/update-1")
+	b.ReportMetric(t2, "µs/update-2")
+	b.ReportMetric(t1/t2, "speedup")
+	b.ReportMetric(quantile(times[0], 0.2)/quantile(times[1], 0.2), "speedup-p20")
+}
+
+// ppoTowers makes n towers of PPO's loss over a fresh 64×64 actor-critic for CartPole and a
+// minibatch of mb random rows for them.
+func ppoTowers(b *testing.B, n, mb int) (*learner.Towers, *learner.SampleBatch) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	params, err := models.NewParams(models.Config{Spec: head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}}, rng)
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := learner.NewSampleBatch(mb, 4, 1, 0)
+	for i := range mb {
+		for j := range 4 {
+			batch.Obs[i*4+j] = float32(rng.NormFloat64())
+		}
+		batch.Actions[i] = float32(rng.IntN(2))
+		batch.Advantages[i] = float32(rng.NormFloat64())
+		batch.Returns[i] = float32(rng.NormFloat64())
+		batch.LogP[i] = -0.69
+	}
+	batch.SetLen(mb)
+	tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: mb, MaxGradNorm: 0.5, NormalizeAdvantages: true},
+		params.Data(), learner.NewAdam(params.Size(), learner.Constant(2.5e-4), 0, 0, 1e-5), batch,
+		engine.PPOTowers(params, ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := tw.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	return tw, batch
 }

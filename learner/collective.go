@@ -21,87 +21,183 @@ type Collective interface {
 	Members() int
 }
 
-// Local is the in-process Collective: the last member to arrive averages every member's buffer
-// in member order and writes the mean into all of them. Members that arrive earlier spin
+// Local is the in-process Collective. Once every member has arrived, the members average the
+// buffers together, each taking one shard of the values first (its own, then any left by a
+// member that went away) and writing the mean of every member's values, added in member order,
+// into all the buffers; each returns when every shard is done. Members that arrive earlier spin
 // briefly before they park (see spin.For), so towers finishing within microseconds of each
 // other pay no thread wake-up. Safe for concurrent use by its members.
 type Local struct {
 	n     int
-	mu    sync.Mutex // guards bufs, count, round, err
-	bufs  [][]float32
+	spin  bool        // waits spin first: spin.Auto.Spins(n)
+	mu    sync.Mutex  // guards bufs and count
+	bufs  [][]float32 // the buffers of the round being filled
 	count int
-	round chan struct{} // closed when the current round completes
-	err   error
-	done  atomic.Uint64 // rounds completed; advanced under mu
+
+	// A round's state, set by its last member to arrive before it posts arrived, and read by
+	// the members until they return: the next round cannot fill before they have.
+	cur     [][]float32 // the round's buffers
+	err     error       // the round's error
+	claimed []atomic.Bool
+	pending atomic.Int64 // shards not yet averaged
+
+	arrived *spin.Signal // posted when a round's members have all arrived
+	reduced *spin.Signal // posted when a round's shards are all averaged
 }
 
 // NewLocal makes an in-process group of n members.
 func NewLocal(n int) *Local {
-	return &Local{n: n, bufs: make([][]float32, n), round: make(chan struct{})}
+	return &Local{n: n, spin: spin.Auto.Spins(n), bufs: make([][]float32, n), cur: make([][]float32, n),
+		claimed: make([]atomic.Bool, n), arrived: spin.New(), reduced: spin.New()}
 }
 
 // Members is the size of the group.
 func (l *Local) Members() int { return l.n }
 
-// AllReduce implements Collective.
+// AllReduce implements Collective. A member whose ctx ends before the others have arrived
+// returns ctx's error; its buffer stays in the round, which the others complete.
 func (l *Local) AllReduce(ctx context.Context, member int, buf []float32) error {
+	round, err := l.arrive(ctx, member, buf, false)
+	if err != nil || l.n == 1 {
+		return err
+	}
+	for k := range l.n {
+		if s := (member + k) % l.n; l.claimed[s].CompareAndSwap(false, true) {
+			lo, hi := span(len(buf), l.n, s)
+			meanRange(l.cur, lo, hi)
+			if l.pending.Add(-1) == 0 {
+				l.reduced.Post()
+			}
+		}
+	}
+	// No ctx: the shards left are being averaged by members that have all arrived; the
+	// buffers must not be handed back before they are done.
+	_ = l.reduced.Wait(context.Background(), round, l.spin)
+	return nil
+}
+
+// meanShard is the reduce-scatter form of AllReduce that Towers use with a Local: when it
+// returns, buf[lo:hi] holds the mean of every member's values there (the bits AllReduce
+// writes), and sums[k] the square sum of the mean's normBlock k for the blocks of [lo, hi)
+// (lo a multiple of normBlock); the rest of buf is unchanged. The other members may still be
+// reading buf when it returns: the caller must not write it before they have returned too.
+// Every member of a round calls meanShard, each with its own shard.
+func (l *Local) meanShard(ctx context.Context, member int, buf []float32, lo, hi int, sums []float64) error {
+	if _, err := l.arrive(ctx, member, buf, true); err != nil {
+		return err
+	}
+	if l.n == 1 {
+		squareSums(buf, lo, hi, sums)
+		return nil
+	}
+	for b := lo; b < hi; b += normBlock {
+		sums[b/normBlock] = meanSquares(l.cur, buf, b, min(b+normBlock, hi))
+	}
+	return nil
+}
+
+// arrive puts buf in the current round and returns when every member has (or with ctx's
+// error), with the round's number and error. The last to arrive checks the buffers and
+// readies the round's shards: for AllReduce (scatter false) as many as members, for
+// meanShard none to share.
+func (l *Local) arrive(ctx context.Context, member int, buf []float32, scatter bool) (uint64, error) {
 	if member < 0 || member >= l.n {
-		return fmt.Errorf("%w: member %d of a group of %d", ErrConfig, member, l.n)
+		return 0, fmt.Errorf("%w: member %d of a group of %d", ErrConfig, member, l.n)
+	}
+	if l.n == 1 {
+		return 0, nil // the mean of one buffer is the buffer
 	}
 	l.mu.Lock()
 	if l.bufs[member] != nil {
 		l.mu.Unlock()
-		return fmt.Errorf("%w: member %d called AllReduce twice in one round", ErrConfig, member)
+		return 0, fmt.Errorf("%w: member %d called AllReduce twice in one round", ErrConfig, member)
 	}
 	l.bufs[member] = buf
 	l.count++
-	round := l.round
+	round := l.arrived.Load() + 1
 	if l.count < l.n {
-		next := l.done.Load() + 1
 		l.mu.Unlock()
-		if !spin.Allowed(l.n) || !spin.Until(func() bool { return l.done.Load() >= next }) {
-			select {
-			case <-round:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		if err := l.arrived.Wait(ctx, round, l.spin); err != nil {
+			return 0, err
 		}
-		l.mu.Lock()
-		err := l.err
-		l.mu.Unlock()
-		return err
+		return round, l.err
 	}
-	// Last to arrive: reduce in member order.
-	err := reduceMean(l.bufs)
-	l.err = err
+	copy(l.cur, l.bufs)
 	clear(l.bufs)
 	l.count = 0
-	l.round = make(chan struct{})
-	l.done.Add(1)
+	l.err = sameLengths(l.cur)
+	for i := range l.claimed {
+		l.claimed[i].Store(false)
+	}
+	l.pending.Store(int64(l.n))
+	if l.err != nil || scatter {
+		l.pending.Store(0)
+		l.reduced.Post() // nothing for AllReduce's members to wait for
+	}
+	l.arrived.Post()
+	err := l.err
 	l.mu.Unlock()
-	close(round)
-	return err
+	return round, err
 }
 
-func reduceMean(bufs [][]float32) error {
-	n := len(bufs[0])
+func sameLengths(bufs [][]float32) error {
 	for i, b := range bufs {
-		if len(b) != n {
-			return fmt.Errorf("%w: member %d reduced %d values, member 0 %d", ErrConfig, i, len(b), n)
+		if len(b) != len(bufs[0]) {
+			return fmt.Errorf("%w: member %d reduced %d values, member 0 %d", ErrConfig, i, len(b), len(bufs[0]))
 		}
 	}
-	acc := bufs[0]
+	return nil
+}
+
+// meanSquares writes into dst[lo:hi] the element-wise mean of bufs there, with meanRange's
+// bits (dst may be one of bufs), and returns blockSquares of it.
+func meanSquares(bufs [][]float32, dst []float32, lo, hi int) float64 {
+	d := dst[lo:hi]
+	if len(bufs) != 2 {
+		inv := 1 / float32(len(bufs))
+		for j := lo; j < hi; j++ {
+			m := bufs[0][j]
+			for _, b := range bufs[1:] {
+				m += b[j]
+			}
+			dst[j] = m * inv
+		}
+		return blockSquares(d)
+	}
+	// Two members: one pass for the mean and its squares.
+	a, b := bufs[0][lo:hi:hi], bufs[1][lo:hi:hi]
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+4 <= len(d); j += 4 {
+		m0, m1 := (a[j]+b[j])*0.5, (a[j+1]+b[j+1])*0.5
+		m2, m3 := (a[j+2]+b[j+2])*0.5, (a[j+3]+b[j+3])*0.5
+		d[j], d[j+1], d[j+2], d[j+3] = m0, m1, m2, m3
+		s0 += float64(float64(m0) * float64(m0))
+		s1 += float64(float64(m1) * float64(m1))
+		s2 += float64(float64(m2) * float64(m2))
+		s3 += float64(float64(m3) * float64(m3))
+	}
+	for k := j; k < len(d); k++ {
+		d[k] = (a[k] + b[k]) * 0.5
+	}
+	return tailSquares(d[j:], s0, s1, s2, s3)
+}
+
+// meanRange writes the element-wise mean of bufs over [lo, hi), summed in member order, into
+// every buffer.
+func meanRange(bufs [][]float32, lo, hi int) {
+	acc := bufs[0][lo:hi]
 	if len(bufs) == 2 {
 		// One pass instead of three (the same operations, so the same bits).
-		b := bufs[1][:len(acc)]
+		b := bufs[1][lo:hi]
 		for j, x := range b {
 			m := (acc[j] + x) * 0.5
 			acc[j], b[j] = m, m
 		}
-		return nil
+		return
 	}
 	for _, b := range bufs[1:] {
-		for j, x := range b {
+		for j, x := range b[lo:hi] {
 			acc[j] += x
 		}
 	}
@@ -110,7 +206,6 @@ func reduceMean(bufs [][]float32) error {
 		acc[j] *= inv
 	}
 	for _, b := range bufs[1:] {
-		copy(b, acc)
+		copy(b[lo:hi], acc)
 	}
-	return nil
 }

@@ -14,11 +14,19 @@
 // for a seed), clips the average by global norm, and applies it once through the optimiser.
 // Recurrent data is split in whole sequences, never through time.
 //
-// Tower 0 runs on the goroutine calling Update; towers 1..N-1 each have their own. Hand-offs
-// between them (a job, the all-reduce barrier, the result) spin for up to 500 µs before they
-// park, when GOMAXPROCS leaves each tower a P: waking a parked thread costs tens of µs on a
-// VM, a large share of a small minibatch's step, while an update's serial part is far shorter
-// than the spin. Towers idle longer than that park and cost nothing.
+// Tower 0 runs on the goroutine calling Update; towers 1..N-1 each have their own. What
+// follows the gradients is shared by the towers too, each on its shard of the parameters
+// (with Adam or SGD): averaging (with the default Local, only the shard each applies), the
+// square sums of the global norm, clipping and the optimiser's step. One tower doing all of
+// it would leave the others idle for as long as it takes (it reads every other tower's
+// gradient from another CPU's cache), and an update of a small minibatch is only a few
+// hundred µs. The norm is summed in blocks of 512 values, added in block order, so the
+// results have the same bits for any number of towers and either way of stepping.
+//
+// Hand-offs between the towers (a job, the averaging, the norm, the result) spin for up to
+// 500 µs before they park, when GOMAXPROCS leaves each tower a P: waking a parked thread costs
+// tens of µs on a VM, a large share of a small minibatch's step, while an update's serial
+// part is far shorter than the spin. Towers idle longer than that park and cost nothing.
 //
 // # The asynchronous learner
 //
@@ -33,9 +41,10 @@
 //
 // Channels carry ownership: a submitted batch belongs to the learner until it comes back on
 // Released; a stack index belongs to whoever took it from the idle or ready channel. Towers
-// write only their own gradient buffers; the parameters are written only by the optimiser,
-// under a lock that Weights also takes. Close stops every goroutine and waits for them.
-// Shuffling, slicing and concatenation allocate nothing in steady state.
+// write only their own gradient buffers; the parameters are written only by the optimiser
+// (from several towers at once, each on its shard), under a lock that Weights also takes.
+// Close stops every goroutine and waits for them. Shuffling, slicing, concatenation and the
+// towers' averaging and step allocate nothing in steady state.
 //
 // # Collectives
 //

@@ -72,6 +72,35 @@ func TestScheduleAndClip(t *testing.T) {
 	}
 }
 
+// TestClipGlobalNormBlocks: over several norm blocks the norm is the root of the blocks'
+// square sums (each in its four-way order) added in block order, within 1e-12 of the exact
+// float64 norm, and clipping scales by maxNorm/(norm+1e-6) rounded to float32.
+func TestClipGlobalNormBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 9))
+	g := make([]float32, 3*normBlock+7)
+	for i := range g {
+		g[i] = float32(rng.NormFloat64())
+	}
+	orig := append([]float32(nil), g...)
+	var blocks, exact float64
+	for b := 0; b < len(g); b += normBlock {
+		blocks += squaresRef(g[b:min(b+normBlock, len(g))])
+	}
+	for _, v := range g {
+		exact += float64(v) * float64(v)
+	}
+	norm := ClipGlobalNorm(g, 1)
+	if norm != math.Sqrt(blocks) || math.Abs(norm-math.Sqrt(exact)) > 1e-12*norm {
+		t.Fatalf("norm %v, want %v (blocks) ≈ %v", norm, math.Sqrt(blocks), math.Sqrt(exact))
+	}
+	c := float32(1 / (norm + 1e-6))
+	for i := range g {
+		if g[i] != orig[i]*c {
+			t.Fatalf("value %d clipped to %v, want %v", i, g[i], orig[i]*c)
+		}
+	}
+}
+
 func fill(b *SampleBatch, n int, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for i := range n * b.ObsDim {

@@ -56,6 +56,7 @@ type Adam struct {
 	Eps          float64 // default 1e-8 (CleanRL's PPO uses 1e-5)
 	m, v         []float32
 	t            int
+	next         adamStep // the constants of step t+1, set by prepareStep
 }
 
 // NewAdam makes an Adam optimiser for n parameters; zero betas and eps take PyTorch's defaults.
@@ -77,19 +78,36 @@ func (a *Adam) Step(params, grads []float32) error {
 	if len(params) != len(a.m) || len(grads) != len(a.m) {
 		return fmt.Errorf("%w: Adam over %d parameters got %d parameters and %d gradients", ErrConfig, len(a.m), len(params), len(grads))
 	}
-	lr := a.LR.LR(a.t)
-	a.t++
-	bc1 := 1 - math.Pow(a.Beta1, float64(a.t))
-	bc2 := math.Sqrt(1 - math.Pow(a.Beta2, float64(a.t)))
-	step := float32(lr / bc1)
-	// 1−β is taken in float64 before rounding, as PyTorch does: 1 − float32(0.999) is off by 1e-5.
-	b1, b2, c1, c2 := float32(a.Beta1), float32(a.Beta2), float32(1-a.Beta1), float32(1-a.Beta2)
-	eps, sbc2 := float32(a.Eps), float32(bc2)
-	// Element by element in float32: m = b1·m + c1·g, v = b2·v + c2·g·g,
-	// p −= step·m / (√v / sbc2 + eps); vectorised, with the bits of the plain loop.
-	kernels.Adam(params, grads, a.m, a.v, b1, b2, c1, c2, step, sbc2, eps)
+	a.prepareStep()
+	a.stepRange(params, grads, 0, 1)
+	a.finishStep()
 	return nil
 }
+
+// adamStep holds the constants of one Adam step, in float32.
+type adamStep struct{ b1, b2, c1, c2, step, sbc2, eps float32 }
+
+func (a *Adam) size() int { return len(a.m) }
+
+func (a *Adam) prepareStep() {
+	lr := a.LR.LR(a.t)
+	t := float64(a.t + 1)
+	bc1 := 1 - math.Pow(a.Beta1, t)
+	bc2 := math.Sqrt(1 - math.Pow(a.Beta2, t))
+	// 1−β is taken in float64 before rounding, as PyTorch does: 1 − float32(0.999) is off by 1e-5.
+	a.next = adamStep{b1: float32(a.Beta1), b2: float32(a.Beta2), c1: float32(1 - a.Beta1), c2: float32(1 - a.Beta2),
+		step: float32(lr / bc1), sbc2: float32(bc2), eps: float32(a.Eps)}
+}
+
+func (a *Adam) stepRange(params, grads []float32, lo int, scale float32) {
+	scaleGrads(grads, scale)
+	m, v, s := a.m[lo:lo+len(params)], a.v[lo:lo+len(params)], a.next
+	// Element by element in float32: m = b1·m + c1·g, v = b2·v + c2·g·g,
+	// p −= step·m / (√v / sbc2 + eps); vectorised, with the bits of the plain loop.
+	kernels.Adam(params, grads, m, v, s.b1, s.b2, s.c1, s.c2, s.step, s.sbc2, s.eps)
+}
+
+func (a *Adam) finishStep() { a.t++ }
 
 // Steps is the number of updates applied.
 func (a *Adam) Steps() int { return a.t }
@@ -112,6 +130,7 @@ type SGD struct {
 	Momentum float64
 	buf      []float32
 	t        int
+	lr, mu   float32 // step t+1's rate and momentum, set by prepareStep
 }
 
 // NewSGD makes an SGD optimiser for n parameters.
@@ -124,21 +143,33 @@ func (s *SGD) Step(params, grads []float32) error {
 	if len(params) != len(s.buf) || len(grads) != len(s.buf) {
 		return fmt.Errorf("%w: SGD over %d parameters got %d parameters and %d gradients", ErrConfig, len(s.buf), len(params), len(grads))
 	}
-	lr, mu := float32(s.LR.LR(s.t)), float32(s.Momentum)
-	s.t++
-	for i, g := range grads {
-		if mu != 0 {
-			if s.t == 1 {
-				s.buf[i] = g
-			} else {
-				s.buf[i] = mu*s.buf[i] + g
-			}
-			g = s.buf[i]
-		}
-		params[i] -= lr * g
-	}
+	s.prepareStep()
+	s.stepRange(params, grads, 0, 1)
+	s.finishStep()
 	return nil
 }
+
+func (s *SGD) size() int { return len(s.buf) }
+
+func (s *SGD) prepareStep() { s.lr, s.mu = float32(s.LR.LR(s.t)), float32(s.Momentum) }
+
+func (s *SGD) stepRange(params, grads []float32, lo int, scale float32) {
+	scaleGrads(grads, scale)
+	buf := s.buf[lo : lo+len(params)]
+	for i, g := range grads {
+		if s.mu != 0 {
+			if s.t == 0 {
+				buf[i] = g
+			} else {
+				buf[i] = s.mu*buf[i] + g
+			}
+			g = buf[i]
+		}
+		params[i] -= s.lr * g
+	}
+}
+
+func (s *SGD) finishStep() { s.t++ }
 
 // Steps is the number of updates applied.
 func (s *SGD) Steps() int { return s.t }
@@ -152,31 +183,118 @@ func (s *SGD) SetSteps(n int) { s.t = n }
 // State returns the momentum buffer "sgd.momentum".
 func (s *SGD) State() map[string][]float32 { return map[string][]float32{"sgd.momentum": s.buf} }
 
-// ClipGlobalNorm scales grads so that their L2 norm is at most maxNorm, as PyTorch's
-// clip_grad_norm_ does (scale maxNorm/(norm+1e-6) when that is below 1), and returns the norm
-// before clipping. maxNorm <= 0 leaves grads alone.
-func ClipGlobalNorm(grads []float32, maxNorm float64) float64 {
-	// Four partial sums (float64) keep four additions in flight at once.
-	var s0, s1, s2, s3 float64
-	i := 0
-	for ; i+4 <= len(grads); i += 4 {
-		g := grads[i : i+4 : i+4]
-		s0 += float64(g[0]) * float64(g[0])
-		s1 += float64(g[1]) * float64(g[1])
-		s2 += float64(g[2]) * float64(g[2])
-		s3 += float64(g[3]) * float64(g[3])
-	}
-	for ; i < len(grads); i++ {
-		s0 += float64(grads[i]) * float64(grads[i])
-	}
-	norm := math.Sqrt((s0 + s1) + (s2 + s3))
-	if maxNorm > 0 {
-		if c := maxNorm / (norm + 1e-6); c < 1 {
-			cf := float32(c)
-			for i := range grads {
-				grads[i] *= cf
-			}
+// rangeStepper is an Optimizer whose step can be applied to disjoint ranges of the parameters
+// by several goroutines at once, with the same results as Step: Towers with more than one
+// tower shard the step over their goroutines through it. prepareStep computes the next step's
+// constants, stepRange applies that step to params (the range starting at lo) from grads
+// scaled by scale, and finishStep advances the counter; Step is the three over one range.
+type rangeStepper interface {
+	Optimizer
+	size() int // parameters the optimiser was made for
+	prepareStep()
+	stepRange(params, grads []float32, lo int, scale float32)
+	finishStep()
+}
+
+var (
+	_ rangeStepper = (*Adam)(nil)
+	_ rangeStepper = (*SGD)(nil)
+)
+
+// scaleGrads multiplies grads by scale (a clipping factor) in place; 1 leaves them alone.
+func scaleGrads(grads []float32, scale float32) {
+	if scale != 1 {
+		for i := range grads {
+			grads[i] *= scale
 		}
 	}
+}
+
+// normBlock is the number of gradient values summed into one partial square sum of the global
+// norm. The norm is the root of the partial sums added in block order, whatever the number of
+// goroutines computing them (one per shard of whole blocks), so it has the same bits for any
+// number of towers.
+const normBlock = 512
+
+// span is part i of parts of a vector of length values, in whole normBlocks (the last part ends
+// at length): the shard of tower i in the averaging, the norm and the optimiser step.
+func span(length, parts, i int) (lo, hi int) {
+	blocks := (length + normBlock - 1) / normBlock
+	return min(i*blocks/parts*normBlock, length), min((i+1)*blocks/parts*normBlock, length)
+}
+
+// squareSums writes into sums[k] the square sum of block k of grads (blockSquares), for the
+// blocks of grads[lo:hi] (lo a multiple of normBlock).
+func squareSums(grads []float32, lo, hi int, sums []float64) {
+	for b := lo; b < hi; b += normBlock {
+		sums[b/normBlock] = blockSquares(grads[b:min(b+normBlock, hi)])
+	}
+}
+
+// blockSquares is the sum of the squares of g in float64: value j goes to partial sum j mod 4
+// (four additions in flight at once), and the sum is (s0+s1)+(s2+s3). The conversions of the
+// products keep the compiler from fusing them with the additions, so the bits do not depend
+// on the target's FMA support.
+func blockSquares(g []float32) float64 {
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+4 <= len(g); j += 4 {
+		q := g[j : j+4 : j+4]
+		s0 += float64(float64(q[0]) * float64(q[0]))
+		s1 += float64(float64(q[1]) * float64(q[1]))
+		s2 += float64(float64(q[2]) * float64(q[2]))
+		s3 += float64(float64(q[3]) * float64(q[3]))
+	}
+	return tailSquares(g[j:], s0, s1, s2, s3)
+}
+
+// tailSquares adds the squares of the last len(t) < 4 values of a block to the partial sums
+// of blockSquares (value k to sum k) and returns the block's sum.
+func tailSquares(t []float32, s0, s1, s2, s3 float64) float64 {
+	for k, x := range t {
+		sq := float64(float64(x) * float64(x))
+		switch k {
+		case 0:
+			s0 += sq
+		case 1:
+			s1 += sq
+		default:
+			s2 += sq
+		}
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// normOf is the global norm from the block square sums, added in block order.
+func normOf(sums []float64) float64 {
+	var s float64
+	for _, v := range sums {
+		s += v
+	}
+	return math.Sqrt(s)
+}
+
+// clipScale is the factor that brings a gradient of the given norm within maxNorm, as PyTorch's
+// clip_grad_norm_ computes it (maxNorm/(norm+1e-6) when that is below 1), or 1.
+func clipScale(norm, maxNorm float64) float32 {
+	if c := maxNorm / (norm + 1e-6); maxNorm > 0 && c < 1 {
+		return float32(c)
+	}
+	return 1
+}
+
+// ClipGlobalNorm scales grads so that their L2 norm is at most maxNorm, as PyTorch's
+// clip_grad_norm_ does (scale maxNorm/(norm+1e-6) when that is below 1), and returns the norm
+// before clipping. maxNorm <= 0 leaves grads alone. The norm is accumulated in float64 over
+// blocks of 512 values, the blocks' sums added in order (what Towers computes in parallel).
+func ClipGlobalNorm(grads []float32, maxNorm float64) float64 {
+	var one [1]float64
+	sums := one[:]
+	if n := (len(grads) + normBlock - 1) / normBlock; n > 1 {
+		sums = make([]float64, n)
+	}
+	squareSums(grads, 0, len(grads), sums)
+	norm := normOf(sums)
+	scaleGrads(grads, clipScale(norm, maxNorm))
 	return norm
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,14 +44,20 @@ type TowersConfig struct {
 	// NormalizeAdvantages standardises the advantages of each minibatch (over the whole
 	// minibatch, before it is split, so that N towers compute the same update as one).
 	NormalizeAdvantages bool
-	// Collective averages the towers' gradients. Default: an in-process Local group.
+	// Collective averages the towers' gradients. Default: an in-process Local group. With a
+	// *Local, each tower averages only the shard of the gradient it applies (a reduce-scatter,
+	// with the bits AllReduce gives).
 	Collective Collective
 }
 
 // Towers splits each minibatch evenly over N towers, computes their gradients in parallel,
 // averages them in tower order through a Collective, clips the result by global norm and
-// applies it once through the optimiser to the one shared parameter vector. Update calls
-// must not overlap; Weights may be called concurrently with Update.
+// applies it once through the optimiser to the one shared parameter vector. With more than
+// one tower and an [Adam] or [SGD] optimiser, the towers share the work after the gradients:
+// tower i sums the squares of its shard of the average (whole blocks of 512 values), and once
+// all have, clips and steps that shard; the results are the bits of one serial step, for any
+// number of towers. Update calls must not overlap; Weights may be called concurrently with
+// Update.
 type Towers struct {
 	cfg    TowersConfig
 	towers []Tower
@@ -62,7 +69,6 @@ type Towers struct {
 	stats  [][]float64
 	slices []*SampleBatch
 	names  []string
-	norm   float64
 
 	mu      sync.RWMutex // guards params against Weights reading during opt.Step, and version
 	version int64
@@ -71,6 +77,15 @@ type Towers struct {
 	jobs []towerJob // per tower: this update's slice, written by Update before pool.Run
 	errs []error    // per tower: its job's error, read by Update after pool.Run
 	avg  []float64  // averaged statistics, returned in UpdateStats
+	sums []float64  // square sums of the averaged gradient's normBlocks (tower i writes its shard's)
+
+	// With more than one tower and an optimiser that can step in ranges, each tower also takes
+	// its shard of the norm, the clipping and the step (see compute); else Update does them.
+	stepper rangeStepper
+	local   *Local        // the collective, when it is a Local: the towers average their shards only
+	failed  []bool        // per tower: its gradient or averaging failed in this update
+	meet    *spin.Barrier // the towers, between their shards of the norm and of the step
+	norm    float64       // this update's gradient norm, written by tower 0
 }
 
 // towerJob asks a tower for the gradient of rows [lo, hi) of b (sequences, for recurrent data).
@@ -82,11 +97,11 @@ type towerJob struct {
 
 // UpdateStats reports one update.
 type UpdateStats struct {
-	Rows     int       // rows trained (after truncation to a multiple of N)
-	GradNorm float64   // global norm of the averaged gradient before clipping
-	LR       float64   // learning rate applied
-	Stats    []float64 // the towers' statistics averaged, in StatNames order; valid until the next Update
-	Grad     time.Duration
+	Rows     int           // rows trained (after truncation to a multiple of N)
+	GradNorm float64       // global norm of the averaged gradient before clipping
+	LR       float64       // learning rate applied
+	Stats    []float64     // the towers' statistics averaged, in StatNames order; valid until the next Update
+	Grad     time.Duration // from the towers' start to the applied step
 }
 
 // NewTowers builds cfg.N towers over params (the shared flat parameter vector, owned by the
@@ -138,13 +153,22 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 		t.stats = append(t.stats, make([]float64, len(t.names)))
 	}
 	t.avg = make([]float64, len(t.names))
+	t.sums = make([]float64, (len(params)+normBlock-1)/normBlock)
+	if st, ok := opt.(rangeStepper); ok && cfg.N > 1 {
+		if st.size() != len(params) {
+			return nil, errors.Join(fmt.Errorf("%w: an optimiser for %d parameters, the model has %d", ErrConfig, st.size(), len(params)), t.closeTowers())
+		}
+		t.stepper, t.failed, t.meet = st, make([]bool, cfg.N), spin.NewBarrier(cfg.N, spin.Auto)
+		t.local, _ = cfg.Collective.(*Local)
+	}
 	// Tower 0 runs on the goroutine calling Update; towers 1..N-1 on their own.
 	t.jobs, t.errs = make([]towerJob, cfg.N), make([]error, cfg.N)
 	t.pool = spin.NewPool(cfg.N, func(i int) { t.errs[i] = t.compute(i, t.jobs[i]) })
 	return t, nil
 }
 
-// compute copies tower i's slice, computes its gradient and takes part in the averaging.
+// compute copies tower i's slice, computes its gradient and takes part in the averaging; with a
+// stepper, it then applies tower i's shard of the step.
 func (t *Towers) compute(i int, job towerJob) error {
 	err := job.b.CopyRange(t.slices[i], job.lo, job.hi)
 	if err == nil {
@@ -155,10 +179,52 @@ func (t *Towers) compute(i int, job towerJob) error {
 		// Still take part in the round so the others do not wait forever; the error wins.
 		clear(t.grads[i])
 	}
-	if rerr := t.coll.AllReduce(job.ctx, i, t.grads[i]); err == nil {
-		err = rerr
+	switch {
+	case t.stepper == nil:
+		if rerr := t.coll.AllReduce(job.ctx, i, t.grads[i]); err == nil {
+			err = rerr
+		}
+	case t.local != nil:
+		// Only this tower's shard of the mean is needed, with its square sums.
+		lo, hi := span(len(t.params), len(t.towers), i)
+		if rerr := t.local.meanShard(job.ctx, i, t.grads[i], lo, hi, t.sums); err == nil {
+			err = rerr
+		}
+		t.stepShard(i, err, false)
+	default:
+		if rerr := t.coll.AllReduce(job.ctx, i, t.grads[i]); err == nil {
+			err = rerr
+		}
+		t.stepShard(i, err, true)
 	}
 	return err
+}
+
+// stepShard is tower i's part of the step, on its shard (span) of its own buffer, where the
+// averaged gradient is: the square sums of the shard's blocks (unless meanShard wrote them);
+// once all the towers have theirs, the global norm (the same bits on every tower), the
+// clipping and the optimiser's step on the shard. Nothing is applied when any tower failed.
+// Tower 0 takes the write lock before the towers meet, and Update releases it after they are
+// done, so Weights never sees a half-applied step.
+func (t *Towers) stepShard(i int, err error, sums bool) {
+	lo, hi := span(len(t.params), len(t.towers), i)
+	g := t.grads[i]
+	t.failed[i] = err != nil
+	if err == nil && sums {
+		squareSums(g, lo, hi, t.sums)
+	}
+	if i == 0 {
+		t.mu.Lock()
+	}
+	t.meet.Wait(nil)
+	if slices.Contains(t.failed, true) {
+		return
+	}
+	norm := normOf(t.sums)
+	if i == 0 {
+		t.norm = norm
+	}
+	t.stepper.stepRange(t.params[lo:hi], g[lo:hi], lo, clipScale(norm, t.cfg.MaxGradNorm))
 }
 
 // StatNames names UpdateStats.Stats.
@@ -214,25 +280,39 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 	for i := range n {
 		t.jobs[i] = towerJob{ctx, b, lo + i*per, lo + (i+1)*per}
 	}
+	lr := t.opt.CurrentLR()
+	if t.stepper != nil {
+		t.stepper.prepareStep()
+	}
 	// No ctx here: the towers honour it inside AllReduce, and their buffers must not be reused
 	// before they are done with them.
 	t.pool.Run()
 	clear(t.jobs) // do not keep the batch
-	if err := errors.Join(t.errs...); err != nil {
-		return UpdateStats{}, err
+	err := errors.Join(t.errs...)
+	var norm float64
+	if t.stepper != nil {
+		// The towers have applied their shards of the step (or none, after an error) under
+		// the lock tower 0 took.
+		if err == nil {
+			t.stepper.finishStep()
+			t.version++
+		}
+		norm = t.norm
+		t.mu.Unlock()
+	} else if err == nil {
+		squareSums(t.grads[0], 0, len(t.grads[0]), t.sums)
+		norm = normOf(t.sums)
+		scaleGrads(t.grads[0], clipScale(norm, t.cfg.MaxGradNorm))
+		t.mu.Lock()
+		if err = t.opt.Step(t.params, t.grads[0]); err == nil {
+			t.version++
+		}
+		t.mu.Unlock()
 	}
-	grad := time.Since(start)
-	norm := ClipGlobalNorm(t.grads[0], t.cfg.MaxGradNorm)
-	lr := t.opt.CurrentLR()
-	t.mu.Lock()
-	err := t.opt.Step(t.params, t.grads[0])
-	if err == nil {
-		t.version++
-	}
-	t.mu.Unlock()
 	if err != nil {
 		return UpdateStats{}, err
 	}
+	grad := time.Since(start)
 	clear(t.avg)
 	for _, s := range t.stats {
 		for k, v := range s {

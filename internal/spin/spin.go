@@ -8,8 +8,9 @@
 // other work or to measure without it. The Mode is passed in (WithMode, Mode.Spins); the
 // package reads no environment and holds no setting.
 //
-// A Signal has one waiter and any number of posters. A Pool's goroutines belong to it: Close
-// stops them and waits for them; Run and Close are called from one goroutine at a time.
+// A Signal has any number of waiters and posters. A Barrier holds a fixed number of goroutines
+// until all have arrived, round after round. A Pool's goroutines belong to it: Close stops
+// them and waits for them; Run and Close are called from one goroutine at a time.
 package spin
 
 import (
@@ -89,53 +90,94 @@ func (m *Mode) UnmarshalText(text []byte) error {
 // waited for).
 func Allowed(n int) bool { return runtime.GOMAXPROCS(0) >= n && runtime.NumCPU() >= n }
 
-// Signal counts events that one goroutine waits for. Post publishes everything written
-// before it to the goroutine whose Wait it satisfies.
+// Signal counts events that goroutines wait for. Post publishes everything written before it
+// to the goroutines whose Wait it satisfies. Any number of goroutines may wait at once. Waits
+// allocate nothing, but for a parked one with a context that can end.
 type Signal struct {
 	n      atomic.Uint64
-	parked atomic.Bool   // the waiter is (about to be) blocked on wake
-	wake   chan struct{} // capacity 1: a token for a parked waiter
+	parked atomic.Int32 // waiters blocked (or about to block) on cond
+	mu     sync.Mutex   // the lock of cond
+	cond   sync.Cond    // broadcast by a Post that finds a waiter parked, or by a context's end
 }
 
 // New makes a Signal with no events.
-func New() *Signal { return &Signal{wake: make(chan struct{}, 1)} }
+func New() *Signal {
+	s := &Signal{}
+	s.cond.L = &s.mu
+	return s
+}
 
-// Post counts one event and wakes the waiter if it has parked.
+// Post counts one event and wakes the waiters that have parked.
 func (s *Signal) Post() {
 	s.n.Add(1)
-	if s.parked.Load() {
-		select {
-		case s.wake <- struct{}{}:
-		default: // a token is already there
-		}
+	if s.parked.Load() > 0 {
+		s.wake()
 	}
 }
+
+func (s *Signal) wake() {
+	s.mu.Lock()
+	s.cond.Broadcast()
+	s.mu.Unlock()
+}
+
+// Load is the number of events posted so far.
+func (s *Signal) Load() uint64 { return s.n.Load() }
 
 // Wait returns nil once want events have been posted, or ctx's error if it ends first. With
 // spin it first polls for up to For, yielding its P now and then.
 func (s *Signal) Wait(ctx context.Context, want uint64, spin bool) error {
-	if spin && Until(func() bool { return s.n.Load() >= want }) {
+	if s.n.Load() >= want || spin && Until(func() bool { return s.n.Load() >= want }) {
 		return nil
 	}
-	for {
-		// parked is set before the count is read again and Post adds before it reads parked,
-		// so either this read sees the event or Post sees parked and leaves a token.
-		s.parked.Store(true)
-		if s.n.Load() >= want {
-			s.parked.Store(false)
-			return nil
-		}
-		select {
-		case <-s.wake:
-		case <-ctx.Done():
-			s.parked.Store(false)
-			return ctx.Err()
-		}
-		s.parked.Store(false)
-		if s.n.Load() >= want {
-			return nil
-		}
+	// parked is raised before the count is read again under the lock, and Post adds before it
+	// reads parked: either that read sees the event, or the Post's broadcast, which takes the
+	// lock, comes after this waiter has joined cond.
+	s.parked.Add(1)
+	defer s.parked.Add(-1)
+	if ctx.Done() != nil {
+		defer context.AfterFunc(ctx, s.wake)()
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.n.Load() < want {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s.cond.Wait()
+	}
+	return nil
+}
+
+// Barrier holds n goroutines until all n have called Wait, round after round: a cyclic
+// barrier. Waiters spin before they park when the barrier's Mode spins for n goroutines.
+type Barrier struct {
+	n       uint64
+	spin    bool
+	arrived atomic.Uint64 // calls of Wait so far
+	rounds  *Signal       // rounds completed
+}
+
+// NewBarrier makes a barrier for n ≥ 1 goroutines.
+func NewBarrier(n int, m Mode) *Barrier {
+	return &Barrier{n: uint64(max(n, 1)), spin: m.Spins(n), rounds: New()}
+}
+
+// Wait returns once all n goroutines have called Wait in this round. The last to arrive calls
+// last (when not nil) before any of them returns, and Wait reports whether the caller was it.
+// Everything written before a goroutine's Wait is visible to all of them after it.
+func (b *Barrier) Wait(last func()) bool {
+	a := b.arrived.Add(1)
+	if a%b.n == 0 {
+		if last != nil {
+			last()
+		}
+		b.rounds.Post()
+		return true
+	}
+	// No context: every goroutine of a round arrives, so the wait is bounded by the slowest.
+	_ = b.rounds.Wait(context.Background(), (a+b.n-1)/b.n, b.spin)
+	return false
 }
 
 // Until polls done for up to For, yielding its P now and then, and reports whether done became

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -73,6 +76,126 @@ func TestContext(t *testing.T) {
 	s.Post()
 	if err := s.Wait(context.Background(), 1, false); err != nil {
 		t.Fatalf("wait after the post = %v", err)
+	}
+}
+
+// TestSignalWaiters: several goroutines wait on one Signal for the same counts, some of them
+// long enough to have parked; every Post releases all the waiters it satisfies.
+func TestSignalWaiters(t *testing.T) {
+	for _, spin := range []bool{true, false} {
+		s := New()
+		const waiters, posts = 4, 50
+		var wg sync.WaitGroup
+		errs := make(chan error, waiters)
+		var seen [waiters]atomic.Uint64
+		for w := range waiters {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := uint64(1); k <= posts; k++ {
+					if err := s.Wait(context.Background(), k, spin); err != nil {
+						errs <- err
+						return
+					}
+					seen[w].Store(k)
+				}
+			}()
+		}
+		for k := uint64(1); k <= posts; k++ {
+			if k%10 == 0 {
+				time.Sleep(For + time.Millisecond) // the waiters park
+			}
+			s.Post()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for w := range waiters {
+			if got := seen[w].Load(); got != posts {
+				t.Errorf("spin=%v: waiter %d saw %d posts of %d", spin, w, got, posts)
+			}
+		}
+		if s.Load() != posts || s.parked.Load() != 0 {
+			t.Errorf("spin=%v: %d posts, %d waiters still parked", spin, s.Load(), s.parked.Load())
+		}
+	}
+}
+
+// TestParkedNoAllocs: hand-offs that park (a Pool with spinning off) allocate nothing, and a
+// parked wait with a context that can end still ends with it after other waits woke.
+func TestParkedNoAllocs(t *testing.T) {
+	p := NewPool(2, func(int) {}, WithMode(Off))
+	defer p.Close()
+	if n := testing.AllocsPerRun(200, p.Run); n != 0 {
+		t.Errorf("%v allocations per parked Run", n)
+	}
+	s := New()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Wait(ctx, 2, false) }()
+	time.Sleep(time.Millisecond)
+	s.Post() // wakes the waiter for 2 if it has parked, and it parks again
+	time.Sleep(time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("a wait for 2 events returned after 1: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the wait for 2 events after its context was cancelled: %v", err)
+	}
+}
+
+// TestBarrier: n goroutines meet round after round; every write made before a round's Wait is
+// seen by all of them after it, the last to arrive runs last exactly once per round before
+// anyone leaves, and a round that waits longer than For (parked waiters) still completes.
+func TestBarrier(t *testing.T) {
+	for _, mode := range []Mode{Auto, Off} {
+		for _, n := range []int{1, 2, 3} {
+			b := NewBarrier(n, mode)
+			const rounds = 200
+			slots := make([]int, n) // slot i written by goroutine i before each Wait
+			lasts, total := 0, 0    // written by the last to arrive
+			var wg sync.WaitGroup
+			errs := make(chan string, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := 1; r <= rounds; r++ {
+						if i == 0 && r%50 == 0 {
+							time.Sleep(For + time.Millisecond)
+						}
+						slots[i] = r
+						b.Wait(func() {
+							lasts++
+							for _, v := range slots {
+								total += v
+							}
+						})
+						if lasts != r || total != n*r*(r+1)/2 {
+							errs <- fmt.Sprintf("round %d: last ran %d times, total %d", r, lasts, total)
+							return
+						}
+						for j, v := range slots {
+							if v != r {
+								errs <- fmt.Sprintf("round %d: slot %d holds %d", r, j, v)
+								return
+							}
+						}
+						b.Wait(nil) // nobody writes a slot of the next round before all have read this one
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for e := range errs {
+				t.Fatalf("%v n=%d: %s", mode, n, e)
+			}
+		}
 	}
 }
 

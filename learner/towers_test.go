@@ -1,0 +1,268 @@
+package learner
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/towerrl/towerrl/device"
+	"github.com/towerrl/towerrl/internal/spin"
+)
+
+// wideTower is linearTower over obs inputs and width outputs, y = W·x + b, fitting every output
+// to the advantage: a parameter vector of several norm blocks, for the sharded step.
+type wideTower struct {
+	params     []float32
+	obs, width int
+	fail       func() bool // when set and true, Grad fails
+}
+
+var errTower = errors.New("tower failed on purpose")
+
+func (w *wideTower) StatNames() []string { return []string{"loss"} }
+func (w *wideTower) Close() error        { return nil }
+func (w *wideTower) Grad(mb *SampleBatch, grads []float32, stats []float64) error {
+	if w.fail != nil && w.fail() {
+		return errTower
+	}
+	clear(grads)
+	n := mb.Len()
+	var loss float64
+	bias := w.params[w.obs*w.width:]
+	for i := range n {
+		x := mb.Obs[i*w.obs : (i+1)*w.obs]
+		for o := range w.width {
+			e := bias[o] - mb.Advantages[i]
+			row := w.params[o*w.obs : (o+1)*w.obs]
+			for k, v := range x {
+				e += row[k] * v
+			}
+			loss += 0.5 * float64(e) * float64(e) / float64(n)
+			g := grads[o*w.obs : (o+1)*w.obs]
+			for k, v := range x {
+				g[k] += e * v / float32(n)
+			}
+			grads[w.obs*w.width+o] += e / float32(n)
+		}
+	}
+	stats[0] = loss
+	return nil
+}
+
+const wideObs, wideWidth = 3, 400 // 1600 parameters: four norm blocks, the last one short
+
+func wideFactory(fail func(i int) bool) TowerFactory {
+	return func(i int, _ device.Device, _ int, params []float32) (Tower, error) {
+		w := &wideTower{params: params, obs: wideObs, width: wideWidth}
+		if fail != nil {
+			w.fail = func() bool { return fail(i) }
+		}
+		return w, nil
+	}
+}
+
+func wideParams() []float32 {
+	p := make([]float32, wideObs*wideWidth+wideWidth)
+	for i := range p {
+		p[i] = float32(math.Sin(float64(i))) * 0.3
+	}
+	return p
+}
+
+// hiddenOptimizer hides an optimiser's ability to step in ranges: Update steps it serially.
+type hiddenOptimizer struct{ Optimizer }
+
+// hiddenCollective hides that a collective is a Local: the towers call AllReduce.
+type hiddenCollective struct{ Collective }
+
+// TestShardedStepBits: with 2 and 3 towers, the towers' shared step (after meanShard with the
+// default Local, or after AllReduce with another collective) gives the bits of one serial step
+// after the average, for Adam and SGD with momentum, with clipping at work, and the same
+// gradient norms; a second run repeats them exactly.
+func TestShardedStepBits(t *testing.T) {
+	data := NewSampleBatch(240, wideObs, 1, 0)
+	fill(data, 240, 11)
+	type result struct {
+		params []float32
+		norms  []float64
+	}
+	train := func(n int, opt Optimizer, coll Collective, params []float32) result {
+		tw, err := NewTowers(TowersConfig{N: n, Minibatch: 60, MaxGradNorm: 0.05, NormalizeAdvantages: true, Collective: coll},
+			params, opt, data, wideFactory(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tw.Close()
+		b := NewSampleBatch(240, wideObs, 1, 0)
+		var r result
+		for epoch := range 2 {
+			b.Reset()
+			b.Append(data)
+			for lo := 0; lo+60 <= 240; lo += 60 {
+				st, err := tw.Update(context.Background(), b, lo, lo+60)
+				if err != nil {
+					t.Fatalf("epoch %d: %v", epoch, err)
+				}
+				r.norms = append(r.norms, st.GradNorm)
+			}
+		}
+		if tw.Version() != 8 {
+			t.Fatalf("version %d after 8 updates", tw.Version())
+		}
+		r.params = params
+		return r
+	}
+	opts := map[string]func(size int) Optimizer{
+		"adam": func(size int) Optimizer { return NewAdam(size, Constant(0.01), 0, 0, 1e-5) },
+		"sgd":  func(size int) Optimizer { return NewSGD(size, Constant(0.05), 0.9) },
+	}
+	for name, mk := range opts {
+		for _, n := range []int{2, 3} {
+			size := len(wideParams())
+			serial := train(n, hiddenOptimizer{mk(size)}, nil, wideParams())
+			for _, variant := range []struct {
+				what string
+				coll Collective
+			}{{"meanShard", nil}, {"AllReduce", hiddenCollective{NewLocal(n)}}, {"meanShard again", nil}} {
+				got := train(n, mk(size), variant.coll, wideParams())
+				if !slices.Equal(got.norms, serial.norms) {
+					t.Errorf("%s, %d towers, %s: norms %v, serial %v", name, n, variant.what, got.norms, serial.norms)
+				}
+				for k := range got.params {
+					if math.Float32bits(got.params[k]) != math.Float32bits(serial.params[k]) {
+						t.Fatalf("%s, %d towers, %s: parameter %d = %v, serial step %v", name, n, variant.what, k, got.params[k], serial.params[k])
+					}
+				}
+			}
+			if clipped := slices.IndexFunc(serial.norms, func(v float64) bool { return v > 0.05 }); clipped < 0 {
+				t.Errorf("%s: no update was clipped (norms %v): the test does not exercise clipping", name, serial.norms)
+			}
+		}
+	}
+}
+
+// TestTowersGradError: when one of two towers fails, Update returns its error and applies
+// nothing (parameters, version and optimiser steps unchanged), and the towers train on after.
+func TestTowersGradError(t *testing.T) {
+	data := NewSampleBatch(64, wideObs, 1, 0)
+	fill(data, 64, 3)
+	var failing sync.Map // tower index → fail on the next Grad
+	params := wideParams()
+	opt := NewAdam(len(params), Constant(0.01), 0, 0, 0)
+	tw, err := NewTowers(TowersConfig{N: 2, Minibatch: 32, MaxGradNorm: 1}, params, opt, data,
+		wideFactory(func(i int) bool { _, ok := failing.LoadAndDelete(i); return ok }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tw.Close()
+	if _, err := tw.Update(context.Background(), data, 0, 32); err != nil {
+		t.Fatal(err)
+	}
+	before := slices.Clone(params)
+	for _, i := range []int{1, 0} {
+		failing.Store(i, true)
+		if _, err := tw.Update(context.Background(), data, 32, 64); !errors.Is(err, errTower) {
+			t.Fatalf("tower %d failing: Update = %v, want its error", i, err)
+		}
+		if !slices.Equal(params, before) || tw.Version() != 1 || opt.Steps() != 1 {
+			t.Fatalf("tower %d failing: the update was applied (version %d, %d steps)", i, tw.Version(), opt.Steps())
+		}
+	}
+	if _, err := tw.Update(context.Background(), data, 32, 64); err != nil || tw.Version() != 2 || opt.Steps() != 2 {
+		t.Fatalf("after the failures: %v, version %d, %d steps", err, tw.Version(), opt.Steps())
+	}
+	if slices.Equal(params, before) {
+		t.Fatal("the update after the failures changed nothing")
+	}
+}
+
+// TestTowersWeightsConcurrent: Weights, called while two towers train, returns parameters
+// that some update left whole (the ones recorded at its version), never a half-applied step.
+func TestTowersWeightsConcurrent(t *testing.T) {
+	data := NewSampleBatch(200, wideObs, 1, 0)
+	fill(data, 200, 5)
+	params := wideParams()
+	tw, err := NewTowers(TowersConfig{N: 2, Minibatch: 20, MaxGradNorm: 0.5}, params, NewAdam(len(params), Constant(0.01), 0, 0, 0), data, wideFactory(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tw.Close()
+	var mu sync.Mutex // guards recorded
+	recorded := map[int64][]float32{0: slices.Clone(params)}
+	type snap struct {
+		v int64
+		p []float32
+	}
+	snaps := make(chan snap, 1000)
+	done := make(chan struct{})
+	go func() {
+		defer close(snaps)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			p := make([]float32, len(params))
+			v, err := tw.Weights(p)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			select {
+			case snaps <- snap{v, p}:
+			default:
+			}
+		}
+	}()
+	for round := range 30 {
+		lo := round % 10 * 20
+		if _, err := tw.Update(context.Background(), data, lo, lo+20); err != nil {
+			t.Fatal(err)
+		}
+		v, p := tw.Version(), slices.Clone(params) // no update runs here: Params may be read
+		mu.Lock()
+		recorded[v] = p
+		mu.Unlock()
+	}
+	close(done)
+	checked := 0
+	for s := range snaps {
+		mu.Lock()
+		want, ok := recorded[s.v]
+		mu.Unlock()
+		if !ok || !slices.Equal(s.p, want) {
+			t.Fatalf("Weights at version %d: not the parameters that update left", s.v)
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no Weights snapshot taken")
+	}
+}
+
+// TestTowersNoAllocs: an update of two towers allocates nothing in steady state (the towers'
+// own Grad aside) when their waits spin; with spinning off a parked wait's wake-up allocates.
+func TestTowersNoAllocs(t *testing.T) {
+	data := NewSampleBatch(64, wideObs, 1, 0)
+	fill(data, 64, 8)
+	params := wideParams()
+	tw, err := NewTowers(TowersConfig{N: 2, Minibatch: 64, MaxGradNorm: 0.5, NormalizeAdvantages: true}, params,
+		NewAdam(len(params), Constant(1e-3), 0, 0, 0), data, wideFactory(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tw.Close()
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := tw.Update(context.Background(), data, 0, 64); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if spin.Auto.Spins(2) && allocs != 0 {
+		t.Fatalf("%v allocations per update", allocs)
+	}
+	t.Logf("%v allocations per update (spinning: %v)", allocs, spin.Auto.Spins(2))
+}
