@@ -1,0 +1,349 @@
+package remote
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+)
+
+// Registration is what a batcher tells the coordinator when it joins.
+type Registration struct {
+	BatcherID   string `json:"batcher"`          // set by Client.Register
+	Session     uint64 `json:"session"`          // set by Client.Register
+	Host        string `json:"host,omitempty"`   // informational
+	EnvID       string `json:"env_id"`           // Gymnasium id
+	ObsShape    []int  `json:"obs_shape"`        // one observation's shape
+	ActionSpace string `json:"action_space"`     // as in ONNX metadata, e.g. "discrete:2"
+	Envs        int    `json:"envs"`             // envs it can step
+	Task        string `json:"task,omitempty"`   // set by Client: the task it holds (after a learner restart)
+	Agent       string `json:"agent,omitempty"`  // free text: program and version
+	Detail      string `json:"detail,omitempty"` // free text
+}
+
+// Task is a collect task the coordinator hands to one batcher at a time: which env to
+// run, how many, how long each rollout is and from which policy version on. A batcher
+// holds its task until it leaves, dies (stops heartbeating) or the run ends.
+type Task struct {
+	ID          string `json:"id"`
+	EnvID       string `json:"env_id"`
+	Seed        uint64 `json:"seed"`
+	Envs        int    `json:"envs"`
+	RolloutLen  int    `json:"rollout_len"`
+	PolicyFloor int64  `json:"policy_floor"` // collect only with a policy of at least this version
+	// Attempt counts earlier assignments of this task (set by the coordinator): a batcher
+	// seeds its envs from (Seed, Attempt), so a reassigned task does not repeat episodes.
+	Attempt int `json:"attempt"`
+}
+
+// BatcherStatus is the coordinator's view of one registered batcher.
+type BatcherStatus struct {
+	Registration
+	Task          string    // ID of the task it holds, "" if none
+	LastHeartbeat time.Time // or registration
+}
+
+type (
+	memberReq struct {
+		Batcher string `json:"batcher"`
+		Session uint64 `json:"session"`
+		Task    string `json:"task,omitempty"`
+	}
+	registerReply struct {
+		Error       string `json:"error,omitempty"`
+		HeartbeatMS int64  `json:"heartbeat_ms"`
+		Ended       bool   `json:"ended,omitempty"`
+	}
+	beatReply struct {
+		Ended   bool `json:"ended,omitempty"`
+		Unknown bool `json:"unknown,omitempty"` // register again (the learner restarted, or gave up on you)
+		Lost    bool `json:"lost,omitempty"`    // your task was given to another batcher
+	}
+	taskReply struct {
+		Task    *Task `json:"task,omitempty"`
+		Ended   bool  `json:"ended,omitempty"`
+		Unknown bool  `json:"unknown,omitempty"`
+		WaitMS  int64 `json:"wait_ms,omitempty"` // no task free: ask again after this long
+		Error   string
+	}
+)
+
+// coordinator is the learner's registry of batchers and tasks.
+type coordinator struct {
+	timeout, interval time.Duration
+	admit             func(Registration) error
+	log               *zap.Logger
+
+	mu      sync.Mutex // guards the fields below
+	members map[sessionKey]*member
+	tasks   []*taskSlot // in AddTask order
+	ended   bool
+}
+
+type member struct {
+	reg  Registration
+	last time.Time
+	task *taskSlot
+}
+
+type taskSlot struct {
+	task     Task
+	holder   *member
+	assigned int // times handed out
+}
+
+func (s *Server) startCoordinator() error {
+	s.coord = &coordinator{timeout: s.cfg.HeartbeatTimeout, interval: s.cfg.HeartbeatInterval, admit: s.cfg.Admit,
+		log: s.log, members: make(map[sessionKey]*member)}
+	for verb, h := range map[string]func([]byte) any{
+		verbRegister:  s.coord.register,
+		verbHeartbeat: s.coord.heartbeat,
+		verbTask:      s.coord.next,
+		verbLeave:     s.coord.leave,
+	} {
+		sub, err := s.nc.Subscribe(s.names.coord(verb), func(m *nats.Msg) {
+			reply := h(m.Data)
+			if m.Reply == "" || reply == nil {
+				return
+			}
+			b, err := json.Marshal(reply)
+			if err == nil {
+				err = m.Respond(b)
+			}
+			if err != nil {
+				s.log.Debug("remote: answering a batcher", zap.String("subject", m.Subject), zap.Error(err))
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("remote: coordinator: subscribing %s: %w", s.names.coord(verb), err)
+		}
+		s.subs = append(s.subs, sub)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTicker(max(s.cfg.HeartbeatTimeout/4, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-s.quit:
+				return
+			case now := <-t.C:
+				s.coord.sweep(now)
+			}
+		}
+	}()
+	return nil
+}
+
+func (c *coordinator) register(data []byte) any {
+	var r Registration
+	if err := json.Unmarshal(data, &r); err != nil {
+		return registerReply{Error: fmt.Sprintf("malformed registration: %v", err)}
+	}
+	if err := checkToken(r.BatcherID); err != nil {
+		return registerReply{Error: fmt.Sprintf("batcher id %q: %v", r.BatcherID, err)}
+	}
+	if c.admit != nil {
+		if err := c.admit(r); err != nil {
+			c.log.Warn("remote: refused a batcher", zap.String("batcher", r.BatcherID), zap.Error(err))
+			return registerReply{Error: err.Error()}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return registerReply{Ended: true}
+	}
+	key := sessionKey{r.BatcherID, r.Session}
+	m := c.members[key]
+	if m == nil {
+		m = &member{}
+		c.members[key] = m
+		c.log.Info("remote: batcher registered", zap.String("batcher", r.BatcherID), zap.String("env", r.EnvID),
+			zap.Int("envs", r.Envs), zap.String("host", r.Host))
+	}
+	m.reg, m.last = r, time.Now()
+	if r.Task != "" && m.task == nil { // resume the task it held before a learner restart, if free
+		if t := c.slot(r.Task); t != nil && t.holder == nil {
+			c.assign(t, m)
+		}
+	}
+	return registerReply{HeartbeatMS: c.interval.Milliseconds()}
+}
+
+func (c *coordinator) heartbeat(data []byte) any {
+	var r memberReq
+	if err := json.Unmarshal(data, &r); err != nil {
+		return beatReply{Unknown: true}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ended := c.find(r)
+	if ended || m == nil {
+		return beatReply{Ended: ended, Unknown: m == nil}
+	}
+	return beatReply{Lost: r.Task != "" && (m.task == nil || m.task.task.ID != r.Task)}
+}
+
+func (c *coordinator) next(data []byte) any {
+	var r memberReq
+	if err := json.Unmarshal(data, &r); err != nil {
+		return taskReply{Error: fmt.Sprintf("malformed task request: %v", err)}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ended := c.find(r)
+	if ended || m == nil {
+		return taskReply{Ended: ended, Unknown: m == nil}
+	}
+	if m.task == nil {
+		for _, t := range c.tasks {
+			if t.holder == nil {
+				c.assign(t, m)
+				break
+			}
+		}
+	}
+	if m.task == nil {
+		return taskReply{WaitMS: max(c.interval.Milliseconds(), 1)}
+	}
+	t := m.task.task
+	t.Attempt = m.task.assigned - 1
+	return taskReply{Task: &t}
+}
+
+func (c *coordinator) leave(data []byte) any {
+	var r memberReq
+	if json.Unmarshal(data, &r) != nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := sessionKey{r.Batcher, r.Session}
+	if m := c.members[key]; m != nil {
+		c.drop(key, m)
+		c.log.Info("remote: batcher left", zap.String("batcher", r.Batcher))
+	}
+	return nil
+}
+
+// sweep drops batchers silent for longer than the heartbeat timeout, freeing their tasks.
+func (c *coordinator) sweep(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, m := range c.members {
+		if now.Sub(m.last) > c.timeout {
+			c.log.Warn("remote: batcher stopped heartbeating; its task is free again", zap.String("batcher", key.batcher),
+				zap.Duration("silent", now.Sub(m.last)))
+			c.drop(key, m)
+		}
+	}
+}
+
+// find returns the batcher r names, noting that it is alive, or nil; ended reports the end
+// of the run. find, assign and drop hold c.mu.
+func (c *coordinator) find(r memberReq) (m *member, ended bool) {
+	if c.ended {
+		return nil, true
+	}
+	if m = c.members[sessionKey{r.Batcher, r.Session}]; m != nil {
+		m.last = time.Now()
+	}
+	return m, false
+}
+
+func (c *coordinator) assign(t *taskSlot, m *member) {
+	t.holder, m.task = m, t
+	t.assigned++
+}
+
+func (c *coordinator) drop(key sessionKey, m *member) {
+	if m.task != nil {
+		m.task.holder = nil
+		m.task = nil
+	}
+	delete(c.members, key)
+}
+
+func (c *coordinator) slot(id string) *taskSlot {
+	for _, t := range c.tasks {
+		if t.task.ID == id {
+			return t
+		}
+	}
+	return nil
+}
+
+// AddTask offers a collect task to the batchers; the first batcher that asks without one
+// gets it. IDs must be unique.
+func (s *Server) AddTask(t Task) error {
+	if t.ID == "" {
+		return errors.New("remote: AddTask: the task has no ID")
+	}
+	c := s.coord
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.slot(t.ID) != nil {
+		return fmt.Errorf("remote: AddTask: a task %q exists already", t.ID)
+	}
+	t.Attempt = 0
+	c.tasks = append(c.tasks, &taskSlot{task: t})
+	return nil
+}
+
+// Batchers lists the registered batchers, by ID then session.
+func (s *Server) Batchers() []BatcherStatus {
+	c := s.coord
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]BatcherStatus, 0, len(c.members))
+	for _, m := range c.members {
+		st := BatcherStatus{Registration: m.reg, LastHeartbeat: m.last}
+		if m.task != nil {
+			st.Task = m.task.task.ID
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b BatcherStatus) int {
+		return cmp.Or(cmp.Compare(a.BatcherID, b.BatcherID), cmp.Compare(a.Session, b.Session))
+	})
+	return out
+}
+
+// PublishInfo sends one learn-info line (a metrics JSON object, say) to the batchers and
+// watchers subscribed with Client.Info. Lines are not stored: a subscriber sees those
+// sent while it listens.
+func (s *Server) PublishInfo(line []byte) error {
+	if err := s.nc.Publish(s.names.info(), line); err != nil {
+		return fmt.Errorf("remote: publishing learn-info: %w", err)
+	}
+	return nil
+}
+
+// End announces the end of the run: the run bucket's state becomes "ended" (batchers
+// connecting later see it too), the coordinator answers every request with it, and the
+// Clients' Done channels close, which makes their loops exit. Rollouts still in the stream
+// stay there.
+func (s *Server) End(ctx context.Context) error {
+	s.coord.mu.Lock()
+	s.coord.ended = true
+	s.coord.mu.Unlock()
+	if _, err := s.kv.PutString(ctx, keyState, stateEnded); err != nil {
+		return fmt.Errorf("remote: announcing the end of the run: %w", err)
+	}
+	return nil
+}
+
+// Run states in the run bucket.
+const (
+	stateRunning = "running"
+	stateEnded   = "ended"
+)

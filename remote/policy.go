@@ -1,0 +1,238 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// Policy is a policy as the learner published it.
+type Policy struct {
+	Version   int64
+	ONNX      []byte   // the model; verified against SHA256
+	SHA256    [32]byte // of ONNX
+	Published time.Time
+}
+
+// policyPointer is the run bucket's "policy" value: which object holds the newest policy.
+type policyPointer struct {
+	Version   int64     `json:"version"`
+	SHA256    string    `json:"sha256"` // hex
+	Size      int       `json:"size"`
+	Object    string    `json:"object"`
+	Published time.Time `json:"published"`
+}
+
+func policyObject(version int64) string { return fmt.Sprintf("policy-v%d", version) }
+
+// PublishPolicy stores onnx as the policy of version in the object store, then moves the
+// "latest" pointer to it (version and SHA-256), then deletes all but the KeepPolicies most
+// recently published policies. Batchers follow the pointer whatever its version: a resumed
+// learner that publishes a lower version than its previous run did is followed too.
+// Calls are serialised.
+func (s *Server) PublishPolicy(ctx context.Context, version int64, onnx []byte) error {
+	if len(onnx) == 0 {
+		return fmt.Errorf("remote: publishing policy version %d: the model is empty", version)
+	}
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	select {
+	case <-s.quit:
+		return ErrClosed
+	default:
+	}
+	sum := sha256.Sum256(onnx)
+	name := policyObject(version)
+	if _, err := s.obj.PutBytes(ctx, name, onnx); err != nil {
+		return fmt.Errorf("remote: storing policy version %d (%d bytes) in %s: %w", version, len(onnx), s.names.policyBucket(), err)
+	}
+	ptr, err := json.Marshal(policyPointer{Version: version, SHA256: hex.EncodeToString(sum[:]), Size: len(onnx),
+		Object: name, Published: time.Now().UTC()})
+	if err != nil {
+		return fmt.Errorf("remote: publishing policy version %d: %w", version, err)
+	}
+	if _, err := s.kv.Put(ctx, keyPolicy, ptr); err != nil {
+		return fmt.Errorf("remote: moving the latest-policy pointer to version %d: %w", version, err)
+	}
+	return s.prunePolicies(ctx, name)
+}
+
+// prunePolicies deletes all but the KeepPolicies most recently stored policies; keep is
+// never deleted.
+func (s *Server) prunePolicies(ctx context.Context, keep string) error {
+	infos, err := s.obj.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remote: listing stored policies to prune them: %w", err)
+	}
+	slices.SortFunc(infos, func(a, b *jetstream.ObjectInfo) int { return b.ModTime.Compare(a.ModTime) })
+	// Newest first; keep counts itself.
+	kept := 1
+	for _, info := range infos {
+		if info.Name == keep || info.Deleted {
+			continue
+		}
+		if kept < s.cfg.KeepPolicies {
+			kept++
+			continue
+		}
+		if err := s.obj.Delete(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return fmt.Errorf("remote: pruning old policy %s: %w", info.Name, err)
+		}
+	}
+	return nil
+}
+
+// WatchPolicy returns a channel that receives the newest published policy, first the
+// current one (if any), then each new one. A policy is delivered only after its bytes
+// match the pointer's SHA-256 and size; one that does not (or whose object was already
+// pruned) is skipped with a warning and the next pointer awaited. The channel holds one
+// policy: a policy the caller has not taken yet is replaced by a newer one, so a slow
+// caller only ever sees the newest. It is closed when ctx ends, the run ends or the Client
+// closes. Connection trouble is retried with backoff.
+func (c *Client) WatchPolicy(ctx context.Context) <-chan Policy {
+	return watch(ctx, c, 1, c.watchPolicy)
+}
+
+// watch runs feed in a goroutine of the Client and returns the channel (of capacity n) it
+// feeds; the channel is closed when ctx ends, the run ends or the Client closes.
+func watch[T any](ctx context.Context, c *Client, n int, feed func(context.Context, chan T)) <-chan T {
+	out := make(chan T, n)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(out)
+		ctx, cancel := withStop(ctx, c.quit, c.done)
+		defer cancel()
+		feed(ctx, out)
+	}()
+	return out
+}
+
+func (c *Client) watchPolicy(ctx context.Context, out chan Policy) {
+	var last Policy
+	bo := backoff{min: c.cfg.RetryMin, max: c.cfg.RetryMax}
+	for ctx.Err() == nil {
+		kv, obj, err := c.buckets(ctx)
+		if err != nil {
+			c.log.Debug("remote: binding the policy buckets", zap.Error(err))
+			bo.wait(ctx)
+			continue
+		}
+		w, err := kv.Watch(ctx, keyPolicy)
+		if err != nil {
+			c.log.Debug("remote: watching the policy pointer", zap.Error(err))
+			bo.wait(ctx)
+			continue
+		}
+		bo.reset()
+		for ctx.Err() == nil {
+			e, ok := newest(ctx, w.Updates())
+			if !ok {
+				break
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			p, err := c.fetchPolicy(ctx, obj, e.Value())
+			if err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("remote: skipping a policy", zap.Error(err))
+				}
+				continue
+			}
+			if p.Version == last.Version && p.SHA256 == last.SHA256 {
+				continue
+			}
+			last = p
+			offerDropOldest(out, p)
+		}
+		_ = w.Stop()
+	}
+}
+
+// newest returns the newest entry waiting on updates (blocking for the first one); ok is
+// false when updates is closed or ctx ended.
+func newest(ctx context.Context, updates <-chan jetstream.KeyValueEntry) (e jetstream.KeyValueEntry, ok bool) {
+	select {
+	case e, ok = <-updates:
+		if !ok {
+			return nil, false
+		}
+	case <-ctx.Done():
+		return nil, false
+	}
+	for {
+		select {
+		case next, more := <-updates:
+			if !more {
+				return e, true
+			}
+			if next != nil {
+				e = next
+			}
+		default:
+			return e, true
+		}
+	}
+}
+
+// offerDropOldest puts v on out, dropping the oldest value waiting when out is full (for a
+// channel of capacity 1: replacing a value the receiver has not taken). Only one goroutine
+// sends on out.
+func offerDropOldest[T any](out chan T, v T) {
+	select {
+	case out <- v:
+		return
+	default:
+	}
+	select {
+	case <-out:
+	default:
+	}
+	out <- v
+}
+
+// fetchPolicy reads the policy a pointer names and verifies it. Transient errors are
+// retried with backoff until ctx ends.
+func (c *Client) fetchPolicy(ctx context.Context, obj jetstream.ObjectStore, pointer []byte) (Policy, error) {
+	var ptr policyPointer
+	if err := json.Unmarshal(pointer, &ptr); err != nil {
+		return Policy{}, fmt.Errorf("remote: reading the policy pointer %q: %w", pointer, err)
+	}
+	want, err := hex.DecodeString(ptr.SHA256)
+	if err != nil || len(want) != sha256.Size {
+		return Policy{}, fmt.Errorf("remote: policy version %d: pointer's sha256 %q is not 64 hex digits", ptr.Version, ptr.SHA256)
+	}
+	bo := backoff{min: c.cfg.RetryMin, max: c.cfg.RetryMax}
+	for {
+		b, err := obj.GetBytes(ctx, ptr.Object)
+		switch {
+		case errors.Is(err, jetstream.ErrObjectNotFound):
+			return Policy{}, fmt.Errorf("remote: policy version %d (%s) was pruned before it was read; waiting for a newer one", ptr.Version, ptr.Object)
+		case err != nil && ctx.Err() == nil:
+			c.log.Debug("remote: reading a policy, retrying", zap.Int64("version", ptr.Version), zap.Error(err))
+			bo.wait(ctx)
+			continue
+		case err != nil:
+			return Policy{}, err
+		}
+		sum := sha256.Sum256(b)
+		if len(b) != ptr.Size || !bytes.Equal(sum[:], want) {
+			return Policy{}, fmt.Errorf("remote: policy version %d: read %d bytes with sha256 %x, the pointer says %d bytes with %s",
+				ptr.Version, len(b), sum, ptr.Size, ptr.SHA256)
+		}
+		return Policy{Version: ptr.Version, ONNX: b, SHA256: sum, Published: ptr.Published}, nil
+	}
+}

@@ -1,0 +1,379 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// Stats counts what the learner's side received. Counts are of rollouts unless named
+// otherwise.
+type Stats struct {
+	Delivered       int64            // handed to the learner by Rollouts
+	Acked           int64            // acknowledged by the learner (Delivery.Ack)
+	Duplicates      int64            // dropped: the same (batcher, session, seq) was already delivered
+	DuplicateChunks int64            // chunk messages dropped as copies (redelivered or republished)
+	Corrupt         int64            // chunk messages dropped because they or their rollout did not decode
+	Incomplete      int64            // rollouts dropped with chunks missing after ChunkTimeout
+	Bytes           int64            // wire bytes (compressed chunks) of the delivered rollouts
+	PerBatcher      map[string]int64 // delivered, by batcher ID
+}
+
+// Stats returns a copy of the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.PerBatcher = maps.Clone(s.stats.PerBatcher)
+	return st
+}
+
+// Delivery is a rollout handed to the learner. The learner must call Ack once the rollout
+// is safe (loaded into a tower stack), and also for a rollout it discards; until then the
+// rollout stays in the stream and is redelivered to the next learner if this one dies.
+type Delivery struct {
+	Rollout     RolloutMsg
+	Bytes       int       // wire bytes of its chunks
+	Chunks      int       // messages it came in
+	Stored      time.Time // when JetStream stored its last chunk (the server's clock)
+	Redelivered bool      // some chunk had been delivered before (an earlier learner, or AckWait passed)
+
+	srv  *Server
+	key  rolloutKey
+	msgs []jetstream.Msg
+	seqs []uint64 // stream sequences of msgs
+}
+
+var ackBody = []byte("+ACK")
+
+// Ack tells JetStream the rollout is consumed and waits for the server to confirm, so that
+// once Ack returns nil the rollout is never redelivered. On error the learner may call it
+// again. It costs a round trip: acknowledge a stack of rollouts at once with AckAll.
+func (d *Delivery) Ack(ctx context.Context) error { return d.srv.AckAll(ctx, d) }
+
+// AckAll acknowledges deliveries together, as Delivery.Ack does one: their
+// acknowledgements travel concurrently, so a whole stack costs about one round trip. The
+// errors are joined; what was acknowledged stays so and AckAll may be called again for
+// the rest. The acknowledgements go over the control connection as requests the server
+// answers once it processed them, so they do not queue behind rollout data.
+func (s *Server) AckAll(ctx context.Context, ds ...*Delivery) error {
+	type ack struct {
+		d     *Delivery
+		i     int
+		reply string
+	}
+	var acks []ack
+	s.mu.Lock()
+	for _, d := range ds {
+		for i, m := range d.msgs {
+			if m != nil {
+				acks = append(acks, ack{d, i, m.Reply()})
+			}
+		}
+	}
+	s.mu.Unlock()
+	errs := make([]error, len(acks))
+	do := func(k int) {
+		a := acks[k]
+		if _, err := s.nc.RequestWithContext(ctx, a.reply, ackBody); err != nil {
+			errs[k] = fmt.Errorf("remote: acknowledging rollout %v (chunk %d of %d): %w", a.d.key, a.i+1, len(a.d.msgs), err)
+			return
+		}
+		s.mu.Lock()
+		a.d.msgs[a.i] = nil
+		s.mu.Unlock()
+	}
+	if len(acks) == 1 {
+		do(0)
+	} else {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 64) // requests in flight
+		for k := range acks {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				do(k)
+			}()
+		}
+		wg.Wait()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range ds {
+		if s.held[d.key] == d && !slices.ContainsFunc(d.msgs, func(m jetstream.Msg) bool { return m != nil }) {
+			delete(s.held, d.key)
+			s.stats.Acked++
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Rollouts starts pulling rollouts and returns the channel they arrive on, in stream order
+// (per batcher, publish order unless a publish had to be retried). A rollout comes out once
+// all its chunks arrived and it decoded; a copy of one already delivered (a redelivery, a
+// republish) is dropped. The channel is closed when ctx ends or the Server closes. One
+// Rollouts loop runs at a time.
+func (s *Server) Rollouts(ctx context.Context) (<-chan *Delivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.quit:
+		return nil, ErrClosed
+	default:
+	}
+	if s.consuming {
+		return nil, errors.New("remote: Rollouts is already running; cancel its context before calling it again")
+	}
+	it, err := s.cons.Messages(jetstream.PullMaxBytes(s.cfg.PullBytes))
+	if err != nil {
+		return nil, fmt.Errorf("remote: pulling from %s: %w", s.names.rolloutStream(), err)
+	}
+	s.consuming = true
+	out := make(chan *Delivery)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := withStop(ctx, s.quit)
+		defer cancel()
+		stop := context.AfterFunc(ctx, it.Stop)
+		defer stop()
+		c := consumer{s: s, out: out, asm: make(map[rolloutKey]*pendingRollout)}
+		c.run(ctx, it)
+		it.Stop()
+		c.abandon()
+		close(out)
+		s.mu.Lock()
+		s.consuming = false
+		s.mu.Unlock()
+	}()
+	return out, nil
+}
+
+// pendingRollout is a rollout whose chunks are arriving.
+type pendingRollout struct {
+	assembly[jetstream.Msg]
+	first time.Time
+}
+
+// consumer is the state of one Rollouts loop; only its goroutine touches it.
+type consumer struct {
+	s   *Server
+	out chan<- *Delivery
+	asm map[rolloutKey]*pendingRollout
+}
+
+func (c *consumer) run(ctx context.Context, it jetstream.MessagesContext) {
+	sweep := time.NewTicker(max(c.s.cfg.ChunkTimeout/4, 10*time.Millisecond))
+	defer sweep.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-sweep.C:
+			c.sweep()
+		default:
+		}
+		wait, cancel := context.WithTimeout(ctx, time.Second)
+		msg, err := it.Next(jetstream.NextContext(wait))
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil:
+			return
+		case errors.Is(err, context.DeadlineExceeded):
+			continue
+		case err != nil:
+			c.s.log.Debug("remote: pulling rollouts", zap.Error(err))
+			select { // not a busy loop on a persistent error
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		c.handle(ctx, msg)
+	}
+}
+
+func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
+	s := c.s
+	h, data, err := parseChunk(msg.Data())
+	if err != nil {
+		s.log.Warn("remote: dropping a message that is not a rollout chunk", zap.String("subject", msg.Subject()), zap.Error(err))
+		c.drop(msg, err)
+		return
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		s.log.Warn("remote: dropping a chunk without JetStream metadata", zap.Error(err))
+		c.drop(msg, err)
+		return
+	}
+	key := h.key()
+	s.mu.Lock()
+	if d := s.held[key]; d != nil {
+		// The learner holds this rollout: either this is the same stream message again (its
+		// AckWait passed; the learner's Ack will remove it) or another copy of it.
+		same := slices.Contains(d.seqs, meta.Sequence.Stream)
+		c.countDuplicate(h)
+		s.mu.Unlock()
+		if !same {
+			_ = msg.Ack()
+		}
+		return
+	}
+	if s.dedup.seen(key) {
+		c.countDuplicate(h)
+		s.mu.Unlock()
+		_ = msg.Ack()
+		return
+	}
+	s.mu.Unlock()
+
+	p := c.asm[key]
+	if p == nil {
+		p = &pendingRollout{first: time.Now()}
+		c.asm[key] = p
+	}
+	old, replaced, err := p.add(h, data, msg)
+	if err != nil {
+		s.log.Warn("remote: dropping a rollout whose chunks disagree", zap.Stringer("rollout", key), zap.Error(err))
+		c.drop(msg, err)
+		c.dropPending(key, err)
+		return
+	}
+	if replaced {
+		s.mu.Lock()
+		s.stats.DuplicateChunks++
+		s.mu.Unlock()
+		if om, err := old.Metadata(); err == nil && om.Sequence.Stream != meta.Sequence.Stream {
+			_ = old.Ack() // another stored copy of the same chunk: keep one
+		}
+	}
+	if !p.complete() {
+		return
+	}
+	delete(c.asm, key)
+	d, err := c.deliverable(key, p)
+	if err != nil {
+		s.log.Warn("remote: dropping a rollout that does not decode", zap.Stringer("rollout", key), zap.Error(err))
+		for _, m := range p.handles {
+			c.drop(m, err)
+		}
+		return
+	}
+	s.mu.Lock()
+	s.held[key] = d
+	s.dedup.mark(key)
+	s.mu.Unlock()
+	select {
+	case c.out <- d:
+		s.mu.Lock()
+		s.stats.Delivered++
+		s.stats.Bytes += int64(d.Bytes)
+		s.stats.PerBatcher[key.batcher]++
+		s.mu.Unlock()
+	case <-ctx.Done():
+		// Not handed over: forget it so that its redelivery is delivered.
+		s.mu.Lock()
+		delete(s.held, key)
+		s.dedup.unmark(key)
+		s.mu.Unlock()
+		for _, m := range d.msgs {
+			_ = m.Nak()
+		}
+	}
+}
+
+// deliverable decodes a complete rollout and checks it against its chunks.
+func (c *consumer) deliverable(key rolloutKey, p *pendingRollout) (*Delivery, error) {
+	blob, err := p.blob()
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.s.codec.decode(blob)
+	if err != nil {
+		return nil, err
+	}
+	if got := (rolloutKey{batcher: m.BatcherID, session: m.Session, seq: m.Seq}); got != key {
+		return nil, fmt.Errorf("%w: rollout %v came in chunks of %v", ErrCorrupt, got, key)
+	}
+	d := &Delivery{Rollout: m, Chunks: len(p.handles), srv: c.s, key: key,
+		msgs: slices.Clone(p.handles), seqs: make([]uint64, len(p.handles))}
+	for i, msg := range p.handles {
+		d.Bytes += len(msg.Data())
+		if meta, err := msg.Metadata(); err == nil {
+			d.seqs[i] = meta.Sequence.Stream
+			if meta.Timestamp.After(d.Stored) {
+				d.Stored = meta.Timestamp
+			}
+			d.Redelivered = d.Redelivered || meta.NumDelivered > 1
+		}
+	}
+	return d, nil
+}
+
+func (c *consumer) countDuplicate(h chunkHeader) {
+	c.s.stats.DuplicateChunks++
+	if h.index == 0 {
+		c.s.stats.Duplicates++
+	}
+}
+
+// drop terminates a message that can never be used, so it is not redelivered.
+func (c *consumer) drop(msg jetstream.Msg, why error) {
+	c.s.mu.Lock()
+	c.s.stats.Corrupt++
+	c.s.mu.Unlock()
+	_ = msg.TermWithReason(why.Error())
+}
+
+func (c *consumer) dropPending(key rolloutKey, why error) {
+	p := c.asm[key]
+	delete(c.asm, key)
+	if p == nil {
+		return
+	}
+	for _, m := range p.handles {
+		if m != nil {
+			c.drop(m, why)
+		}
+	}
+}
+
+// sweep drops rollouts that waited longer than ChunkTimeout for missing chunks.
+func (c *consumer) sweep() {
+	for key, p := range c.asm {
+		if time.Since(p.first) < c.s.cfg.ChunkTimeout {
+			continue
+		}
+		c.s.log.Warn("remote: dropping an incomplete rollout", zap.Stringer("rollout", key),
+			zap.Int("chunks", p.got), zap.Int("of", p.count))
+		delete(c.asm, key)
+		for _, m := range p.handles {
+			if m != nil {
+				_ = m.TermWithReason("incomplete rollout")
+			}
+		}
+		c.s.mu.Lock()
+		c.s.stats.Incomplete++
+		c.s.mu.Unlock()
+	}
+}
+
+// abandon gives back the chunks of partly received rollouts when the loop stops, for the
+// next loop or learner.
+func (c *consumer) abandon() {
+	for key, p := range c.asm {
+		delete(c.asm, key)
+		for _, m := range p.handles {
+			if m != nil {
+				_ = m.Nak()
+			}
+		}
+	}
+}
