@@ -269,11 +269,11 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 		return UpdateStats{}, fmt.Errorf("%w: %d rows over %d towers leaves a tower nothing", ErrSplit, units, n)
 	}
 	hi = lo + per*n
+	r0, r1 := lo, hi // the rows trained: whole sequences' rows for recurrent data
+	if b.Recurrent() {
+		r0, r1 = seqRows(b.SeqLens, lo), seqRows(b.SeqLens, hi)
+	}
 	if t.cfg.NormalizeAdvantages {
-		r0, r1 := lo, hi
-		if b.Recurrent() {
-			r0, r1 = seqRows(b.SeqLens, lo), seqRows(b.SeqLens, hi)
-		}
 		normalize(b.Advantages[r0:r1])
 	}
 	start := time.Now()
@@ -319,7 +319,7 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 			t.avg[k] += v / float64(n)
 		}
 	}
-	return UpdateStats{Rows: per * n, GradNorm: norm, LR: lr, Grad: grad, Stats: t.avg}, nil
+	return UpdateStats{Rows: r1 - r0, GradNorm: norm, LR: lr, Grad: grad, Stats: t.avg}, nil
 }
 
 // seqRows is the row at which sequence k starts.
