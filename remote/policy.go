@@ -145,7 +145,7 @@ func (c *Client) watchPolicy(ctx context.Context, out chan Policy) {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			p, err := c.fetchPolicy(ctx, obj, e.Value())
+			p, err := c.fetchPolicy(ctx, kv, obj, e.Value())
 			if err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("remote: skipping a policy", zap.Error(err))
@@ -206,7 +206,10 @@ func offerDropOldest[T any](out chan T, v T) {
 
 // fetchPolicy reads the policy a pointer names and verifies it. Transient errors are
 // retried with backoff until ctx ends.
-func (c *Client) fetchPolicy(ctx context.Context, obj jetstream.ObjectStore, pointer []byte) (Policy, error) {
+// policyReadTimeout bounds one try at reading a policy's bytes from the object store.
+const policyReadTimeout = 5 * time.Second
+
+func (c *Client) fetchPolicy(ctx context.Context, kv jetstream.KeyValue, obj jetstream.ObjectStore, pointer []byte) (Policy, error) {
 	var ptr policyPointer
 	if err := json.Unmarshal(pointer, &ptr); err != nil {
 		return Policy{}, fmt.Errorf("remote: reading the policy pointer %q: %w", pointer, err)
@@ -217,7 +220,15 @@ func (c *Client) fetchPolicy(ctx context.Context, obj jetstream.ObjectStore, poi
 	}
 	bo := backoff{min: c.cfg.RetryMin, max: c.cfg.RetryMax}
 	for {
-		b, err := obj.GetBytes(ctx, ptr.Object)
+		// A version pruned while it is read can leave GetBytes waiting for chunks that are
+		// gone: each try is bounded, and a version the pointer has moved on from is given up
+		// (the watcher takes the newer one).
+		if cur, gerr := kv.Get(ctx, keyPolicy); gerr == nil && !bytes.Equal(cur.Value(), pointer) {
+			return Policy{}, fmt.Errorf("remote: policy version %d was superseded before it was read", ptr.Version)
+		}
+		gctx, cancel := context.WithTimeout(ctx, policyReadTimeout)
+		b, err := obj.GetBytes(gctx, ptr.Object)
+		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrObjectNotFound):
 			return Policy{}, fmt.Errorf("remote: policy version %d (%s) was pruned before it was read; waiting for a newer one", ptr.Version, ptr.Object)
