@@ -52,6 +52,11 @@ type Config struct {
 	Shared     bool    `json:"shared_trunk"` // one trunk for actor and critic
 	LogStdInit float32 `json:"logstd_init"`  // Gaussian log_std start; default 0
 
+	// NoSpin: the learner's towers park at once when they wait for each other instead of
+	// spinning briefly first (learner.TowersConfig.NoSpin), for machines shared with other
+	// work. Default false.
+	NoSpin bool `json:"no_spin,omitempty"`
+
 	Seed            uint64 `json:"seed"`
 	CheckpointEvery int    `json:"checkpoint_every"`      // iterations between checkpoints; default 10 (and always the last)
 	EvalEpisodes    int    `json:"eval_episodes"`         // evaluation at the end; default 10; negative: none

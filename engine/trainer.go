@@ -159,7 +159,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		return err
 	}
 	towers, err := learner.NewTowers(learner.TowersConfig{N: cfg.Towers, Minibatch: minibatch,
-		MaxGradNorm: cfg.MaxGradNorm, NormalizeAdvantages: !cfg.NoNormAdv}, t.pm.flatParams(), opt, t.batch, t.pm.towers(t.alg))
+		MaxGradNorm: cfg.MaxGradNorm, NormalizeAdvantages: !cfg.NoNormAdv, NoSpin: cfg.NoSpin}, t.pm.flatParams(), opt, t.batch, t.pm.towers(t.alg))
 	if err != nil {
 		return err
 	}

@@ -48,6 +48,11 @@ type TowersConfig struct {
 	// *Local, each tower averages only the shard of the gradient it applies (a reduce-scatter,
 	// with the bits AllReduce gives).
 	Collective Collective
+	// NoSpin makes the towers' waits for each other (and the default Local's) park at once
+	// instead of spinning briefly first: no CPU burns while a tower waits, at the cost of a
+	// thread wake-up per hand-off (tens of µs on a VM). For machines shared with other work,
+	// and to measure without spinning. Default false: spin when every tower can have a CPU.
+	NoSpin bool
 }
 
 // Towers splits each minibatch evenly over N towers, computes their gradients in parallel,
@@ -124,8 +129,14 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 	if per == 0 {
 		return nil, fmt.Errorf("%w: a minibatch of %d over %d towers leaves a tower nothing", ErrSplit, cfg.Minibatch, cfg.N)
 	}
+	mode := spin.Auto
+	if cfg.NoSpin {
+		mode = spin.Off
+	}
 	if cfg.Collective == nil {
-		cfg.Collective = NewLocal(cfg.N)
+		l := NewLocal(cfg.N)
+		l.spin = mode.Spins(cfg.N)
+		cfg.Collective = l
 	}
 	if cfg.Collective.Members() != cfg.N {
 		return nil, fmt.Errorf("%w: a collective of %d members for %d towers", ErrConfig, cfg.Collective.Members(), cfg.N)
@@ -158,12 +169,12 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 		if st.size() != len(params) {
 			return nil, errors.Join(fmt.Errorf("%w: an optimiser for %d parameters, the model has %d", ErrConfig, st.size(), len(params)), t.closeTowers())
 		}
-		t.stepper, t.failed, t.meet = st, make([]bool, cfg.N), spin.NewBarrier(cfg.N, spin.Auto)
+		t.stepper, t.failed, t.meet = st, make([]bool, cfg.N), spin.NewBarrier(cfg.N, mode)
 		t.local, _ = cfg.Collective.(*Local)
 	}
 	// Tower 0 runs on the goroutine calling Update; towers 1..N-1 on their own.
 	t.jobs, t.errs = make([]towerJob, cfg.N), make([]error, cfg.N)
-	t.pool = spin.NewPool(cfg.N, func(i int) { t.errs[i] = t.compute(i, t.jobs[i]) })
+	t.pool = spin.NewPool(cfg.N, func(i int) { t.errs[i] = t.compute(i, t.jobs[i]) }, spin.WithMode(mode))
 	return t, nil
 }
 

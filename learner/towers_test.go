@@ -266,3 +266,32 @@ func TestTowersNoAllocs(t *testing.T) {
 	}
 	t.Logf("%v allocations per update (spinning: %v)", allocs, spin.Auto.Spins(2))
 }
+
+// TestTowersNoSpin: towers that park at once instead of spinning compute the same bits.
+func TestTowersNoSpin(t *testing.T) {
+	data := NewSampleBatch(240, wideObs, 1, 0)
+	fill(data, 240, 5)
+	train := func(noSpin bool) []float32 {
+		params := wideParams()
+		tw, err := NewTowers(TowersConfig{N: 2, Minibatch: 60, MaxGradNorm: 0.05, NormalizeAdvantages: true, NoSpin: noSpin},
+			params, NewAdam(len(params), Constant(0.01), 0, 0, 1e-5), data, wideFactory(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tw.Close()
+		b := NewSampleBatch(240, wideObs, 1, 0)
+		b.Append(data)
+		for lo := 0; lo+60 <= 240; lo += 60 {
+			if _, err := tw.Update(context.Background(), b, lo, lo+60); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return params
+	}
+	spinning, parked := train(false), train(true)
+	for k := range spinning {
+		if math.Float32bits(spinning[k]) != math.Float32bits(parked[k]) {
+			t.Fatalf("parameter %d: %v spinning, %v parked", k, spinning[k], parked[k])
+		}
+	}
+}

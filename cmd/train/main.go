@@ -44,6 +44,7 @@ func main() {
 		envs       = fs.Int("envs", 0, "envs per worker (default 4 for Discrete actions, 1 for Box)")
 		total      = fs.Int64("total-steps", 0, "env steps to train for (default 500000 Discrete, 1000000 Box)")
 		seed       = fs.Uint64("seed", 0, "seed")
+		noSpin     = fs.Bool("no-spin", false, "towers park at once instead of spinning while they wait for each other (machines shared with other work; same results)")
 		initPolicy = fs.String("init-policy", "", "pretrained ONNX policy to fine-tune")
 		resume     = fs.String("resume", "", "run directory to resume")
 		library    = fs.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
@@ -72,6 +73,7 @@ func main() {
 			"envs":        func(c *engine.Config) { c.Envs = *envs },
 			"total-steps": func(c *engine.Config) { c.TotalSteps = *total },
 			"seed":        func(c *engine.Config) { c.Seed = *seed },
+			"no-spin":     func(c *engine.Config) { c.NoSpin = *noSpin },
 			"init-policy": func(c *engine.Config) { c.InitPolicy = *initPolicy },
 			// How a foreign --init-policy is bound (as batcher's and eval's flags).
 			"head":          func(c *engine.Config) { c.Head = hf.Head },
