@@ -200,12 +200,7 @@ func TestTowersWeightsConcurrent(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(snaps)
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
+		for { // at least one snapshot, even when the updates are all done before this runs
 			p := make([]float32, len(params))
 			v, err := tw.Weights(p)
 			if err != nil {
@@ -214,6 +209,11 @@ func TestTowersWeightsConcurrent(t *testing.T) {
 			}
 			select {
 			case snaps <- snap{v, p}:
+			default:
+			}
+			select {
+			case <-done:
+				return
 			default:
 			}
 		}
