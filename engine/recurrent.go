@@ -38,6 +38,11 @@ type recurrentTower struct {
 	masks       [][][]float32 // per step t ≥ 1, per state: 1 − (episode of the row ended at t−1)
 	starts      [][]float32   // per step t ≥ 1: the graph's episode_starts input, when it has one
 	loss        *headLoss
+	// Per state: its input's shape for seqs sequences, and one sequence's row of ones and of
+	// zeros (the masks' rows); stateDim is their rows' total width.
+	shapes      [][]int
+	keep, reset [][]float32
+	stateDim    int
 }
 
 // stateShape is state k's input shape for seqs sequences: its declared shape with the batch
@@ -97,6 +102,13 @@ func newRecurrentTower(f *foreign, seqs, steps int, a algo.Algorithm) (t *recurr
 		var data []float32
 		state[k], data = node("towerrl.state0."+s.Input, shape)
 		t.state0 = append(t.state0, data)
+		size := len(data) / seqs
+		ones := make([]float32, size)
+		for i := range ones {
+			ones[i] = 1
+		}
+		t.shapes, t.keep, t.reset = append(t.shapes, shape), append(t.keep, ones), append(t.reset, make([]float32, size))
+		t.stateDim += size
 	}
 	fixed := map[string]*G.Node{} // constant inputs (seq_lens ones, zeros), one node for every step
 	for _, in := range f.model.Inputs() {
@@ -224,8 +236,8 @@ func (t *recurrentTower) Grad(mb *learner.SampleBatch, grads []float32, stats []
 			return fmt.Errorf("engine: sequence %d has %d steps; a recurrent PPO tower replays whole rollouts of %d", s, l, t.steps)
 		}
 	}
-	if mb.StateDim != t.f.stateDim() {
-		return fmt.Errorf("engine: the batch carries %d state values per sequence, the policy %d", mb.StateDim, t.f.stateDim())
+	if mb.StateDim != t.stateDim {
+		return fmt.Errorf("engine: the batch carries %d state values per sequence, the policy %d", mb.StateDim, t.stateDim)
 	}
 	od := mb.ObsDim
 	for step, obs := range t.obs {
@@ -237,33 +249,29 @@ func (t *recurrentTower) Grad(mb *learner.SampleBatch, grads []float32, stats []
 	// Each sequence's initial state, state by state, at its index on the state's batch axis.
 	off := 0
 	for k, s := range t.f.bind.State {
-		shape, _ := t.f.stateShape(k, t.seqs)
-		size := len(t.state0[k]) / t.seqs
+		size := len(t.keep[k])
 		for seq := range t.seqs {
 			src := mb.State[seq*mb.StateDim+off : seq*mb.StateDim+off+size]
-			placeRow(t.state0[k], shape, s.BatchAxis, seq, src)
+			placeRow(t.state0[k], t.shapes[k], s.BatchAxis, seq, src)
 		}
 		off += size
 	}
-	ones := make([]float32, 0, 64)
 	for step := 1; step < t.steps; step++ {
 		for s := range t.seqs {
 			prev := s*t.steps + step - 1
-			keep := float32(1)
-			if mb.Terminated[prev] != 0 || mb.Truncated[prev] != 0 {
-				keep = 0
-			}
+			ended := mb.Terminated[prev] != 0 || mb.Truncated[prev] != 0
 			if t.starts != nil {
-				t.starts[step][s] = 1 - keep
+				t.starts[step][s] = 0
+				if ended {
+					t.starts[step][s] = 1
+				}
 			}
 			for k, st := range t.f.bind.State {
-				shape, _ := t.f.stateShape(k, t.seqs)
-				size := len(t.state0[k]) / t.seqs
-				ones = ones[:0]
-				for range size {
-					ones = append(ones, keep)
+				row := t.keep[k]
+				if ended {
+					row = t.reset[k]
 				}
-				placeRow(t.masks[step-1][k], shape, st.BatchAxis, s, ones)
+				placeRow(t.masks[step-1][k], t.shapes[k], st.BatchAxis, s, row)
 			}
 		}
 	}

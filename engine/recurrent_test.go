@@ -110,19 +110,18 @@ func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 			if err := tw.Grad(tr.batch, grads, stats); err != nil {
 				t.Fatal(err)
 			}
-			worst := 0.0
-			for k, lp := range tw.loss.loss.LogProbs() {
-				seq, at := k%seqs, k/seqs // sequence seq is env seq/4's steps (seq%4)·10 ...
-				step := (seq%(steps/seqLen))*seqLen + at
-				want := r.LogP[step*n+seq/(steps/seqLen)]
-				worst = math.Max(worst, math.Abs(float64(lp-want)))
+			// The rollout row of loss row k: sequence seq = k%seqs is env seq/4's steps
+			// (seq%4)·10 ..., and k/seqs the step within it.
+			rolloutRow := func(k int) int {
+				seq := k % seqs
+				return ((seq%(steps/seqLen))*seqLen+k/seqs)*n + seq/(steps/seqLen)
 			}
-			values := tw.loss.value.Value().Data().([]float32)
-			worstV := 0.0
-			for k, v := range values {
-				seq, at := k%seqs, k/seqs
-				step := (seq%(steps/seqLen))*seqLen + at
-				worstV = math.Max(worstV, math.Abs(float64(v-r.Values[step*n+seq/(steps/seqLen)])))
+			worst, worstV := 0.0, 0.0
+			for k, lp := range tw.loss.loss.LogProbs() {
+				worst = math.Max(worst, math.Abs(float64(lp-r.LogP[rolloutRow(k)])))
+			}
+			for k, v := range tw.loss.value.Value().Data().([]float32) {
+				worstV = math.Max(worstV, math.Abs(float64(v-r.Values[rolloutRow(k)])))
 			}
 			t.Logf("%d episode ends inside the rollout; worst |log-probability − batcher's| %.2g, |value − batcher's| %.2g", ends, worst, worstV)
 			if worst > 1e-4 || worstV > 1e-4 {
