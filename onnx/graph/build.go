@@ -189,14 +189,14 @@ func (m *Model) BuildWith(g *G.ExprGraph, p *Params, opts BuildOptions) (gr *Gra
 		plans = m.planDense(need, outs)
 		// A stopped tensor inside a fused layer would never be built on its own: leave that
 		// layer unfused.
+		stoppedInside := func(d *dense, j int) bool {
+			return j >= 0 && slices.ContainsFunc(m.nodes[j].GetOutput(), func(o string) bool {
+				return o != d.out && slices.Contains(opts.StopGradient, o)
+			})
+		}
 		for k, d := range plans {
-			for _, j := range []int{k, d.add, d.act} {
-				if j >= 0 && j != k && m.nodes[j].GetOutput()[0] == d.out {
-					continue
-				}
-				if j >= 0 && slices.ContainsFunc(m.nodes[j].GetOutput(), func(o string) bool { return o != d.out && slices.Contains(opts.StopGradient, o) }) {
-					delete(plans, k)
-				}
+			if stoppedInside(d, k) || stoppedInside(d, d.add) || stoppedInside(d, d.act) {
+				delete(plans, k)
 			}
 		}
 	}
