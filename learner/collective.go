@@ -21,6 +21,15 @@ type Collective interface {
 	Members() int
 }
 
+// SumReducer is an optional interface of a Collective whose group spans processes (DD-PPO's
+// ranks, package learner/mpi): AllReduceSum replaces buf with the element-wise sum of every
+// process's buf. With it, Towers standardise each minibatch's advantages over the rows of
+// every process (NormalizeAdvantages), so N processes of B rows train as one of N·B rows.
+// Every process calls it at the same points, from one goroutine.
+type SumReducer interface {
+	AllReduceSum(ctx context.Context, buf []float64) error
+}
+
 // Local is the in-process Collective. Once every member has arrived, the members average the
 // buffers together, each taking one shard of the values first (its own, then any left by a
 // member that went away) and writing the mean of every member's values, added in member order,

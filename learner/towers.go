@@ -285,7 +285,13 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 		r0, r1 = seqRows(b.SeqLens, lo), seqRows(b.SeqLens, hi)
 	}
 	if t.cfg.NormalizeAdvantages {
-		normalize(b.Advantages[r0:r1])
+		if sr, ok := t.coll.(SumReducer); ok {
+			if err := normalizeAcross(ctx, sr, b.Advantages[r0:r1]); err != nil {
+				return UpdateStats{}, fmt.Errorf("learner: standardising advantages across processes: %w", err)
+			}
+		} else {
+			normalize(b.Advantages[r0:r1])
+		}
 	}
 	start := time.Now()
 	for i := range n {
@@ -361,6 +367,37 @@ func normalize(x []float32) {
 	for i, v := range x {
 		x[i] = float32((float64(v) - mean) / (std + 1e-8))
 	}
+}
+
+// normalizeAcross is normalize over the rows of every process of sr's group: x is this
+// process's share; the mean and then the sum of squared deviations from it are summed across
+// the processes, so the result is what one process holding every row would compute (up to
+// the order of the sums).
+func normalizeAcross(ctx context.Context, sr SumReducer, x []float32) error {
+	var st [2]float64
+	st[0] = float64(len(x))
+	for _, v := range x {
+		st[1] += float64(v)
+	}
+	if err := sr.AllReduceSum(ctx, st[:]); err != nil {
+		return err
+	}
+	if st[0] < 2 {
+		return nil
+	}
+	mean := st[1] / st[0]
+	var ss [1]float64
+	for _, v := range x {
+		ss[0] += (float64(v) - mean) * (float64(v) - mean)
+	}
+	if err := sr.AllReduceSum(ctx, ss[:]); err != nil {
+		return err
+	}
+	std := math.Sqrt(ss[0] / (st[0] - 1))
+	for i, v := range x {
+		x[i] = float32((float64(v) - mean) / (std + 1e-8))
+	}
+	return nil
 }
 
 func (t *Towers) closeTowers() error {

@@ -46,13 +46,27 @@ type Collective struct {
 
 var _ learner.Collective = (*Collective)(nil)
 
-// NewCollective makes the Collective of a rank with the given number of towers, over world.
-// Its weight starts at 1 (every rank counts the same) until SetWeight.
-func NewCollective(world *World, towers int) (*Collective, error) {
-	if world == nil {
-		return nil, fmt.Errorf("%w: NewCollective needs a World (from Init)", ErrArgument)
+// NewCollective makes the Collective of a rank with the given number of towers, over group
+// (a *World, or one of InProcess's ranks). Its weight starts at 1 (every rank counts the
+// same) until SetWeight.
+func NewCollective(group Group, towers int) (*Collective, error) {
+	if w, ok := group.(*World); group == nil || ok && w == nil {
+		return nil, fmt.Errorf("%w: NewCollective needs a World (from Init) or a Group", ErrArgument)
 	}
-	return newCollective(world, towers)
+	return newCollective(group, towers)
+}
+
+// AllReduceSum replaces buf with the element-wise sum of every rank's buf (statistics such as
+// advantage counts and sums: learner.Towers standardise a DD-PPO minibatch's advantages over
+// every rank's rows with it). Called by one goroutine of the rank, between updates.
+func (c *Collective) AllReduceSum(ctx context.Context, buf []float64) error {
+	g, ok := c.cross.(interface {
+		AllReduceFloat64(ctx context.Context, op Op, buf []float64) error
+	})
+	if !ok {
+		return fmt.Errorf("%w: this collective's ranks cannot sum float64 statistics", ErrArgument)
+	}
+	return g.AllReduceFloat64(ctx, Sum, buf)
 }
 
 func newCollective(cross crossReducer, towers int) (*Collective, error) {

@@ -1,0 +1,90 @@
+package learner
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
+
+// pairSums is a SumReducer of two processes played by two goroutines: each AllReduceSum
+// waits for the other's and both get the sum.
+type pairSums struct {
+	mu    sync.Mutex
+	bufs  [][]float64
+	ready chan struct{}
+}
+
+type pairMember struct {
+	p    *pairSums
+	rank int
+}
+
+func (m pairMember) AllReduceSum(_ context.Context, buf []float64) error {
+	p := m.p
+	p.mu.Lock()
+	p.bufs[m.rank] = append([]float64(nil), buf...)
+	done := p.bufs[0] != nil && p.bufs[1] != nil
+	ready := p.ready
+	if done {
+		sum := make([]float64, len(buf))
+		for _, b := range p.bufs {
+			for i, v := range b {
+				sum[i] += v
+			}
+		}
+		p.bufs[0], p.bufs[1] = sum, sum
+		close(ready)
+	}
+	p.mu.Unlock()
+	<-ready
+	copy(buf, p.bufs[0])
+	p.mu.Lock()
+	if p.ready == ready { // the first to leave opens the next round
+		p.bufs = make([][]float64, 2)
+		p.ready = make(chan struct{})
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// TestNormalizeAcross: two processes standardising their shares of the rows with
+// normalizeAcross get what one process standardising all of them gets (normalize: mean and
+// Bessel-corrected std, hand-checked on a small case first).
+func TestNormalizeAcross(t *testing.T) {
+	small := []float32{1, 2, 3, 4}
+	normalize(small)
+	// mean 2.5, std sqrt(5/3) = 1.2910
+	for i, want := range []float64{-1.5 / 1.2909944, -0.5 / 1.2909944, 0.5 / 1.2909944, 1.5 / 1.2909944} {
+		if math.Abs(float64(small[i])-want) > 1e-6 {
+			t.Fatalf("normalize: row %d = %v, want %v", i, small[i], want)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, split := range []int{1, 37, 64, 100} {
+		x := make([]float32, 128)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64()*3 + 1)
+		}
+		want := append([]float32(nil), x...)
+		normalize(want)
+		p := &pairSums{bufs: make([][]float64, 2), ready: make(chan struct{})}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for r, part := range [][]float32{x[:split], x[split:]} {
+			wg.Go(func() { errs[r] = normalizeAcross(context.Background(), pairMember{p, r}, part) })
+		}
+		wg.Wait()
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("split %d: rank %d: %v", split, r, err)
+			}
+		}
+		for i := range x {
+			if math.Abs(float64(x[i]-want[i])) > 1e-6 {
+				t.Fatalf("split %d: row %d = %v across two processes, %v in one", split, i, x[i], want[i])
+			}
+		}
+	}
+}
