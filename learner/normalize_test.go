@@ -9,11 +9,19 @@ import (
 )
 
 // pairSums is a SumReducer of two processes played by two goroutines: each AllReduceSum
-// waits for the other's and both get the sum.
+// waits for the other's and both get the sum, added in rank order.
 type pairSums struct {
-	mu    sync.Mutex
-	bufs  [][]float64
-	ready chan struct{}
+	mu   sync.Mutex
+	cond *sync.Cond
+	gen  int // rounds completed
+	bufs [2][]float64
+	out  []float64
+}
+
+func newPairSums() *pairSums {
+	p := &pairSums{}
+	p.cond = sync.NewCond(&p.mu)
+	return p
 }
 
 type pairMember struct {
@@ -24,28 +32,24 @@ type pairMember struct {
 func (m pairMember) AllReduceSum(_ context.Context, buf []float64) error {
 	p := m.p
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	gen := p.gen
 	p.bufs[m.rank] = append([]float64(nil), buf...)
-	done := p.bufs[0] != nil && p.bufs[1] != nil
-	ready := p.ready
-	if done {
-		sum := make([]float64, len(buf))
+	if p.bufs[1-m.rank] != nil {
+		p.out = make([]float64, len(buf))
 		for _, b := range p.bufs {
 			for i, v := range b {
-				sum[i] += v
+				p.out[i] += v
 			}
 		}
-		p.bufs[0], p.bufs[1] = sum, sum
-		close(ready)
+		p.bufs = [2][]float64{}
+		p.gen++
+		p.cond.Broadcast()
 	}
-	p.mu.Unlock()
-	<-ready
-	copy(buf, p.bufs[0])
-	p.mu.Lock()
-	if p.ready == ready { // the first to leave opens the next round
-		p.bufs = make([][]float64, 2)
-		p.ready = make(chan struct{})
+	for p.gen == gen {
+		p.cond.Wait()
 	}
-	p.mu.Unlock()
+	copy(buf, p.out) // the next round cannot complete before this rank joins it
 	return nil
 }
 
@@ -69,7 +73,7 @@ func TestNormalizeAcross(t *testing.T) {
 		}
 		want := append([]float32(nil), x...)
 		normalize(want)
-		p := &pairSums{bufs: make([][]float64, 2), ready: make(chan struct{})}
+		p := newPairSums()
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for r, part := range [][]float32{x[:split], x[split:]} {
