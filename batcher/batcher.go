@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -82,11 +83,12 @@ type Timings struct {
 	Inference time.Duration // ONNX Runtime
 	Sampling  time.Duration // the policy head (Agent.Act less inference)
 	Buffers   time.Duration // copying into the rollout and episode bookkeeping
-	Wall      time.Duration // Collect calls, wall clock
+	Wall      time.Duration // Collect calls and closed streams, wall clock
 	Steps     int64         // env steps
 }
 
-// Batcher steps W workers × M envs with a policy and collects rollouts. Collect, UpdatePolicy,
+// Batcher steps W workers × M envs with a policy and collects rollouts, one at a time
+// (Collect) or continuously into a ring of buffers (Stream). Collect, Stream, UpdatePolicy,
 // Publish and Close may be called from different goroutines; Collect calls are serialised.
 type Batcher struct {
 	cfg     Config
@@ -98,9 +100,14 @@ type Batcher struct {
 	device string // where the workers' policy runs: "cpu", "cuda", or "random" for no policy
 	states string // the policy's recurrent state layout (Policy.stateLayout); a new policy must match
 
-	mu      sync.Mutex // guards closed and serialises Collect; held while a rollout runs
+	mu      sync.Mutex // guards closed and stream and serialises Collect; held while a rollout runs
 	closed  bool
+	stream  *Stream // the running stream, nil in Collect mode
 	timings Timings // written under mu
+
+	// newest is the version of the latest policy handed to the workers: New's, then each
+	// Publish's or UpdatePolicy's. A stream measures policy lag from it.
+	newest atomic.Int64
 
 	pubMu     sync.Mutex // serialises Publish and UpdatePolicy's hand-over, guards pubClosed; taken after mu
 	pubClosed bool
@@ -128,19 +135,26 @@ type worker struct {
 	starts      []float32 // host memory of in.Starts: 1 where an env's episode starts
 	ret         []float64 // running return per env
 	length      []int     // running length per env
-	episodes    []Episode
-	timings     Timings
+	episodes    []Episode // of the last Collect
+	oldest      int64     // the oldest version in the worker's rows of its last rollout
+	timings     Timings   // written by the worker's goroutine only
 	reqs        chan request
 	done        chan error
+
+	sharedMu sync.Mutex // guards shared
+	shared   Timings    // a copy of timings as of the worker's last rollout, for Timings
 
 	pendingMu sync.Mutex  // guards pending, and agent against other goroutines (the worker reads it freely)
 	pending   Agent       // next agent, installed between steps
 	hasNext   atomic.Bool // pending != nil, read without the lock every step
 }
 
+// request is a worker's next job: one rollout of steps into Batcher.rollout (Collect), or,
+// when stream is set, rollouts of steps into the stream's slots until ctx ends.
 type request struct {
-	ctx   context.Context
-	steps int
+	ctx    context.Context
+	steps  int
+	stream *Stream
 }
 
 // New makes the envs and one agent per worker, resets the envs, and starts the workers.
@@ -171,13 +185,12 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 	b.rollout = newRollout(cfg.Steps, n, spec.Observation.Shape, actDim, discrete)
 	if policy != nil {
 		b.states = policy.stateLayout()
+		b.newest.Store(policy.version)
 		for _, st := range policy.feeds.states {
 			b.rollout.StateNames = append(b.rollout.StateNames, st.name)
 			b.rollout.StateShapes = append(b.rollout.StateShapes, slices.Clone(st.row))
-			all := make([]float32, cfg.Steps*n*st.size)
-			b.rollout.States = append(b.rollout.States, all)
-			b.rollout.InitialState = append(b.rollout.InitialState, all[:n*st.size])
 		}
+		b.rollout.allocStates()
 	}
 	for w := range cfg.Workers {
 		wk, err := b.newWorker(ctx, w, policy, actDim, discrete)
@@ -314,12 +327,16 @@ func (b *Batcher) Spec() envs.Spec { return b.spec }
 func (b *Batcher) NumEnvs() int { return b.rollout.N }
 
 // Collect runs steps (1..Config.Steps) steps on every env and returns the rollout, which
-// stays valid until the next Collect. Workers run in parallel.
+// stays valid until the next Collect. Workers run in parallel. While a Stream runs it
+// returns an error wrapping ErrStreaming.
 func (b *Batcher) Collect(ctx context.Context, steps int) (*Rollout, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, ErrClosed
+	}
+	if b.stream != nil {
+		return nil, fmt.Errorf("%w: Collect refused; close the stream (Stream.Close) to collect again", ErrStreaming)
 	}
 	if steps < 1 || steps > b.cfg.Steps {
 		return nil, fmt.Errorf("%w: Collect of %d steps, Config.Steps allows 1 to %d", ErrConfig, steps, b.cfg.Steps)
@@ -347,17 +364,21 @@ func (b *Batcher) Collect(ctx context.Context, steps int) (*Rollout, error) {
 	return r, nil
 }
 
-// Timings reports where the workers' time went. It waits for a running Collect.
+// Timings reports where the workers' time went. It waits for a running Collect; while a
+// stream runs it counts the rollouts the workers have finished.
 func (b *Batcher) Timings() Timings {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t := b.timings
 	for _, w := range b.workers {
-		t.Env += w.timings.Env
-		t.Inference += w.timings.Inference
-		t.Sampling += w.timings.Sampling
-		t.Buffers += w.timings.Buffers
-		t.Steps += w.timings.Steps
+		w.sharedMu.Lock()
+		s := w.shared
+		w.sharedMu.Unlock()
+		t.Env += s.Env
+		t.Inference += s.Inference
+		t.Sampling += s.Sampling
+		t.Buffers += s.Buffers
+		t.Steps += s.Steps
 	}
 	return t
 }
@@ -409,6 +430,7 @@ func (b *Batcher) UpdatePolicy(ctx context.Context, policy *Policy) error {
 		w.hasNext.Store(true)
 		w.pendingMu.Unlock()
 	}
+	b.newest.Store(policy.version)
 	return errors.Join(errs...)
 }
 
@@ -419,12 +441,20 @@ func orNone(s string) string {
 	return s
 }
 
-// Close stops the workers, waits for them and releases envs and sessions. It is idempotent.
+// Close stops the workers (closing a running stream first), waits for them and releases envs
+// and sessions. It is idempotent.
 func (b *Batcher) Close() error {
+	var errs []error
 	b.mu.Lock()
+	for b.stream != nil { // a stream started meanwhile is closed too
+		s := b.stream
+		b.mu.Unlock()
+		errs = append(errs, s.Close())
+		b.mu.Lock()
+	}
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil
+		return errors.Join(errs...)
 	}
 	b.closed = true
 	b.pubMu.Lock()
@@ -434,14 +464,27 @@ func (b *Batcher) Close() error {
 		close(w.reqs)
 	}
 	b.wg.Wait()
-	return b.closeWorkers()
+	return errors.Join(append(errs, b.closeWorkers())...)
 }
 
 func (w *worker) run(wg *sync.WaitGroup, r *Rollout) {
 	defer wg.Done()
 	for req := range w.reqs {
-		w.done <- w.rollout(req.ctx, r, req.steps)
+		if req.stream != nil {
+			w.done <- w.stream(req.ctx, req.stream, req.steps)
+			continue
+		}
+		err := w.rollout(req.ctx, r, req.steps, &w.episodes)
+		w.shareTimings()
+		w.done <- err
 	}
+}
+
+// shareTimings copies the worker's timings for Timings, on the worker's goroutine.
+func (w *worker) shareTimings() {
+	w.sharedMu.Lock()
+	w.shared = w.timings
+	w.sharedMu.Unlock()
 }
 
 // swap installs a pending agent, between steps.
@@ -455,14 +498,17 @@ func (w *worker) swap() error {
 	return old.Close()
 }
 
-func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
+// rollout runs steps steps of the worker's envs into its rows of r, and the episodes that end
+// into *episodes (emptied first). It stops with ctx's error at a step boundary.
+func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[]Episode) error {
 	n, m, off, od, ad := r.N, w.m, w.index*w.m, r.ObsDim, r.ActDim
 	bufs := w.env.Buffers()
 	acts, _ := w.out.Actions.Host()
 	envActs, _ := w.out.EnvActions.Host()
 	logp, _ := w.out.LogP.Host()
 	value, _ := w.out.Value.Host()
-	w.episodes = w.episodes[:0]
+	*episodes = (*episodes)[:0]
+	w.oldest = math.MaxInt64
 	var inf0 time.Duration
 	if a, ok := w.agent.(timed); ok {
 		inf0 = a.inferenceTime()
@@ -507,6 +553,7 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 		w.in.State, w.out.State = w.out.State, w.in.State
 		w.stIn, w.stOut = w.stOut, w.stIn
 		version := w.agent.Version()
+		w.oldest = min(w.oldest, version)
 		copy(r.Actions[base*ad:(base+m)*ad], acts)
 		copy(r.EnvActions[base*ad:(base+m)*ad], envActs)
 		copy(r.LogP[base:base+m], logp)
@@ -534,7 +581,7 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int) error {
 			w.length[i]++
 			if bufs.Terminated[i] != 0 || bufs.Truncated[i] != 0 {
 				copy(r.FinalObs[(base+i)*od:(base+i+1)*od], bufs.FinalObs[i*od:(i+1)*od])
-				w.episodes = append(w.episodes, Episode{Env: off + i, Return: w.ret[i], Length: w.length[i], Version: version})
+				*episodes = append(*episodes, Episode{Env: off + i, Return: w.ret[i], Length: w.length[i], Version: version})
 				w.ret[i], w.length[i] = 0, 0
 			}
 		}

@@ -150,54 +150,77 @@ func TestHotSwapNeverMixesVersions(t *testing.T) {
 		return p
 	}
 	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 16, Steps: 50, Deterministic: true}, mk(0))
+	stop := keepPublishing(t, func(v int64) error { return b.UpdatePolicy(ctx, mk(v)) })
+	vc := newVersionChecker(2, 16)
+	// Collect until several versions have gone through (each swap builds sessions, which is
+	// slower than a rollout of these constant policies); bounded so a broken swap fails.
+	for round := 0; len(vc.seen) < 6 && round < 20000; round++ {
+		r, err := b.Collect(ctx, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vc.check(t, r)
+	}
+	stop()
+	if len(vc.seen) < 6 {
+		t.Fatalf("only versions %v were collected; the swap did not happen during collection", vc.seen)
+	}
+}
+
+// keepPublishing calls publish with versions 1, 2, … on its own goroutine until the
+// returned stop is called, which waits for it. An error fails t and ends the goroutine.
+func keepPublishing(t *testing.T, publish func(v int64) error) (stop func()) {
 	var wg sync.WaitGroup
-	stop := make(chan struct{})
+	done := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for v := int64(1); ; v++ {
 			select {
-			case <-stop:
+			case <-done:
 				return
 			default:
 			}
-			if err := b.UpdatePolicy(ctx, mk(v)); err != nil {
+			if err := publish(v); err != nil {
 				t.Error(err)
 				return
 			}
 		}
 	}()
-	seen := map[int64]bool{}
-	last := make([]int64, 2)
-	// Collect until several versions have gone through (each swap builds sessions, which is
-	// slower than a rollout of these constant policies); bounded so a broken swap fails.
-	for round := 0; len(seen) < 6 && round < 20000; round++ {
-		r, err := b.Collect(ctx, 50)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for step := range r.T {
-			for w := range 2 {
-				first := step*r.N + w*16
-				v := r.Version[first]
-				if v < last[w] {
-					t.Fatalf("worker %d went back from version %d to %d", w, last[w], v)
-				}
-				last[w] = v
-				seen[v] = true
-				for i := first; i < first+16; i++ {
-					if r.Version[i] != v || r.Values[i] != float32(v) || r.Actions[i] != float32(v%2) {
-						t.Fatalf("step %d env %d: version %d value %v action %v, worker step version %d",
-							step, i-step*r.N, r.Version[i], r.Values[i], r.Actions[i], v)
-					}
+	return func() { close(done); wg.Wait() }
+}
+
+// versionChecker checks rollouts of constPolicy versions, W workers of M envs, in the order
+// they were collected: within each worker's step every row carries one version and the value
+// and action that version's policy gives, and a worker's versions never go back.
+type versionChecker struct {
+	workers, m int
+	last       []int64        // each worker's latest version
+	seen       map[int64]bool // the versions seen
+}
+
+func newVersionChecker(workers, m int) *versionChecker {
+	return &versionChecker{workers: workers, m: m, last: make([]int64, workers), seen: map[int64]bool{}}
+}
+
+func (c *versionChecker) check(t *testing.T, r *Rollout) {
+	t.Helper()
+	for step := range r.T {
+		for w := range c.workers {
+			first := step*r.N + w*c.m
+			v := r.Version[first]
+			if v < c.last[w] {
+				t.Fatalf("worker %d went back from version %d to %d", w, c.last[w], v)
+			}
+			c.last[w] = v
+			c.seen[v] = true
+			for i := first; i < first+c.m; i++ {
+				if r.Version[i] != v || r.Values[i] != float32(v) || r.Actions[i] != float32(v%2) {
+					t.Fatalf("step %d env %d: version %d value %v action %v, worker step version %d",
+						step, i-step*r.N, r.Version[i], r.Values[i], r.Actions[i], v)
 				}
 			}
 		}
-	}
-	close(stop)
-	wg.Wait()
-	if len(seen) < 6 {
-		t.Fatalf("only versions %v were collected; the swap did not happen during collection", seen)
 	}
 }
 

@@ -9,8 +9,9 @@
 // any step: its observation input must take the env's observation rows and its head must act
 // in the env's action space. [New]
 // makes the envs and agents, resets the envs and starts the workers; [Batcher.Collect] runs
-// T steps on every env and returns the rollout, valid until the next Collect;
-// [Batcher.Close] stops and waits for the workers and releases envs and sessions.
+// T steps on every env and returns the rollout, valid until the next Collect, or
+// [Batcher.Stream] keeps collecting into a ring of rollouts handed out by ownership until its
+// Close; [Batcher.Close] stops and waits for the workers and releases envs and sessions.
 // [Evaluate] runs whole episodes; [Dataset] writes rollouts as .npz shards into a folder it
 // holds locked, recorded in its manifest.json.
 //
@@ -93,12 +94,50 @@
 // at batch 64), so NewPolicy warns when a published weight feeds a Conv, and such a policy is
 // better published with WithModel and UpdatePolicy.
 //
+// # Continuous collection
+//
+// For an asynchronous learner (IMPALA, APPO) the workers need not wait for the consumer
+// between rollouts. [Batcher.Stream] allocates StreamConfig.Slots whole rollouts (default 2)
+// and switches the workers to filling them: each worker takes the next slot from a channel
+// of slot indices as soon as it has written its rows of the previous one, so workers do not
+// wait for each other at rollout boundaries. [Stream.Next] returns the oldest filled rollout
+// with its slot, and the caller owns it — nothing writes it — until [Stream.Release] gives
+// the slot back, which the workers then fill with a later rollout. No rollout data is copied
+// (Next gathers the workers' episode summaries into Rollout.Episodes) and nothing is
+// allocated in steady state.
+//
+// Backpressure: when every slot is filled or held, a worker waits for a free one; memory
+// never grows beyond the slots, and StreamStats.Blocked counts the waiting time summed over
+// workers (StreamStats.IdleFraction: Blocked / (workers × elapsed)).
+//
+// Continuity: the workers keep envs, episode counters, recurrent states and sampling streams
+// from one rollout to the next, as between Collects, so consecutive rollouts of a stream are
+// exactly the consecutive Collects of StreamConfig.Steps a batcher with the same seed gives
+// (bootstrap values, initial states, episode starts and episodes included), and rollouts of
+// k steps concatenate to one of n·k. Publish and UpdatePolicy reach the workers between two
+// steps, as during Collect; every row carries its version.
+//
+// Policy lag: a rollout's lag is V − v at hand-out, V the version of the latest policy given
+// to the batcher (New's, then Publish's or UpdatePolicy's, installed by the workers or not)
+// and v the oldest version among its rows. With StreamConfig.MaxPolicyLag > 0, Next drops a
+// filled rollout whose lag exceeds it (the slot goes straight back to the workers, counted
+// in StreamStats.Dropped, its episodes lost) and waits for the next. StreamStats reports the
+// mean and largest lag of the rollouts handed out, and the slots ready and held.
+//
+// Lifecycle: while a stream runs, Collect, Snapshot, Restore and a second Stream are refused
+// with ErrStreaming. [Stream.Close] (or the end of the context given to Stream) stops the
+// workers after their current step — the rollout they were filling is lost — and Close
+// returns them to Collect mode, continuing from where the envs are. Rollouts still held stay
+// valid after Close. [Batcher.Close] closes a running stream first.
+//
 // # Threading and ownership
 //
-// Collect calls are serialised; UpdatePolicy, Publish and Close may be called from other
-// goroutines (Publish and UpdatePolicy are serialised with each other).
+// Collect calls are serialised; Stream, UpdatePolicy, Publish and Close may be called from
+// other goroutines (Publish and UpdatePolicy are serialised with each other). A Stream's
+// methods may be called from any goroutine; Next calls are served one at a time.
 // Worker w writes only rows of envs [w·M, (w+1)·M) of the rollout, so no memory is written by
-// two goroutines. Agents, envs and their buffers belong to their worker. Steady-state
+// two goroutines; a stream's slot passes between the workers and the caller through channels
+// and the stream's lock, so it has one owner at a time. Agents, envs and their buffers belong to their worker. Steady-state
 // collection allocates nothing.
 //
 // # Seeding

@@ -304,5 +304,6 @@ func (b *Batcher) Publish(ctx context.Context, version int64, flat []float32) er
 	for _, f := range targets {
 		f.stage(version, flat)
 	}
+	b.newest.Store(version)
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -351,56 +350,25 @@ func TestPublishNeverMixesVersions(t *testing.T) {
 	}
 	const workers, m = 2, 16
 	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: workers, EnvsPerWorker: m, Steps: 50, Deterministic: true}, p)
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		flat := make([]float32, 15)
-		for v := int64(1); ; v++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			copy(flat, constWeights(v))
-			if err := b.Publish(ctx, v, flat); err != nil {
-				t.Error(err)
-				return
-			}
-			clear(flat) // Publish has copied it: a trainer may write it at once
-		}
-	}()
-	seen := map[int64]bool{}
-	last := make([]int64, workers)
-	for round := 0; round < 40 || len(seen) < 20; round++ {
+	flat := make([]float32, 15)
+	stop := keepPublishing(t, func(v int64) error {
+		copy(flat, constWeights(v))
+		err := b.Publish(ctx, v, flat)
+		clear(flat) // Publish has copied it: a trainer may write it at once
+		return err
+	})
+	vc := newVersionChecker(workers, m)
+	for round := 0; round < 40 || len(vc.seen) < 20; round++ {
 		if round > 20000 {
-			t.Fatalf("only versions %v were collected; the publishes did not reach the workers", seen)
+			t.Fatalf("only versions %v were collected; the publishes did not reach the workers", vc.seen)
 		}
 		r, err := b.Collect(ctx, 50)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for step := range r.T {
-			for w := range workers {
-				first := step*r.N + w*m
-				v := r.Version[first]
-				if v < last[w] {
-					t.Fatalf("worker %d went back from version %d to %d", w, last[w], v)
-				}
-				last[w] = v
-				seen[v] = true
-				for i := first; i < first+m; i++ {
-					if r.Version[i] != v || r.Values[i] != float32(v) || r.Actions[i] != float32(v%2) {
-						t.Fatalf("step %d env %d: version %d value %v action %v, worker step version %d",
-							step, i-step*r.N, r.Version[i], r.Values[i], r.Actions[i], v)
-					}
-				}
-			}
-		}
+		vc.check(t, r)
 	}
-	close(stop)
-	wg.Wait()
+	stop()
 }
 
 // TestPublishAndUpdatePolicy: the later of Publish and UpdatePolicy wins, whether or not the

@@ -3,7 +3,8 @@ package batcher
 // Rollout holds T steps of N envs in columnar, time-major buffers allocated once: the row of
 // env i at step t is t·N+i. Worker w writes the envs [w·M, (w+1)·M) only, so workers never
 // write the same memory. A Rollout returned by Collect belongs to the Batcher and stays valid
-// until the next Collect.
+// until the next Collect; one returned by Stream.Next belongs to the caller until it releases
+// its slot (see Stream).
 type Rollout struct {
 	T, N     int   // steps collected per env, envs
 	ObsShape []int // shape of one observation
@@ -76,6 +77,19 @@ func newRollout(t, n int, obsShape []int, actDim int, discrete bool) *Rollout {
 		FinalObs: make([]float32, t*n*od), LogP: make([]float32, t*n), Values: make([]float32, t*n),
 		Version: make([]int64, t*n), LastObs: make([]float32, n*od), LastValues: make([]float32, n),
 		FinalValues: make([]float32, t*n), EpisodeStarts: make([]float32, t*n),
+	}
+}
+
+// allocStates makes States and InitialState for StateNames and StateShapes, T×N rows each.
+func (r *Rollout) allocStates() {
+	for _, shape := range r.StateShapes {
+		size := 1
+		for _, d := range shape {
+			size *= d
+		}
+		all := make([]float32, r.T*r.N*size)
+		r.States = append(r.States, all)
+		r.InitialState = append(r.InitialState, all[:r.N*size])
 	}
 }
 

@@ -31,6 +31,9 @@ func (b *Batcher) Snapshot() ([]byte, error) {
 	if b.closed {
 		return nil, ErrClosed
 	}
+	if b.stream != nil {
+		return nil, fmt.Errorf("%w: Snapshot refused; close the stream (Stream.Close) first", ErrStreaming)
+	}
 	var out bytes.Buffer
 	w := func(x any) { binary.Write(&out, binary.LittleEndian, x) }
 	recurrent := len(b.workers) > 0 && len(b.workers[0].stIn) > 0
@@ -84,6 +87,9 @@ func (b *Batcher) Restore(data []byte) error {
 	defer b.mu.Unlock()
 	if b.closed {
 		return ErrClosed
+	}
+	if b.stream != nil {
+		return fmt.Errorf("%w: Restore refused; close the stream (Stream.Close) first", ErrStreaming)
 	}
 	r := bytes.NewReader(data)
 	read := func(x any) error { return binary.Read(r, binary.LittleEndian, x) }
