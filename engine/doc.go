@@ -1,7 +1,7 @@
 // Package engine is the training loop that wires batchers to the learner, with run
-// directories, checkpoints and metrics; the algorithms live in their own packages (engine/ppo;
-// engine/vtrace for the asynchronous ones to come) and register themselves with engine/algo,
-// which Config.Algo names. It holds no device code.
+// directories, checkpoints and metrics; the algorithms live in their own packages (engine/ppo,
+// which also registers ddppo; engine/impala and engine/appo, over engine/vtrace) and register
+// themselves with engine/algo, which Config.Algo names. It holds no device code.
 //
 // # The loop
 //
@@ -27,6 +27,25 @@
 // each replayed from the state the batcher fed at its first step, the one-step graph built
 // once per step over shared parameters (states zeroed where an episode ends), so the first
 // epoch's probability ratios are 1.
+//
+// # Asynchronous algorithms
+//
+// An algorithm that trains on whole sequences (algo.Sequential: impala, appo) runs
+// asynchronously: the batchers stream rollouts into a ring of Config.QueueSize buffers
+// (batcher.Batcher.Stream) and never wait for the learner, which takes each rollout as it is
+// filled, copies it into its batch as whole sequences of SeqLen steps of each env (with the
+// behaviour's value of each row's successor, learner.SampleBatch.NextValues), hands the buffer
+// back and trains; the loss computes V-trace from the current policy per minibatch. Weights
+// are published in place every BroadcastInterval iterations; the metrics gain the policy lag
+// and who waited for whom ([AsyncMetrics]). Checkpoints hold the learner's state only (see
+// asyncRun).
+//
+// # DD-PPO
+//
+// With Options.Ranks (an MPI job, package learner/mpi) and Config.Algo "ddppo", each rank runs
+// this loop with its own batchers and towers, the towers' gradients averaged across the ranks
+// at every minibatch and advantages standardised over every rank's rows; rank 0 owns the run
+// directory (see ddppo.go).
 //
 // # Run directory
 //

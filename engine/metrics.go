@@ -28,7 +28,7 @@ type Metrics struct {
 	ClipFrac     Float `json:"clip_frac"`
 	ExplainedVar Float `json:"explained_variance"`
 	LR           Float `json:"lr"`
-	CollectSPS   Float `json:"collect_steps_per_sec"`
+	CollectSPS   Float `json:"collect_steps_per_sec"` // asynchronous: steps trained per second of wall time
 	LearnSPS     Float `json:"learn_samples_per_sec"`
 	Version      int64 `json:"policy_version"`
 	WallSeconds  Float `json:"wall_seconds"`
@@ -39,6 +39,32 @@ type Metrics struct {
 	LearnSeconds      Float `json:"learn_seconds"`
 	PublishSeconds    Float `json:"publish_seconds"`
 	CheckpointSeconds Float `json:"checkpoint_seconds"`
+
+	// Async holds what an asynchronous algorithm's iteration adds (nil for ppo).
+	Async *AsyncMetrics `json:"async,omitempty"`
+}
+
+// AsyncMetrics describe an asynchronous iteration (impala, appo): the policy lag of the rows
+// trained, and who waited for whom.
+type AsyncMetrics struct {
+	// PolicyLag is, over the rows trained this iteration, how many versions the policy that
+	// chose each action was behind the learner's: mean, max, and a histogram
+	// (LagHistogram[k] rows lagged k versions; the last bucket holds every lag from its
+	// index on).
+	PolicyLagMean Float   `json:"policy_lag_mean"`
+	PolicyLagMax  int64   `json:"policy_lag_max"`
+	LagHistogram  []int64 `json:"policy_lag_histogram"`
+	// Queue is the rollouts waiting in the ring when the learner took this one; Dropped the
+	// rollouts dropped past max_policy_lag since the run (or its resume) started.
+	Queue   int   `json:"queue"`
+	Dropped int64 `json:"dropped"`
+	// BatcherIdle is the fraction of this iteration's wall time the batchers sat blocked on
+	// a full ring (the learner is the bottleneck), LearnerIdle the fraction the learner waited
+	// for a rollout (the batchers are).
+	BatcherIdle Float `json:"batcher_idle"`
+	LearnerIdle Float `json:"learner_idle"`
+
+	rate float64 // rows trained per second of wall time since the previous iteration
 }
 
 // Float is a float64 whose JSON form is null for NaN and ±Inf (an iteration in which no

@@ -26,7 +26,24 @@ import (
 // with must equal config.json's after opts.Change, except for [ResumeChangeable]. A fine-tune
 // resumes from the policy bytes in the checkpoint: the InitPolicy file is not needed. A run
 // stopped before its first checkpoint (no metrics yet) starts again from the beginning.
+//
+// A DD-PPO run resumes under mpirun with the number of ranks it was written with: rank 0 reads
+// dir and sends the configuration and the checkpoint to the other ranks (see Options.Ranks).
 func Resume(ctx context.Context, dir string, opts Options) (res Result, err error) {
+	if g := opts.Ranks; g != nil && g.Size() > 1 {
+		if g.Rank() > 0 {
+			return follow(ctx, Config{}, opts, true)
+		}
+		sent := false
+		defer func() {
+			if !sent {
+				err = send(ctx, g, shared{}, err)
+			}
+		}()
+		opts.ready = func(s shared) error { sent = true; return send(ctx, g, s, nil) }
+	} else {
+		opts.Ranks = nil
+	}
 	fail := func(err error) (Result, error) { return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err) }
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return fail(fmt.Errorf("%w: not a run directory (%v)", ErrRunDir, err))
@@ -87,11 +104,11 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 			return fail(fmt.Errorf("the policy being fine-tuned has SHA-256 %s, config.json records %s", sum, cfg.InitPolicySHA256))
 		}
 	}
+	out, err := json.MarshalIndent(asked, "", "  ")
+	if err != nil {
+		return fail(err)
+	}
 	if !reflect.DeepEqual(asked, stored) {
-		out, err := json.MarshalIndent(asked, "", "  ")
-		if err != nil {
-			return fail(err)
-		}
 		if err := rundir.WriteFile(filepath.Join(dir, configFile), append(out, '\n')); err != nil {
 			return fail(err)
 		}
@@ -100,13 +117,27 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	if ckpt != nil {
 		first = int(ckpt.Ints["iteration"])
 	}
+	if opts.Ranks, err = ranksOf(cfg, opts.Ranks); err != nil {
+		return fail(err)
+	}
+	if opts.ready != nil {
+		s := shared{Config: out, InitPolicy: initData, Saving: true}
+		if ckpt != nil {
+			if s.Checkpoint, err = ckpt.MarshalBinary(); err != nil {
+				return fail(err)
+			}
+		}
+		if err := opts.ready(s); err != nil {
+			return Result{}, err
+		}
+	}
 	run, err := rundir.Open[Metrics](dir, lock, first)
 	if err != nil {
 		return Result{}, err
 	}
 	lock = nil
 	opts.Out = dir
-	return train(ctx, cfg, opts, run, ckpt, initData)
+	return trainRun(ctx, cfg, opts, run, ckpt, initData, true)
 }
 
 // noMetrics reports whether the run in dir has not finished an iteration yet.
@@ -175,8 +206,8 @@ func orNone(v json.RawMessage) string {
 
 // checkpoint saves what Resume needs after iteration iterations: snapshot, then save.
 func (t *trainer) checkpoint(ctx context.Context, path string, iteration int) error {
-	c, err := t.snapshot(iteration)
-	if err != nil {
+	c, err := t.snapshot(ctx, iteration)
+	if err != nil || c == nil {
 		return err
 	}
 	return t.save(ctx, path, c)
@@ -184,19 +215,35 @@ func (t *trainer) checkpoint(ctx context.Context, path string, iteration int) er
 
 // snapshot copies what Resume needs after iteration iterations into a checkpoint. It first
 // waits for the checkpoint being written, if any, and returns its error: writes never overlap.
-func (t *trainer) snapshot(iteration int) (*models.Checkpoint, error) {
+// In a DD-PPO job every rank takes part (rank 0's checkpoint gathers every rank's batcher
+// snapshot) and the other ranks get nil.
+func (t *trainer) snapshot(ctx context.Context, iteration int) (*models.Checkpoint, error) {
 	if err := t.waitCheckpoint(); err != nil {
 		return nil, err
 	}
-	snap, err := t.b.Snapshot()
-	if err != nil {
-		return nil, err
+	// An asynchronous run's batchers never stop to be snapshotted: its checkpoints hold the
+	// learner's state only, and a resume starts fresh episodes (asyncSeed).
+	var snap []byte
+	if t.async == nil && t.b != nil {
+		var err error
+		if snap, err = t.b.Snapshot(); err != nil {
+			return nil, err
+		}
+	}
+	if !t.root() {
+		return nil, t.rs.gatherSnapshots(ctx, snap, nil)
 	}
 	c := &models.Checkpoint{
 		Ints: map[string]int64{"iteration": int64(iteration), "env_steps": t.steps, "episodes": t.eps,
 			"version": t.version, "adam_steps": int64(t.opt.Steps())},
 		Bytes: map[string][]byte{"batcher": snap, "run_id": []byte(t.cfg.RunID)},
 	}
+	if t.rs != nil {
+		if err := t.rs.gatherSnapshots(ctx, snap, c); err != nil {
+			return nil, err
+		}
+	}
+	var err error
 	if c.Bytes["config"], err = json.Marshal(t.cfg); err != nil {
 		return nil, err
 	}
@@ -251,5 +298,12 @@ func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {
 	if err := t.publish(ctx); err != nil {
 		return err
 	}
-	return t.b.Restore(c.Bytes["batcher"])
+	if t.async != nil || t.b == nil {
+		return nil
+	}
+	snap, err := t.batcherSnapshot(c)
+	if err != nil {
+		return err
+	}
+	return t.b.Restore(snap)
 }

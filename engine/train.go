@@ -13,6 +13,7 @@ import (
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
@@ -39,6 +40,23 @@ type Options struct {
 	// Change, for Resume only, edits the run's configuration before it continues; only the
 	// fields [ResumeChangeable] lists may change (the new values are written to config.json).
 	Change func(*Config)
+	// Ranks is this process's place in a DD-PPO job (Config.Algo "ddppo"): learner/mpi's
+	// World under mpirun, or one of mpi.InProcess's ranks. Every rank calls Train (or Resume)
+	// with the same Config; rank 0 alone uses Out, Progress and Plot. Nil, or a group of one
+	// rank: a single process.
+	Ranks mpi.Group
+
+	// Source, when set, feeds the run with rollouts collected elsewhere (remote batchers:
+	// cmd/train --serve) instead of its own batchers, and receives each policy version to
+	// publish (every BroadcastInterval iterations for impala and appo, every iteration for
+	// ppo, which trains only on rollouts of the current version and drops older ones). Its
+	// rollouts must have Workers×Envs envs of RolloutSteps steps. Checkpoints then hold no
+	// batcher state. Not with Ranks.
+	Source RolloutSource
+
+	// ready, set by Train and Resume on rank 0 of a DD-PPO job, sends the run to the other
+	// ranks just before training.
+	ready func(shared) error
 }
 
 // ErrStopped is wrapped by the error of a run stopped through Options.Stop.
@@ -57,8 +75,24 @@ var ResumeChangeable = []string{"total_steps", "eval_episodes", "checkpoint_ever
 // ID (cfg.RunID is replaced by a fresh one) and, for a fine-tune, InitPolicy as an absolute
 // path with its SHA-256; a checkpoint is written before the first iteration, so every stop can
 // be resumed.
-func Train(ctx context.Context, cfg Config, opts Options) (Result, error) {
-	cfg, err := cfg.WithDefaults()
+func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error) {
+	if opts.Ranks, err = ranksOf(cfg, opts.Ranks); err != nil {
+		return Result{}, err
+	}
+	if g := opts.Ranks; g != nil {
+		if g.Rank() > 0 {
+			return follow(ctx, cfg, opts, false)
+		}
+		// Rank 0 sends the run to the others before training, or its error if it fails first.
+		sent := false
+		defer func() {
+			if !sent {
+				err = send(ctx, g, shared{}, err)
+			}
+		}()
+		opts.ready = func(s shared) error { sent = true; return send(ctx, g, s, nil) }
+	}
+	cfg, err = cfg.WithDefaults()
 	if err != nil {
 		return Result{}, err
 	}
@@ -86,14 +120,22 @@ func Train(ctx context.Context, cfg Config, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := train(ctx, cfg, opts, run, nil, initData)
+	if opts.ready != nil {
+		if err := opts.ready(shared{Config: b, InitPolicy: initData, Saving: run.Path() != ""}); err != nil {
+			return Result{}, errors.Join(err, run.Discard(), run.Close())
+		}
+	}
+	res, err = trainRun(ctx, cfg, opts, run, nil, initData, run.Path() != "")
 	if err != nil {
 		err = errors.Join(err, run.Discard())
 	}
 	return res, err
 }
 
-func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte) (res Result, err error) {
+// trainRun trains cfg from checkpoint ckpt (nil: from the start) into run. saving: the run
+// writes checkpoints (rank 0 has a run directory; the other ranks of a DD-PPO job take part in
+// writing them).
+func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte, saving bool) (res Result, err error) {
 	start := time.Now()
 	defer func() { err = errors.Join(err, run.Close()) }()
 	spec, _ := envs.Lookup(cfg.Env)
@@ -120,6 +162,17 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 	}
 	t := newTrainer(cfg, spec, pm, opts.Session)
 	defer func() { err = errors.Join(err, t.close()) }()
+	if opts.Ranks != nil {
+		if t.rs, err = newRankState(opts.Ranks, cfg.Towers); err != nil {
+			return res, err
+		}
+	}
+	if opts.Source != nil {
+		if t.rs != nil {
+			return res, fmt.Errorf("%w: a DD-PPO rank collects with its own batchers, not from Options.Source", ErrConfig)
+		}
+		t.source = &sourceRun{src: opts.Source}
+	}
 	first := 0
 	if ckpt != nil {
 		first = int(ckpt.Ints["iteration"])
@@ -135,7 +188,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		if err := t.restore(ctx, ckpt); err != nil {
 			return res, err
 		}
-	} else if ckptPath != "" {
+	} else if saving {
 		// Iteration 0's checkpoint: a run stopped at any moment from here on can be resumed.
 		if err := t.checkpoint(ctx, ckptPath, 0); err != nil {
 			return res, err
@@ -146,6 +199,12 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		run.Resumable()
 	}
 	iters := cfg.Iterations()
+	if t.rs != nil { // TotalSteps counts every rank's steps
+		if iters /= t.rs.size; iters == 0 {
+			return res, fmt.Errorf("%w: TotalSteps %d is less than one iteration of %d ranks × %d steps", ErrConfig,
+				cfg.TotalSteps, t.rs.size, cfg.Workers*cfg.Envs*cfg.RolloutSteps)
+		}
+	}
 	for it := first; it < iters; it++ {
 		m, err := t.iterate(ctx, it, iters)
 		if err != nil {
@@ -153,8 +212,14 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		}
 		// policy.onnx every CheckpointEvery iterations, at the end and at a stop (the
 		// batchers have every version in place meanwhile).
-		saved := ckptPath != "" && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
-		if saved || it+1 == iters || stopped(opts.Stop) {
+		saved := saving && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
+		if t.rs != nil && (saved || it+1 == iters) {
+			if err := t.rs.checkSame(ctx, t.pm.flatParams()); err != nil {
+				return res, err
+			}
+		}
+		wrote := (saved || it+1 == iters || stopped(opts.Stop)) && t.root()
+		if wrote {
 			p0 := time.Now()
 			if err := t.writePolicy(run); err != nil {
 				return res, err
@@ -164,7 +229,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		c0 := time.Now()
 		var snap *models.Checkpoint
 		if saved {
-			if snap, err = t.snapshot(it + 1); err != nil {
+			if snap, err = t.snapshot(ctx, it+1); err != nil {
 				return res, err
 			}
 		}
@@ -182,9 +247,20 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 		if opts.Progress != nil {
 			opts.Progress(m)
 		}
-		if stopped(opts.Stop) && it+1 < iters {
-			if ckptPath == "" {
+		stop := stopped(opts.Stop)
+		if t.rs != nil { // a stop asked of one rank stops every rank after this iteration
+			if stop, err = t.rs.agree(ctx, stop); err != nil {
+				return res, err
+			}
+		}
+		if stop && it+1 < iters {
+			if !saving {
 				return res, fmt.Errorf("%w after iteration %d of %d", ErrStopped, it+1, iters)
+			}
+			if !wrote && t.root() {
+				if err := t.writePolicy(run); err != nil {
+					return res, err
+				}
 			}
 			if !saved {
 				if err := t.checkpoint(ctx, ckptPath, it+1); err != nil {
@@ -204,7 +280,7 @@ func train(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *mod
 	if res.Curve, err = run.Curve(opts.Plot, fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
 		return res, err
 	}
-	if cfg.EvalEpisodes > 0 {
+	if cfg.EvalEpisodes > 0 && t.root() {
 		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: cfg.Env, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
 			Deterministic: true}, t.pol.WithModel(t.model, t.version)) // t.model: the last export
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/learner"
@@ -37,6 +38,9 @@ type trainer struct {
 	steps    int64
 	eps      int64
 	ckpt     chan error // the checkpoint being written, if any
+	async    *asyncRun  // set for an asynchronous algorithm (impala, appo)
+	rs       *rankState // set for a rank of a DD-PPO job of several
+	source   *sourceRun // set when the rollouts come from Options.Source, not own batchers
 }
 
 func newTrainer(cfg Config, spec envs.Spec, pm policyModel, session onnx.Config) *trainer {
@@ -97,7 +101,27 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		actDim = 1
 	}
 	minibatch := rows / cfg.Minibatches
-	if f, ok := t.pm.(*foreign); ok && f.recurrent() {
+	var err error
+	if t.alg, err = cfg.algorithm(); err != nil {
+		return err
+	}
+	if s, ok := t.alg.(algo.Sequential); ok && s.Sequences() {
+		// V-trace runs over whole time-ordered sequences of each env's rollout, which the
+		// batchers keep collecting while the learner trains.
+		if f, ok := t.pm.(*foreign); ok && f.recurrent() {
+			return fmt.Errorf("%w: %s does not train recurrent policies yet; use --algo ppo", ErrConfig, cfg.Algo)
+		}
+		L := cfg.seqLen()
+		seqs := n * (cfg.RolloutSteps / L)
+		if minibatch = seqs / cfg.Minibatches; minibatch < cfg.Towers {
+			return fmt.Errorf("%w: %s trains on whole sequences: %d envs × %d sequences of %d steps in %d minibatches leave %d per minibatch for %d towers; use more envs, a shorter seq_len or fewer minibatches",
+				ErrConfig, cfg.Algo, n, cfg.RolloutSteps/L, L, cfg.Minibatches, minibatch, cfg.Towers)
+		}
+		t.async = &asyncRun{seqLen: L, since: time.Now()}
+		t.alg = seqAlgo{Algorithm: t.alg, seqLen: L}
+		t.adv, t.ret = make([]float32, rows), make([]float32, rows)
+		t.batch = learner.NewSequenceBatch(rows, obsDim, actDim, 0)
+	} else if f, ok := t.pm.(*foreign); ok && f.recurrent() {
 		// Minibatches of whole sequences: each env's rollout cut into RolloutSteps/seqLen,
 		// each replayed by the towers from the state the batcher fed at its first step
 		// (backpropagation through time over seqLen steps).
@@ -116,7 +140,6 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if err := t.export(); err != nil {
 		return err
 	}
-	var err error
 	// The weights reach the batchers in place (Batcher.Publish), not by a new export and new
 	// sessions per iteration.
 	pc := batcher.PolicyConfig{Session: t.session, Publish: t.pm.publishLayout()}
@@ -138,12 +161,19 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if t.pol, err = batcher.NewPolicy(ctx, t.model, t.version, t.spec, pc); err != nil {
 		return err
 	}
+	if t.source != nil { // the first policy the remote batchers collect with
+		if err := t.source.src.Publish(ctx, t.version, t.model); err != nil {
+			return err
+		}
+	}
 	if !t.pol.HasValue() {
 		return errors.New("engine: PPO needs a policy with a value output to bootstrap from")
 	}
-	if t.b, err = batcher.New(ctx, batcher.Config{Env: cfg.Env, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs,
-		Steps: cfg.RolloutSteps, Seed: cfg.Seed}, t.pol); err != nil {
-		return err
+	if t.source == nil {
+		if t.b, err = batcher.New(ctx, batcher.Config{Env: cfg.Env, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs,
+			Steps: cfg.RolloutSteps, Seed: t.batcherSeed(firstIteration)}, t.pol); err != nil {
+			return err
+		}
 	}
 	updates := cfg.Epochs * cfg.Minibatches
 	var sched learner.Schedule = learner.Constant(cfg.LR)
@@ -155,11 +185,20 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	}
 	opt := learner.NewAdam(len(t.pm.flatParams()), sched, 0.9, 0.999, cfg.AdamEps)
 	t.opt = opt
-	if t.alg, err = cfg.algorithm(); err != nil {
-		return err
+	tc := learner.TowersConfig{N: cfg.Towers, Minibatch: minibatch, MaxGradNorm: cfg.MaxGradNorm,
+		NormalizeAdvantages: !cfg.NoNormAdv, NoSpin: cfg.NoSpin}
+	if t.rs != nil {
+		tc.Collective = t.rs.coll // towers average locally, then across the ranks
 	}
-	towers, err := learner.NewTowers(learner.TowersConfig{N: cfg.Towers, Minibatch: minibatch,
-		MaxGradNorm: cfg.MaxGradNorm, NormalizeAdvantages: !cfg.NoNormAdv, NoSpin: cfg.NoSpin}, t.pm.flatParams(), opt, t.batch, t.pm.towers(t.alg))
+	factory := t.pm.towers(t.alg)
+	if t.async != nil {
+		// The learner splits the batch by sequences; a feed-forward tower takes their rows.
+		sequences, L := factory, t.async.seqLen
+		factory = func(i int, dev device.Device, seqs int, flat []float32) (learner.Tower, error) {
+			return sequences(i, dev, seqs*L, flat)
+		}
+	}
+	towers, err := learner.NewTowers(tc, t.pm.flatParams(), opt, t.batch, factory)
 	if err != nil {
 		return err
 	}
@@ -192,6 +231,9 @@ func (t *trainer) export() (err error) {
 // carrying the version. t.model, the exported bytes, is left as it was: export makes it
 // when policy.onnx is written.
 func (t *trainer) publish(ctx context.Context) error {
+	if t.source != nil {
+		return t.publishSource(ctx)
+	}
 	return t.b.Publish(ctx, t.version, t.pm.flatParams())
 }
 
@@ -212,7 +254,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		f.warmedUp.Store(it >= cfg.ValueWarmup)
 	}
 	c0 := time.Now()
-	r, err := t.b.Collect(ctx, cfg.RolloutSteps)
+	r, err := t.collect(ctx)
 	if err != nil {
 		return Metrics{}, err
 	}
@@ -222,7 +264,14 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	b := t.batch
 	ro := algo.Rollout{T: r.T, N: n, Rewards: r.Rewards, Values: r.Values, Terminated: r.Terminated, Truncated: r.Truncated,
 		FinalValues: r.FinalValues, LastValues: r.LastValues}
-	if t.seqs {
+	if t.async != nil {
+		if err := t.alg.Targets(ro, t.adv, t.ret); err != nil {
+			return Metrics{}, err
+		}
+		if err := t.fillAsync(r, t.async.seqLen); err != nil {
+			return Metrics{}, err
+		}
+	} else if t.seqs {
 		if err := t.alg.Targets(ro, t.adv, t.ret); err != nil {
 			return Metrics{}, err
 		}
@@ -245,12 +294,21 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 			return Metrics{}, err
 		}
 	}
+	// The rows are in the learner's batch: the batchers may refill the rollout's buffer.
+	if err := t.release(ctx); err != nil {
+		return Metrics{}, err
+	}
 	ev := explainedVariance(b.Values[:rows], b.Returns[:rows])
 	if f, ok := t.pm.(*foreign); ok && f.critic && it == 0 {
 		f.startCritic(b.Returns[:rows])
 	}
 	l0 := time.Now()
 	lr := t.opt.CurrentLR() // the rate of this iteration's updates (constant within one)
+	if t.rs != nil {
+		if err := t.rs.coll.SetWeight(float64(rows)); err != nil {
+			return Metrics{}, err
+		}
+	}
 	if err := t.l.Submit(ctx, b); err != nil {
 		return Metrics{}, err
 	}
@@ -264,6 +322,11 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		return Metrics{}, res.Err
 	}
 	<-t.l.Released()
+	if t.rs != nil {
+		if err := t.rs.reduceStats(ctx, res.Stats); err != nil {
+			return Metrics{}, err
+		}
+	}
 	// Training health: a non-finite loss or weight stops the run here, before this update is
 	// exported, checkpointed or written, so the last good policy and checkpoint stay.
 	stats := algo.Stats{Names: t.alg.StatNames(), Values: res.Stats}
@@ -271,11 +334,21 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		return Metrics{}, fmt.Errorf("%w; the last good policy.onnx and checkpoint are kept (lower lr or max_grad_norm, or look for NaN in the env's observations and rewards)", err)
 	}
 	learn := time.Since(l0)
-	t.steps += int64(rows)
+	var am *AsyncMetrics
+	if t.async != nil {
+		am = t.asyncMetrics(b, rows, collect)
+	}
+	if t.rs != nil {
+		t.steps += int64(rows * t.rs.size) // every rank collects as many rows
+	} else {
+		t.steps += int64(rows)
+	}
 	t.version++
 	p0 := time.Now()
-	if err := t.publish(ctx); err != nil {
-		return Metrics{}, err
+	if t.async == nil || t.version%int64(cfg.BroadcastInterval) == 0 {
+		if err := t.publish(ctx); err != nil {
+			return Metrics{}, err
+		}
 	}
 	publish := time.Since(p0)
 	nan := Float(math.NaN())
@@ -283,7 +356,10 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		ReturnMax: nan, LengthMean: nan, PolicyLoss: Float(stats.Get("policy_loss")), ValueLoss: Float(stats.Get("value_loss")),
 		Entropy: Float(stats.Get("entropy")), ApproxKL: Float(stats.Get("approx_kl")), ClipFrac: Float(stats.Get("clip_frac")), ExplainedVar: Float(ev), LR: Float(lr),
 		CollectSPS: Float(float64(rows) / collect.Seconds()), LearnSPS: Float(float64(res.Trained) / learn.Seconds()), Version: t.version,
-		CollectSeconds: Float(collect.Seconds()), LearnSeconds: Float(learn.Seconds()), PublishSeconds: Float(publish.Seconds())}
+		CollectSeconds: Float(collect.Seconds()), LearnSeconds: Float(learn.Seconds()), PublishSeconds: Float(publish.Seconds()), Async: am}
+	if am != nil {
+		m.CollectSPS = Float(am.rate) // the batchers never wait for this iteration: its wait is no rate
+	}
 	if len(r.Episodes) > 0 {
 		var ret, length batcher.Stats
 		lo, hi := math.Inf(1), math.Inf(-1)
@@ -294,13 +370,18 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		}
 		m.ReturnMean, m.ReturnMin, m.ReturnMax, m.LengthMean = Float(ret.Mean()), Float(lo), Float(hi), Float(length.Mean())
 	}
-	t.eps += int64(len(r.Episodes))
+	if t.rs != nil {
+		if err := t.rs.reduceEpisodes(ctx, &m, r.Episodes); err != nil {
+			return Metrics{}, err
+		}
+	}
+	t.eps += int64(m.Episodes)
 	m.EpisodesAll = t.eps
 	return m, nil
 }
 
 func (t *trainer) close() error {
-	errs := []error{t.waitCheckpoint()}
+	errs := []error{t.waitCheckpoint(), t.stopStream()}
 	if t.l != nil {
 		errs = append(errs, t.l.Close())
 	}

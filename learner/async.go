@@ -107,7 +107,7 @@ func New(cfg Config, towers *Towers, layout *SampleBatch) (*Learner, error) {
 		results: make(chan Result, cfg.Outqueue), idle: make(chan int, cfg.Stacks), ready: make(chan int, cfg.Stacks),
 		quit: make(chan struct{})}
 	for i := range cfg.Stacks {
-		l.stacks = append(l.stacks, NewSampleBatch(cfg.TrainBatch, layout.ObsDim, layout.ActDim, layout.StateDim))
+		l.stacks = append(l.stacks, layout.NewLike(cfg.TrainBatch))
 		l.idle <- i
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -8,7 +8,9 @@ import (
 // SampleBatch is a columnar batch of transitions in preallocated float32 (and int64) arrays.
 // Rows 0..Len-1 are valid; capacity is fixed at construction. For recurrent policies, rows are
 // grouped into whole sequences of lengths SeqLens (summing to Len), each with its initial state
-// in State (StateDim per sequence).
+// in State (StateDim per sequence). A batch made by [NewSequenceBatch] groups its rows into
+// sequences without a state (StateDim 0): what V-trace (IMPALA, APPO) trains on, whole
+// time-ordered stretches of one env's rollout.
 type SampleBatch struct {
 	ObsDim, ActDim, StateDim int
 
@@ -21,22 +23,46 @@ type SampleBatch struct {
 	Values     []float32 // [cap] behaviour value estimate
 	Advantages []float32 // [cap]
 	Returns    []float32 // [cap] value targets
-	Version    []int64   // [cap] policy version that produced the row
+	// NextValues [cap] is the behaviour policy's value of the row's successor state, what
+	// V-trace bootstraps from where a sequence ends: the final observation's value where the
+	// episode was truncated, 0 where it terminated, the next step's value otherwise, and the
+	// value of the observation after the rollout's last step at its end.
+	NextValues []float32
+	Version    []int64 // [cap] policy version that produced the row
 
-	SeqLens []int32   // lengths of the recurrent sequences; empty for feed-forward data
+	SeqLens []int32   // lengths of the sequences; empty for rows not grouped into sequences
 	State   []float32 // [len(SeqLens)×StateDim] initial state of each sequence
 
 	n, capacity int
+	seqs        bool // rows are grouped into whole sequences (SeqLens)
 }
 
 // NewSampleBatch allocates a batch for capacity rows (and, when stateDim > 0, as many sequences).
 func NewSampleBatch(capacity, obsDim, actDim, stateDim int) *SampleBatch {
-	b := &SampleBatch{ObsDim: obsDim, ActDim: actDim, StateDim: stateDim, capacity: capacity,
+	return newBatch(capacity, obsDim, actDim, stateDim, stateDim > 0)
+}
+
+// NewSequenceBatch allocates a batch for capacity rows grouped into whole sequences (up to
+// capacity of them), each with stateDim values of initial state (0 for a feed-forward policy):
+// copies, shuffles and the learner's towers move and split it by sequence, never inside one.
+func NewSequenceBatch(capacity, obsDim, actDim, stateDim int) *SampleBatch {
+	return newBatch(capacity, obsDim, actDim, stateDim, true)
+}
+
+// NewLike allocates an empty batch for capacity rows with b's layout: its dimensions, and
+// sequences when b holds them. Buffers a batch is copied into (stacks, tower slices, scratch)
+// are made so.
+func (b *SampleBatch) NewLike(capacity int) *SampleBatch {
+	return newBatch(capacity, b.ObsDim, b.ActDim, b.StateDim, b.seqs)
+}
+
+func newBatch(capacity, obsDim, actDim, stateDim int, seqs bool) *SampleBatch {
+	b := &SampleBatch{ObsDim: obsDim, ActDim: actDim, StateDim: stateDim, capacity: capacity, seqs: seqs,
 		Obs: make([]float32, capacity*obsDim), Actions: make([]float32, capacity*actDim),
 		Rewards: make([]float32, capacity), Terminated: make([]float32, capacity), Truncated: make([]float32, capacity),
 		LogP: make([]float32, capacity), Values: make([]float32, capacity), Advantages: make([]float32, capacity),
-		Returns: make([]float32, capacity), Version: make([]int64, capacity)}
-	if stateDim > 0 {
+		Returns: make([]float32, capacity), NextValues: make([]float32, capacity), Version: make([]int64, capacity)}
+	if seqs {
 		b.SeqLens = make([]int32, 0, capacity)
 		b.State = make([]float32, capacity*stateDim)
 	}
@@ -49,8 +75,9 @@ func (b *SampleBatch) Len() int { return b.n }
 // Cap is the number of rows the batch can hold.
 func (b *SampleBatch) Cap() int { return b.capacity }
 
-// Recurrent reports whether the batch holds sequences.
-func (b *SampleBatch) Recurrent() bool { return b.StateDim > 0 }
+// Recurrent reports whether the batch holds sequences: recurrent data (StateDim > 0), or a
+// [NewSequenceBatch]'s.
+func (b *SampleBatch) Recurrent() bool { return b.seqs }
 
 // SetLen sets the number of valid rows (after writing the columns directly).
 func (b *SampleBatch) SetLen(n int) error {
@@ -83,16 +110,22 @@ func (b *SampleBatch) copyRows(at int, src *SampleBatch, lo, n int) {
 	copy(b.Obs[at*od:(at+n)*od], src.Obs[lo*od:(lo+n)*od])
 	copy(b.Actions[at*ad:(at+n)*ad], src.Actions[lo*ad:(lo+n)*ad])
 	for _, c := range [][2][]float32{{b.Rewards, src.Rewards}, {b.Terminated, src.Terminated}, {b.Truncated, src.Truncated},
-		{b.LogP, src.LogP}, {b.Values, src.Values}, {b.Advantages, src.Advantages}, {b.Returns, src.Returns}} {
+		{b.LogP, src.LogP}, {b.Values, src.Values}, {b.Advantages, src.Advantages}, {b.Returns, src.Returns},
+		{b.NextValues, src.NextValues}} {
 		copy(c[0][at:at+n], c[1][lo:lo+n])
 	}
 	copy(b.Version[at:at+n], src.Version[lo:lo+n])
 }
 
-// Append copies src's rows (and sequences) after b's. It allocates nothing.
+// Append copies src's rows (and sequences) after b's. Both must hold rows, or both sequences
+// (make b with src's NewLike). It allocates nothing.
 func (b *SampleBatch) Append(src *SampleBatch) error {
 	if err := b.sameLayout(src); err != nil {
 		return err
+	}
+	if b.seqs != src.seqs {
+		return fmt.Errorf("%w: appending a batch that holds sequences (%t) to one that does (%t); make the destination with the source's NewLike",
+			ErrBatch, src.seqs, b.seqs)
 	}
 	if b.n+src.n > b.capacity {
 		return fmt.Errorf("%w: appending %d rows to %d exceeds the capacity %d", ErrBatch, src.n, b.n, b.capacity)
@@ -107,13 +140,15 @@ func (b *SampleBatch) Append(src *SampleBatch) error {
 	return nil
 }
 
-// CopyRange makes dst hold rows [lo, hi) of b (for recurrent data, sequences [lo, hi)). It
-// allocates nothing when dst has the capacity.
+// CopyRange makes dst hold rows [lo, hi) of b (for recurrent data, sequences [lo, hi)); dst
+// then holds sequences exactly when b does. It allocates nothing when dst has the capacity
+// (and, for sequences, was made with b's NewLike or has held sequences before).
 func (b *SampleBatch) CopyRange(dst *SampleBatch, lo, hi int) error {
 	if err := b.sameLayout(dst); err != nil {
 		return err
 	}
 	dst.Reset()
+	dst.seqs = b.seqs
 	if b.Recurrent() {
 		if lo < 0 || hi > len(b.SeqLens) || lo > hi {
 			return fmt.Errorf("%w: sequences [%d, %d) of %d", ErrBatch, lo, hi, len(b.SeqLens))
@@ -155,7 +190,7 @@ type Shuffler struct {
 
 // NewShuffler makes a shuffler for batches shaped like b.
 func NewShuffler(b *SampleBatch) *Shuffler {
-	return &Shuffler{perm: make([]int, b.capacity), scratch: NewSampleBatch(b.capacity, b.ObsDim, b.ActDim, b.StateDim),
+	return &Shuffler{perm: make([]int, b.capacity), scratch: b.NewLike(b.capacity),
 		offsets: make([]int, b.capacity+1)}
 }
 

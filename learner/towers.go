@@ -157,7 +157,7 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 		}
 		t.towers = append(t.towers, tw)
 		t.grads = append(t.grads, make([]float32, len(params)))
-		t.slices = append(t.slices, NewSampleBatch(rowsPer, layout.ObsDim, layout.ActDim, layout.StateDim))
+		t.slices = append(t.slices, layout.NewLike(rowsPer))
 	}
 	t.names = t.towers[0].StatNames()
 	for range t.towers {

@@ -41,14 +41,33 @@
 // # Rollout messages
 //
 // A rollout is a header (format version, env id, policy version, batcher ID, session, sequence
-// number, T, N, observation and action sizes, the list of columns) and named float32 or
-// int64 columns, little-endian, compressed as a whole (S2 by default, zstd or none) and
+// number, T, N, observation and action sizes, the list of columns) and named float32, int64
+// or float64 columns, little-endian, compressed as a whole (S2 by default, zstd or none) and
 // checked by a CRC-32C; see wire.go for the layout. It is split into chunks of at most
 // 1 MiB (NATS's default max_payload), each a NATS message carrying the rollout's identity
 // and its place, and reassembled by the learner in any order. Decoding never panics and
 // never allocates more than the header claims, bounded by [MaxRolloutBytes]; a corrupt or
 // truncated message is an error wrapping [ErrCorrupt] (another format version: [ErrFormat])
 // and is dropped for good (terminated, counted in Stats.Corrupt).
+//
+// # Batcher rollouts
+//
+// [Pack] turns a batcher.Rollout into a RolloutMsg (the columns are listed in rollout.go:
+// observations, actions, rewards, flags, log-probabilities, values, versions, episode starts,
+// bootstrap observations and values, finished episodes, recurrent states), and
+// [RolloutMsg.Unpack] turns it back into a batcher.Rollout, checking every column against the
+// header. What a learner may read arrives bit for bit; the rows of FinalObs and FinalValues
+// the batcher leaves stale travel as zeros (they are not sent).
+//
+// # The two ends
+//
+// [RunBatcher] is a whole remote batcher (batcher --connect URL --creds FILE): dial,
+// register, take a task, wait for a policy of at least the task's floor, collect with a local
+// batcher.Batcher seeded by [TaskSeed], publish each rollout, hot-swap to each newer policy
+// between rollouts, drop a task the coordinator gave away and take another, and return nil
+// when the learner ends the run. [Source] is the learner's end: Next hands out the next
+// rollout unpacked, and the trainer acknowledges it (Received.Ack, Source.AckAll) once it is
+// in a tower stack.
 //
 // # Delivery guarantees
 //
@@ -135,7 +154,9 @@
 // Server and Client methods are safe for concurrent use. Each owns the goroutines it
 // starts (the Server: the Rollouts loop and the heartbeat sweep; the Client: the publish
 // acknowledger, the run-state watcher, heartbeats, policy and info watchers) and Close
-// stops and waits for them. One Rollouts loop runs at a time. PublishRollout copies the
+// stops and waits for them. One Rollouts loop runs at a time. RunBatcher runs on its
+// caller's goroutine and starts, per task, one goroutine that publishes (so that the next
+// rollout is collected meanwhile); it stops and waits for it before it returns. PublishRollout copies the
 // rollout into its encoding before it returns, so the caller may reuse its buffers.
 // A Delivery's Rollout belongs to the learner.
 package remote

@@ -26,6 +26,9 @@ var (
 	// ErrUnauthorized is returned by Dial and Connect when the NATS server refuses the
 	// credential (missing, wrong, or from another run).
 	ErrUnauthorized = errors.New("remote: the NATS server refused the credential")
+	// ErrUnreachable is returned by RunBatcher when nothing answered at the learner's
+	// address within BatcherConfig.ConnectTimeout.
+	ErrUnreachable = errors.New("remote: the learner did not answer")
 	// ErrPermission is returned when the NATS server refuses an operation the credential
 	// is not allowed (a batcher credential publishing a policy or deleting a stream).
 	ErrPermission = errors.New("remote: permission denied by the NATS server")

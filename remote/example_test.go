@@ -64,3 +64,74 @@ func Example() {
 	// batcher: policy version 1, 10 bytes
 	// learner: rollout 1 from host1, rewards [1 1]
 }
+
+// A learner serves a collect task and a policy; a remote batcher (batcher --connect URL
+// --creds FILE, here on a goroutine) collects it; the learner's Source hands out its
+// rollouts as batcher rollouts, and the batcher returns once the learner ends the run.
+func ExampleRunBatcher() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "run")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	// The learner.
+	srv, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: dir + "/nats"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	if err := srv.AddTask(remote.Task{ID: "cartpole", EnvID: "CartPole-v1", Seed: 1, Envs: 4, RolloutLen: 16}); err != nil {
+		log.Fatal(err)
+	}
+	model, err := os.ReadFile("../testdata/mlp_tanh.onnx")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := srv.PublishPolicy(ctx, 1, model); err != nil {
+		log.Fatal(err)
+	}
+	src, err := remote.NewSource(ctx, srv)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer src.Close()
+
+	// The batcher.
+	type result struct {
+		sum remote.BatcherSummary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sum, err := remote.RunBatcher(ctx, srv.URL(), remote.BatcherConfig{
+			Client: remote.ClientConfig{Creds: srv.CredsFile(), BatcherID: "host1"},
+		})
+		done <- result{sum, err}
+	}()
+
+	// The learner takes two rollouts, acknowledges them once stacked, and ends the run.
+	var stack []*remote.Received
+	for range 2 {
+		r, err := src.Next(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("rollout %d from %s: %d steps × %d envs of %s, policy version %d\n",
+			r.Seq, r.BatcherID, r.Rollout.T, r.Rollout.N, r.EnvID, r.PolicyVersion)
+		stack = append(stack, r)
+	}
+	if err := src.AckAll(ctx, stack...); err != nil {
+		log.Fatal(err)
+	}
+	if err := srv.End(ctx); err != nil {
+		log.Fatal(err)
+	}
+	res := <-done
+	fmt.Printf("batcher: %v, %s, task %v\n", res.err, res.sum.Ended, res.sum.Tasks)
+	// Output:
+	// rollout 1 from host1: 16 steps × 4 envs of CartPole-v1, policy version 1
+	// rollout 2 from host1: 16 steps × 4 envs of CartPole-v1, policy version 1
+	// batcher: <nil>, run ended, task [cartpole]
+}

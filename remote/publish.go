@@ -21,6 +21,13 @@ type ClientStats struct {
 	Retries  int64 // publishes sent again after a refusal (stream full, too many requests) or a timeout
 	Failed   int64 // chunk messages given up on a permanent error (see Flush)
 	InFlight int   // chunk messages published and not yet confirmed
+	// Confirmed counts the rollouts whose every chunk the server confirmed stored: none of
+	// them can be lost any more. LastConfirmed is the sequence number of the newest of
+	// them; chunks are confirmed in publish order, so every rollout published before it is
+	// confirmed too, unless a chunk of it failed for good (Failed) or its publishing was
+	// abandoned half-way (PublishRollout returned an error after a first chunk).
+	Confirmed     int64
+	LastConfirmed uint64
 }
 
 // Stats returns a copy of the counters.
@@ -35,6 +42,8 @@ func (c *Client) Stats() ClientStats {
 // pubEntry is one chunk on its way, or (flush != nil) a marker for Flush.
 type pubEntry struct {
 	msg   *nats.Msg
+	seq   uint64 // the rollout's
+	last  bool   // the rollout's last chunk
 	fut   jetstream.PubAckFuture
 	err   error // of the asynchronous publish call itself
 	flush chan struct{}
@@ -60,25 +69,38 @@ func (c *Client) PublishRollout(ctx context.Context, m RolloutMsg) (uint64, erro
 		return 0, ErrRunEnded
 	default:
 	}
+	// The first chunk's slot is taken before the rollout gets its number, so that a call
+	// that gives up waiting for it leaves no gap in the numbers published.
+	select {
+	case c.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, fmt.Errorf("remote: publishing a rollout: %w (%d chunks in flight)", ctx.Err(), cap(c.slots))
+	case <-c.quit:
+		return 0, ErrClosed
+	}
 	seq := c.seq.Add(1)
 	m.BatcherID, m.Session, m.Seq = c.id, c.session, seq
 	chunks, err := c.codec.message(&m, c.cfg.Codec)
 	if err != nil {
+		<-c.slots
 		return 0, fmt.Errorf("remote: encoding rollout %d: %w", seq, err)
 	}
 	subj := c.names.rolloutSubject(c.id)
 	idPrefix := c.id + "." + strconv.FormatUint(c.session, 16) + "." + strconv.FormatUint(seq, 10) + "."
 	for i, chunk := range chunks {
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
-			return 0, fmt.Errorf("remote: publishing rollout %d (chunk %d of %d): %w", seq, i+1, len(chunks), ctx.Err())
-		case <-c.quit:
-			return 0, ErrClosed
+		if i > 0 {
+			select {
+			case c.slots <- struct{}{}:
+			case <-ctx.Done():
+				return 0, fmt.Errorf("remote: publishing rollout %d (chunk %d of %d): %w; its first chunks will be dropped by the learner",
+					seq, i+1, len(chunks), ctx.Err())
+			case <-c.quit:
+				return 0, ErrClosed
+			}
 		}
 		msg := &nats.Msg{Subject: subj, Data: chunk, Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgIDHeader, idPrefix+strconv.Itoa(i))
-		e := &pubEntry{msg: msg}
+		e := &pubEntry{msg: msg, seq: seq, last: i == len(chunks)-1}
 		e.fut, e.err = c.js.PublishMsgAsync(msg)
 		c.pending <- e // never blocks: it has room for every slot
 	}
@@ -94,6 +116,7 @@ func rawBytes(m *RolloutMsg) int {
 	for i := range m.Columns {
 		n += 4 * len(m.Columns[i].F32)
 		n += 8 * len(m.Columns[i].I64)
+		n += 8 * len(m.Columns[i].F64)
 	}
 	return n
 }
@@ -131,6 +154,7 @@ func (c *Client) acker() {
 	defer c.wg.Done()
 	ctx, cancel := withStop(context.Background(), c.quit)
 	defer cancel()
+	var failedSeq uint64 // the last rollout a chunk of which was given up
 	for {
 		var e *pubEntry
 		select {
@@ -143,9 +167,10 @@ func (c *Client) acker() {
 			continue
 		}
 		err := e.err
+		var ack *jetstream.PubAck
 		if err == nil {
 			select {
-			case <-e.fut.Ok():
+			case ack = <-e.fut.Ok():
 			case err = <-e.fut.Err():
 			case <-ctx.Done():
 				return
@@ -157,6 +182,7 @@ func (c *Client) acker() {
 				c.log.Error("remote: a rollout chunk was refused for good", zap.String("id", e.msg.Header.Get(jetstream.MsgIDHeader)), zap.Error(perm))
 				c.pubMu.Lock()
 				c.stats.Failed++
+				failedSeq = e.seq
 				if c.pubErr == nil {
 					c.pubErr = perm
 				}
@@ -172,13 +198,21 @@ func (c *Client) acker() {
 				return
 			}
 			pctx, pcancel := context.WithTimeout(ctx, c.cfg.PublishTimeout)
-			_, err = c.js.PublishMsg(pctx, e.msg)
+			ack, err = c.js.PublishMsg(pctx, e.msg)
 			pcancel()
 		}
 		if err == nil {
+			if ce := c.log.Check(zap.DebugLevel, "remote: rollout chunk stored"); ce != nil {
+				ce.Write(zap.String("id", e.msg.Header.Get(jetstream.MsgIDHeader)), zap.Uint64("stream_seq", ack.Sequence),
+					zap.Bool("duplicate", ack.Duplicate), zap.String("server", c.nc.ConnectedServerId()))
+			}
 			c.pubMu.Lock()
 			c.stats.Chunks++
 			c.stats.Bytes += int64(len(e.msg.Data))
+			if e.last && failedSeq != e.seq {
+				c.stats.Confirmed++
+				c.stats.LastConfirmed = e.seq
+			}
 			c.pubMu.Unlock()
 		}
 		<-c.slots

@@ -261,7 +261,7 @@ func TestRolloutsExactlyOnceInOrder(t *testing.T) {
 		if n := st.PerBatcher[fmt.Sprintf("b%d", b)]; n != each {
 			t.Errorf("b%d delivered %d, want %d", b, n, each)
 		}
-		if cs := clients[b].Stats(); cs.Rollouts != each || cs.Failed != 0 || cs.InFlight != 0 {
+		if cs := clients[b].Stats(); cs.Rollouts != each || cs.Confirmed != each || cs.Failed != 0 || cs.InFlight != 0 {
 			t.Errorf("b%d client stats %+v", b, cs)
 		}
 	}

@@ -221,6 +221,8 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 		same := slices.Contains(d.seqs, meta.Sequence.Stream)
 		c.countDuplicate(h)
 		s.mu.Unlock()
+		s.log.Debug("remote: a rollout the learner holds came again", zap.Stringer("rollout", key),
+			zap.Uint64("stream_seq", meta.Sequence.Stream), zap.Bool("same_message", same))
 		if !same {
 			_ = msg.Ack()
 		}
@@ -229,6 +231,8 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	if s.dedup.seen(key) {
 		c.countDuplicate(h)
 		s.mu.Unlock()
+		s.log.Debug("remote: dropping a copy of a rollout delivered before", zap.Stringer("rollout", key),
+			zap.Uint64("stream_seq", meta.Sequence.Stream))
 		_ = msg.Ack()
 		return
 	}
@@ -278,12 +282,22 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 		s.stats.PerBatcher[key.batcher]++
 		s.mu.Unlock()
 	case <-ctx.Done():
-		// Not handed over: forget it so that its redelivery is delivered.
-		s.mu.Lock()
-		delete(s.held, key)
-		s.dedup.unmark(key)
-		s.mu.Unlock()
-		for _, m := range d.msgs {
+		s.release(d) // not handed over
+	}
+}
+
+// release gives back a delivery the learner will not use: it is forgotten, so that its
+// redelivery is delivered, and its chunks are handed back to the stream at once.
+func (s *Server) release(d *Delivery) {
+	s.mu.Lock()
+	if s.held[d.key] == d {
+		delete(s.held, d.key)
+		s.dedup.unmark(d.key)
+	}
+	msgs := slices.Clone(d.msgs)
+	s.mu.Unlock()
+	for _, m := range msgs {
+		if m != nil {
 			_ = m.Nak()
 		}
 	}

@@ -13,8 +13,9 @@ import (
 )
 
 // FormatVersion is the version of the rollout message format this package writes and
-// the only one it reads. A change to the layout below increments it.
-const FormatVersion = 1
+// the only one it reads. A change to the layout below increments it. Version 2 added
+// float64 columns (a batcher rollout's episode returns).
+const FormatVersion = 2
 
 // MaxRolloutBytes bounds the uncompressed size of one rollout's columns (1 GiB); larger
 // rollouts are refused at encoding and at decoding, before anything that size is allocated.
@@ -80,10 +81,11 @@ func ParseCodec(s string) (Codec, error) {
 // DType is a column's element type.
 type DType uint8
 
-// Column element types; both are stored little-endian.
+// Column element types; all are stored little-endian.
 const (
 	Float32 DType = 1
 	Int64   DType = 2
+	Float64 DType = 3
 )
 
 func (d DType) String() string {
@@ -92,30 +94,48 @@ func (d DType) String() string {
 		return "float32"
 	case Int64:
 		return "int64"
+	case Float64:
+		return "float64"
 	}
 	return fmt.Sprintf("DType(%d)", uint8(d))
 }
 
-// Column is one named column of a rollout: F32 for a float32 column, I64 for an int64 one
-// (exactly one of them is non-nil; an empty float32 column may leave both nil).
+// size is the bytes of one element.
+func (d DType) size() int {
+	if d == Float32 {
+		return 4
+	}
+	return 8
+}
+
+// Column is one named column of a rollout: F32 for a float32 column, I64 for an int64 one,
+// F64 for a float64 one (exactly one of them is non-nil; an empty float32 column may leave
+// all nil).
 type Column struct {
 	Name string
 	F32  []float32
 	I64  []int64
+	F64  []float64
 }
 
 // DType is the column's element type.
 func (c *Column) DType() DType {
-	if c.I64 != nil {
+	switch {
+	case c.I64 != nil:
 		return Int64
+	case c.F64 != nil:
+		return Float64
 	}
 	return Float32
 }
 
 // Len is the number of elements.
 func (c *Column) Len() int {
-	if c.I64 != nil {
+	switch {
+	case c.I64 != nil:
 		return len(c.I64)
+	case c.F64 != nil:
+		return len(c.F64)
 	}
 	return len(c.F32)
 }
@@ -172,6 +192,19 @@ func (m *RolloutMsg) Int64(name string) ([]int64, error) {
 		return nil, fmt.Errorf("%w %q: holds %v, want int64", ErrColumn, name, c.DType())
 	}
 	return c.I64, nil
+}
+
+// Float64 returns the float64 column called name; it is an error (ErrColumn) when the
+// rollout lacks it or holds it with another type.
+func (m *RolloutMsg) Float64(name string) ([]float64, error) {
+	c := m.Column(name)
+	switch {
+	case c == nil:
+		return nil, fmt.Errorf("%w %q: missing (the rollout has %v)", ErrColumn, name, m.columnNames())
+	case c.DType() != Float64:
+		return nil, fmt.Errorf("%w %q: holds %v, want float64", ErrColumn, name, c.DType())
+	}
+	return c.F64, nil
 }
 
 func (m *RolloutMsg) columnNames() []string {
@@ -269,14 +302,11 @@ func checkHeader(m *RolloutMsg) (rawLen int, err error) {
 			return 0, fmt.Errorf("remote: rollout column %d: name of %d bytes, want 1 to %d", i, len(col.Name), maxNameLen)
 		case seen[col.Name]:
 			return 0, fmt.Errorf("remote: rollout column %q appears twice", col.Name)
-		case col.F32 != nil && col.I64 != nil:
-			return 0, fmt.Errorf("remote: rollout column %q sets both F32 and I64; set one", col.Name)
+		case (col.F32 != nil) && (col.I64 != nil || col.F64 != nil) || col.I64 != nil && col.F64 != nil:
+			return 0, fmt.Errorf("remote: rollout column %q sets more than one of F32, I64 and F64; set one", col.Name)
 		}
 		seen[col.Name] = true
-		size := 4
-		if col.DType() == Int64 {
-			size = 8
-		}
+		size := col.DType().size()
 		if col.Len() > (MaxRolloutBytes-rawLen)/size {
 			return 0, fmt.Errorf("%w: columns up to %q exceed %d bytes", ErrTooLarge, col.Name, MaxRolloutBytes)
 		}
@@ -354,6 +384,7 @@ func (c *codec) encode(m *RolloutMsg, kind Codec) ([]byte, error) {
 		col := &m.Columns[i]
 		off += putF32(raw[off:], col.F32)
 		off += putI64(raw[off:], col.I64)
+		off += putF64(raw[off:], col.F64)
 	}
 	payloadAt := len(blob)
 	switch kind {
@@ -398,6 +429,26 @@ func putI64(dst []byte, src []int64) int {
 		binary.LittleEndian.PutUint64(dst[8*i:], uint64(v))
 	}
 	return 8 * len(src)
+}
+
+func putF64(dst []byte, src []float64) int {
+	if littleEndian && len(src) > 0 {
+		return copy(dst, unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 8*len(src)))
+	}
+	for i, v := range src {
+		binary.LittleEndian.PutUint64(dst[8*i:], math.Float64bits(v))
+	}
+	return 8 * len(src)
+}
+
+func getF64(dst []float64, src []byte) int {
+	if littleEndian && len(dst) > 0 {
+		return copy(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 8*len(dst)), src)
+	}
+	for i := range dst {
+		dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(src[8*i:]))
+	}
+	return 8 * len(dst)
 }
 
 func getF32(dst []float32, src []byte) int {
@@ -531,17 +582,15 @@ func (c *codec) decode(blob []byte) (RolloutMsg, error) {
 		if r.err != nil {
 			break
 		}
-		size := 4
 		switch h.dtype {
-		case Float32:
-		case Int64:
-			size = 8
+		case Float32, Int64, Float64:
 		default:
 			return m, fmt.Errorf("%w: column %q has unknown type %d", ErrCorrupt, h.name, uint8(h.dtype))
 		}
 		if h.name == "" {
 			return m, fmt.Errorf("%w: column %d has no name", ErrCorrupt, i)
 		}
+		size := h.dtype.size()
 		if n > uint64(c.maxRaw-sum)/uint64(size) {
 			return m, fmt.Errorf("%w: columns up to %q claim more than %d bytes", ErrTooLarge, h.name, c.maxRaw)
 		}
@@ -616,12 +665,16 @@ func (c *codec) decode(blob []byte) (RolloutMsg, error) {
 		}
 		seen[h.name] = true
 		col := Column{Name: h.name}
-		if h.dtype == Float32 {
+		switch h.dtype {
+		case Float32:
 			col.F32 = make([]float32, h.n)
 			off += getF32(col.F32, raw[off:])
-		} else {
+		case Int64:
 			col.I64 = make([]int64, h.n)
 			off += getI64(col.I64, raw[off:])
+		case Float64:
+			col.F64 = make([]float64, h.n)
+			off += getF64(col.F64, raw[off:])
 		}
 		m.Columns[i] = col
 	}

@@ -51,6 +51,7 @@ func sampleRollout(t, n, obsDim int, seed uint64) RolloutMsg {
 			{Name: "episode_returns", F32: []float32{}},
 			{Name: "special", F32: []float32{float32(math.Inf(1)), float32(math.NaN()), -0, math.MaxFloat32}},
 			{Name: "int_extremes", I64: []int64{math.MinInt64, -1, 0, math.MaxInt64}},
+			{Name: "episode_return", F64: []float64{math.Inf(-1), math.NaN(), math.Copysign(0, -1), math.MaxFloat64, 500.25}},
 		},
 	}
 }
@@ -73,6 +74,11 @@ func diffRollout(want, got RolloutMsg) string {
 		for j := range w.F32 {
 			if math.Float32bits(w.F32[j]) != math.Float32bits(g.F32[j]) {
 				return fmt.Sprintf("column %q[%d] = %v, want %v", w.Name, j, g.F32[j], w.F32[j])
+			}
+		}
+		for j := range w.F64 {
+			if math.Float64bits(w.F64[j]) != math.Float64bits(g.F64[j]) {
+				return fmt.Sprintf("column %q[%d] = %v, want %v", w.Name, j, g.F64[j], w.F64[j])
 			}
 		}
 		for j := range w.I64 {
@@ -254,7 +260,7 @@ func TestDecodeCorrupt(t *testing.T) {
 		{"empty", nil, ErrCorrupt},
 		{"magic only", good[:4], ErrCorrupt},
 		{"not a rollout", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n...................................."), ErrCorrupt},
-		{"version 2", edit(good, func(b []byte) { b[offVersion] = 2 }), ErrFormat},
+		{"version 3", edit(good, func(b []byte) { b[offVersion] = 3 }), ErrFormat},
 		{"unknown codec", withCRC(edit(good, func(b []byte) { b[offCodec] = 9 })), ErrCorrupt},
 		{"flags", withCRC(edit(good, func(b []byte) { b[offFlags] = 1 })), ErrCorrupt},
 		{"header bit flip", edit(good, func(b []byte) { b[offT] ^= 0x10 }), ErrCorrupt},
@@ -497,29 +503,35 @@ func FuzzChunk(f *testing.F) {
 func TestColumnCopyPortable(t *testing.T) {
 	f := []float32{1.5, -0, float32(math.Inf(-1)), 3.25e-38}
 	i := []int64{math.MinInt64, 1, -2, 1 << 40}
-	want := make([]byte, 0, 64)
+	d := []float64{math.Copysign(0, -1), math.Inf(1), 5e-324, -1.25}
+	want := make([]byte, 0, 96)
 	for _, v := range f {
 		want = binary.LittleEndian.AppendUint32(want, math.Float32bits(v))
 	}
 	for _, v := range i {
 		want = binary.LittleEndian.AppendUint64(want, uint64(v))
 	}
+	for _, v := range d {
+		want = binary.LittleEndian.AppendUint64(want, math.Float64bits(v))
+	}
 	for _, le := range []bool{true, false} {
 		saved := littleEndian
 		littleEndian = le && saved
 		got := make([]byte, len(want))
 		n := putF32(got, f)
-		putI64(got[n:], i)
-		f2, i2 := make([]float32, len(f)), make([]int64, len(i))
+		n += putI64(got[n:], i)
+		putF64(got[n:], d)
+		f2, i2, d2 := make([]float32, len(f)), make([]int64, len(i)), make([]float64, len(d))
 		n = getF32(f2, want)
-		getI64(i2, want[n:])
+		n += getI64(i2, want[n:])
+		getF64(d2, want[n:])
 		littleEndian = saved
 		if string(got) != string(want) {
 			t.Errorf("fast=%v: put wrote %x, want %x", le, got, want)
 		}
 		for k := range f {
-			if math.Float32bits(f2[k]) != math.Float32bits(f[k]) || i2[k] != i[k] {
-				t.Errorf("fast=%v: get read %v %v, want %v %v", le, f2, i2, f, i)
+			if math.Float32bits(f2[k]) != math.Float32bits(f[k]) || i2[k] != i[k] || math.Float64bits(d2[k]) != math.Float64bits(d[k]) {
+				t.Errorf("fast=%v: get read %v %v %v, want %v %v %v", le, f2, i2, d2, f, i, d)
 			}
 		}
 	}

@@ -68,4 +68,60 @@ for np in 2 3; do
 	scenario hang "$np" $((np - 1)) 15
 	scenario outofstep "$np" "$np" 15
 done
+# DD-PPO end to end with the real tool (bin/train built with MPI): two ranks train, rank 0
+# alone writes the run; the run resumes under the same number of ranks and is refused under
+# another; a rank killed with SIGKILL ends the whole job within seconds.
+"$GO" build -tags mpi -o "$tmp/train" ./cmd/train
+dd="$tmp/ddppo"
+echo "mpi_test: ddppo, mpirun -np 2 train" >&2
+timeout 120 "${mpirun[@]}" -np 2 "$tmp/train" --algo ddppo --env CartPole-v1 --total-steps 10240 --seed 3 \
+	--out "$dd" --log-level warn >"$tmp/ddppo.out" 2>&1 || { cat "$tmp/ddppo.out" >&2; exit 1; }
+lines=$(wc -l <"$dd/metrics.jsonl")
+if [[ $lines != 10 ]] || ! grep -q '"env_steps":10240' "$dd/metrics.jsonl"; then
+	cat "$tmp/ddppo.out" >&2
+	echo "mpi_test: ddppo: $lines metrics lines (want 10, the last at 10240 steps over both ranks)" >&2
+	exit 1
+fi
+rc=0
+timeout 120 "${mpirun[@]}" -np 3 "$tmp/train" --resume "$dd" --total-steps 20480 --log-level warn >"$tmp/ddppo3.out" 2>&1 || rc=$?
+if [[ $rc == 0 ]] || ! grep -q "written by 2 ranks" "$tmp/ddppo3.out"; then
+	cat "$tmp/ddppo3.out" >&2
+	echo "mpi_test: ddppo: a resume with 3 ranks of a 2-rank run was not refused (exit $rc)" >&2
+	exit 1
+fi
+timeout 120 "${mpirun[@]}" -np 2 "$tmp/train" --resume "$dd" --total-steps 20480 --log-level warn >"$tmp/ddppo2.out" 2>&1 ||
+	{ cat "$tmp/ddppo2.out" >&2; exit 1; }
+if [[ $(wc -l <"$dd/metrics.jsonl") != 20 ]]; then
+	cat "$tmp/ddppo2.out" >&2
+	echo "mpi_test: ddppo: the resumed run has $(wc -l <"$dd/metrics.jsonl") metrics lines (want 20)" >&2
+	exit 1
+fi
+echo "mpi_test: ddppo, SIGKILL of one rank mid-run" >&2
+"${mpirun[@]}" -np 2 "$tmp/train" --algo ddppo --env CartPole-v1 --total-steps 100000000 \
+	--out "$tmp/ddkill" --log-level warn >"$tmp/ddkill.out" 2>&1 &
+job=$!
+sleep 4
+victim=$(pgrep -P "$job" -x train | tail -n 1 || true)
+if [[ -z $victim ]]; then
+	cat "$tmp/ddkill.out" >&2
+	echo "mpi_test: ddppo: no rank of the job to kill" >&2
+	kill "$job" || true
+	exit 1
+fi
+kill -KILL "$victim"
+t0=$SECONDS
+while kill -0 "$job" 2>/dev/null && ((SECONDS - t0 < 20)); do sleep 0.2; done
+took=$((SECONDS - t0))
+rc=0
+if kill -0 "$job" 2>/dev/null; then
+	kill -KILL "$job" || true
+	rc=hung
+fi
+wait "$job" || rc=$?
+if [[ $rc == 0 || $rc == hung ]] || ((took > 15)); then
+	cat "$tmp/ddkill.out" >&2
+	echo "mpi_test: ddppo: after rank pid $victim was killed the job ended with $rc after ${took}s (want an error within 15 s)" >&2
+	exit 1
+fi
+echo "mpi_test: ddppo: a killed rank ended the job in ${took}s (mpirun exit $rc)" >&2
 echo "mpi_test: ok" >&2

@@ -62,6 +62,35 @@
 //
 // A progress bar goes to stderr; one JSON object to stdout: steps, episodes, return_mean,
 // return_std, steps_per_sec, policy, env, device, the shards, the manifest and the time split.
+//
+// # Remote batchers
+//
+//	batcher --connect URL --creds FILE [--env ID] [--workers W] [--env-threads K] [--device D] [--threads N]
+//	        [--id NAME] [--ca CA.pem] [--namespace NS] [--codec s2|zstd|none] [--connect-timeout 1m] [--info]
+//
+// collects for a learner serving on URL (train --serve prints it) with the credential it
+// wrote into its run directory (batcher.creds; copy it to the batcher's machine). The
+// batcher registers with the learner's coordinator, takes a collect task (env, number of
+// envs, rollout length, seed, policy version floor), waits for a policy of at least the
+// floor, and publishes every rollout to the learner, hot-swapping to each newer policy the
+// learner publishes between rollouts. It runs until the learner ends the run, then exits 0;
+// the first SIGINT or SIGTERM finishes the rollout under way, hands its task back and exits
+// 0 too. The task's envs are spread over the largest number of workers up to --workers that
+// divides them. --policy, --steps, --rollout, --envs, --seed, --out, --append and
+// --deterministic do not apply (the learner decides them); --env, when given, is declared
+// at registration so that a learner whose policy does not fit refuses the batcher at once,
+// naming both observation shapes.
+//
+// Progress lines go to the log every 2 s (rollouts sent and confirmed stored, steps, steps/s,
+// policy version, episodes, mean return); one JSON object to stdout at the end: batcher_id,
+// session, tasks, rollouts, confirmed, steps, episodes, return_mean, steps_per_sec,
+// rollouts_per_sec, policy_version, policy_swaps, bytes, raw_bytes, bytes_per_rollout,
+// retries, device, workers, envs_per_worker, ended ("run ended" or "stopped").
+//
+// A refused credential, an address where nothing answers within --connect-timeout, a
+// registration the learner refuses and a missing permission are errors that say what to do.
+// Once connected the batcher rides out a learner restart: it reconnects, registers again
+// and carries on.
 package main
 
 import (
@@ -94,6 +123,8 @@ type options struct {
 	mem                    batcher.Memory  // what the size checks allow; zero: batcher.AvailableMemory()
 	jsonLogs               bool            // --log-json: progress as JSON log lines, no bar
 	stop                   <-chan struct{} // closed by the first SIGINT/SIGTERM: finish the rollout and stop
+	remote                 remoteOptions   // --connect and the flags that go with it
+	set                    map[string]bool // flags given on the command line
 }
 
 type summary struct {
@@ -136,9 +167,12 @@ func main() {
 	fs.BoolVar(&o.deterministic, "deterministic", false, "take the most probable action instead of sampling")
 	profile := fs.String("profile", "", "folder to write a CPU profile (cpu.pprof) and a heap profile (heap.pprof) of the run into")
 	o.flags.Register(fs)
+	o.remote.register(fs)
 	var lf cli.LogFlags
 	lf.Register(fs)
 	flag.Parse()
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	o.jsonLogs = lf.JSON
 	cli.MainGraceful("batcher", lf, func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) (err error) {
 		if *profile != "" {
@@ -149,6 +183,9 @@ func main() {
 			defer func() { err = errors.Join(err, end()) }()
 		}
 		o.stop = stop
+		if o.remote.connect != "" || o.remote.anySet(o.set) {
+			return runRemote(ctx, os.Stdout, log, o)
+		}
 		return run(ctx, os.Stdout, os.Stderr, log, o)
 	})
 }

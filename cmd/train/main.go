@@ -28,6 +28,8 @@ import (
 	"github.com/towerrl/towerrl/engine"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/engine/curve"
+	"github.com/towerrl/towerrl/engine/ppo"
+	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/zap"
 )
@@ -46,6 +48,11 @@ func main() {
 		seed       = fs.Uint64("seed", 0, "seed")
 		noSpin     = fs.Bool("no-spin", false, "towers park at once instead of spinning while they wait for each other (machines shared with other work; same results)")
 		initPolicy = fs.String("init-policy", "", "pretrained ONNX policy to fine-tune")
+		queue      = fs.Int("queue-size", 0, "impala/appo: rollouts buffered between batchers and learner (default 2)")
+		broadcast  = fs.Int("broadcast-interval", 0, "impala/appo: learner iterations between weight publishes (default 1)")
+		maxLag     = fs.Int64("max-policy-lag", 0, "impala/appo: drop rollouts more policy versions behind than this (default 0: never)")
+		epochs     = fs.Int("epochs", 0, "passes over each rollout (num_sgd_iter; default 4 Discrete, 10 Box)")
+		minibatch  = fs.Int("minibatches", 0, "minibatches per pass (default 4 Discrete, 32 Box)")
 		resume     = fs.String("resume", "", "run directory to resume")
 		library    = fs.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
 		profile    = fs.String("profile", "", "folder to write a CPU profile (cpu.pprof) and a heap profile (heap.pprof) of the run into")
@@ -75,6 +82,12 @@ func main() {
 			"seed":        func(c *engine.Config) { c.Seed = *seed },
 			"no-spin":     func(c *engine.Config) { c.NoSpin = *noSpin },
 			"init-policy": func(c *engine.Config) { c.InitPolicy = *initPolicy },
+			"epochs":      func(c *engine.Config) { c.Epochs = *epochs },
+			"minibatches": func(c *engine.Config) { c.Minibatches = *minibatch },
+			// Asynchronous algorithms (impala, appo).
+			"queue-size":         func(c *engine.Config) { c.QueueSize = *queue },
+			"broadcast-interval": func(c *engine.Config) { c.BroadcastInterval = *broadcast },
+			"max-policy-lag":     func(c *engine.Config) { c.MaxPolicyLag = *maxLag },
 			// How a foreign --init-policy is bound (as batcher's and eval's flags).
 			"head":          func(c *engine.Config) { c.Head = hf.Head },
 			"action-space":  func(c *engine.Config) { c.ActionSpace = hf.ActionSpace },
@@ -97,7 +110,12 @@ func main() {
 			if *configPath != "" || *out != "" {
 				return errors.New("--resume DIR continues the run in DIR with its own config.json: drop --config and --out")
 			}
-			return run(ctx, os.Stdout, log, stop, engine.Config{}, change, "", *resume, *library)
+			ranks, leave, jerr := joinJob(false)
+			if jerr != nil {
+				return jerr
+			}
+			defer leaveJob(ctx, leave, &err)
+			return run(ctx, os.Stdout, log, stop, engine.Config{}, change, "", *resume, *library, ranks)
 		}
 		var cfg engine.Config
 		if *configPath != "" {
@@ -114,22 +132,47 @@ func main() {
 		if dir == "" {
 			dir = fmt.Sprintf("runs/%s-%d", cfg.Env, cfg.Seed)
 		}
-		return run(ctx, os.Stdout, log, stop, cfg, nil, dir, "", *library)
+		ranks, leave, jerr := joinJob(cfg.Algo == ppo.DDPPOName)
+		if jerr != nil {
+			return jerr
+		}
+		defer leaveJob(ctx, leave, &err)
+		return run(ctx, os.Stdout, log, stop, cfg, nil, dir, "", *library, ranks)
 	})
 }
 
-// run trains cfg into dir, or resumes the run in resume with change applied to its config.
-func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan struct{}, cfg engine.Config, change func(*engine.Config), dir, resume, library string) error {
+// leaveJob leaves the MPI job (when leave is set), adding its error to *err.
+func leaveJob(ctx context.Context, leave func(context.Context) error, err *error) {
+	if leave != nil {
+		*err = errors.Join(*err, leave(ctx))
+	}
+}
+
+// run trains cfg into dir, or resumes the run in resume with change applied to its config. In
+// a DD-PPO job (ranks), rank 0 alone reports progress and prints the summary.
+func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan struct{}, cfg engine.Config, change func(*engine.Config), dir, resume, library string, ranks mpi.Group) error {
 	progress := func(m engine.Metrics) {
 		ret := "-"
 		if !math.IsNaN(float64(m.ReturnMean)) {
 			ret = fmt.Sprintf("%.1f", float64(m.ReturnMean))
 		}
-		log.Info(fmt.Sprintf("iter %d  steps %d  return %s  pg %.4f  v %.4f  ent %.3f  kl %.4f  clip %.3f  ev %.2f  collect %.0f/s  learn %.0f/s",
+		line := fmt.Sprintf("iter %d  steps %d  return %s  pg %.4f  v %.4f  ent %.3f  kl %.4f  clip %.3f  ev %.2f  collect %.0f/s  learn %.0f/s",
 			m.Iteration, m.EnvSteps, ret, float64(m.PolicyLoss), float64(m.ValueLoss), float64(m.Entropy), float64(m.ApproxKL),
-			float64(m.ClipFrac), float64(m.ExplainedVar), float64(m.CollectSPS), float64(m.LearnSPS)))
+			float64(m.ClipFrac), float64(m.ExplainedVar), float64(m.CollectSPS), float64(m.LearnSPS))
+		if a := m.Async; a != nil {
+			line += fmt.Sprintf("  lag %.1f (max %d)  queue %d  idle batchers %.0f%% learner %.0f%%",
+				float64(a.PolicyLagMean), a.PolicyLagMax, a.Queue, 100*float64(a.BatcherIdle), 100*float64(a.LearnerIdle))
+		}
+		log.Info(line)
 	}
-	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change, Plot: curve.Write}
+	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change, Plot: curve.Write,
+		Ranks: ranks}
+	if ranks != nil {
+		log = log.With(zap.Int("rank", ranks.Rank()))
+		if ranks.Rank() > 0 {
+			stdout = io.Discard
+		}
+	}
 	var res engine.Result
 	var err error
 	if resume != "" {

@@ -8,6 +8,11 @@
 // on every minibatch. Before training on a rollout the trainer asks the algorithm for the
 // rows' training targets ([Algorithm.Targets]: PPO's GAE advantages and returns).
 //
+// An algorithm whose loss needs whole time-ordered sequences (V-trace's IMPALA and APPO, which
+// recompute their targets under the current policy at every minibatch) implements
+// [Sequential]; the trainer then gives each tower whole sequences and says so in
+// [Heads.SeqLen], and fills the batch's NextValues (see learner.SampleBatch).
+//
 // An algorithm is added by one package that calls [Register] from its init function (see
 // package engine/ppo); the engine imports the algorithms it ships, and a program adds its own
 // with a blank import.
@@ -35,13 +40,23 @@ import (
 var ErrUnknown = errors.New("algo: unknown algorithm")
 
 // Settings are the hyper-parameters an algorithm reads (from the run's config; zero values
-// mean what the config's defaults made them).
+// mean what the config's defaults made them, except where a field says otherwise).
 type Settings struct {
 	Gamma, Lambda float64 // discount, and GAE's (or V-trace's) λ
-	ClipCoef      float64 // PPO's ε
-	ClipVLoss     bool    // clip the value update around the old value
+	ClipCoef      float64 // PPO's and APPO's ε
+	ClipVLoss     bool    // clip the value update around the old value (PPO)
 	EntCoef       float64 // weight of the entropy bonus
 	VfCoef        float64 // weight of the value loss
+	// RhoBar (ρ̄) and CBar (c̄) clip V-trace's importance weights π/μ in its TD terms and its
+	// traces (IMPALA, APPO); 0 means IMPALA's 1.
+	RhoBar, CBar float64
+	// KLCoef weighs APPO's KL(μ‖π) penalty between the behaviour and the current policy;
+	// 0 (the default) leaves it out.
+	KLCoef float64
+	// NormalizeAdvantages asks a loss that computes its own advantages (V-trace's) to
+	// standardise them over its rows, as the learner does with PPO's per minibatch
+	// (learner.TowersConfig.NormalizeAdvantages), which such losses do not read.
+	NormalizeAdvantages bool
 }
 
 // Heads are a policy's outputs for one tower of Rows rows: what a loss reads. Params holds
@@ -49,10 +64,42 @@ type Settings struct {
 // is trained as the Gaussian over its pre-tanh action); LogStd the Gaussian's log standard
 // deviation, [Rows, D] (nil for a categorical head); Value the state value, [Rows] or
 // [Rows, 1]. Every node is in one gorgonia graph.
+//
+// SeqLen > 0 says the loss rows are Rows/SeqLen whole sequences of SeqLen consecutive time
+// steps of one env each (what an algorithm that is [Sequential] asks for): sequence s's step
+// t is loss row s·SeqLen+t, or t·(Rows/SeqLen)+s when TimeMajor is set (the order of a
+// recurrent tower's unrolled steps). SeqLen 0 (the default) means rows in no particular
+// order.
 type Heads struct {
 	Spec                  head.Spec
 	Rows                  int
 	Params, LogStd, Value *G.Node
+	SeqLen                int
+	TimeMajor             bool
+}
+
+// Sequential is implemented by an algorithm whose loss reads whole time-ordered sequences
+// (V-trace's IMPALA and APPO). When Sequences reports true the trainer fills the learner's
+// batch with whole sequences of each env's rollout (learner.NewSequenceBatch, with
+// NextValues), splits minibatches over towers by whole sequences, and tells each tower's
+// loss the sequences' length (Heads.SeqLen). Without sequences such an algorithm still
+// trains, on the targets its Targets wrote.
+type Sequential interface {
+	Sequences() bool
+}
+
+// Defaults are an algorithm's own defaults for the run's hyper-parameters that are not
+// PPO's (CleanRL's, the engine's defaults); zero fields keep the engine's.
+type Defaults struct {
+	Epochs, Minibatches int     // passes over each rollout and minibatches per pass
+	LR, Lambda          float64 // learning rate; GAE's or V-trace's λ
+}
+
+// Defaulter is implemented by an algorithm whose defaults differ from PPO's: the engine's
+// config applies them to the fields a run leaves at zero, for a Discrete or a Box action
+// space.
+type Defaulter interface {
+	Defaults(discrete bool) Defaults
 }
 
 // Loss is an algorithm's loss over one tower's Heads.

@@ -29,6 +29,13 @@ func TestRegistry(t *testing.T) {
 	if !errors.Is(err, algo.ErrUnknown) || !strings.Contains(err.Error(), "fake, ppo") {
 		t.Fatalf("New(sac) = %v, want ErrUnknown listing the registered names", err)
 	}
+	p, err := algo.New(ppo.Name, algo.Settings{Gamma: 0.99, Lambda: 0.95, ClipCoef: 0.2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, ok := p.(algo.Sequential); ok && s.Sequences() {
+		t.Error("ppo asks for whole sequences")
+	}
 	if _, err := algo.New(ppo.Name, algo.Settings{Gamma: 2, Lambda: 0.9, ClipCoef: 0.2}); err == nil {
 		t.Fatal("ppo accepted gamma 2")
 	}

@@ -25,10 +25,29 @@ import (
 	"github.com/towerrl/towerrl/models/head"
 )
 
-func init() { algo.Register(Name, New) }
+func init() {
+	algo.Register(Name, New)
+	algo.Register(DDPPOName, func(s algo.Settings) (algo.Algorithm, error) {
+		p, err := New(s)
+		if err != nil {
+			return nil, err
+		}
+		return ddppo{p.(*PPO)}, nil
+	})
+}
 
 // Name is the name PPO is registered under.
 const Name = "ppo"
+
+// DDPPOName is the name of DD-PPO (Wijmans et al. 2019): PPO's loss and targets, which the
+// engine runs decentralised over the ranks of an MPI job, every rank collecting and computing
+// gradients, averaged across the ranks at every minibatch. With one rank it is PPO.
+const DDPPOName = "ddppo"
+
+// ddppo is PPO registered under DDPPOName.
+type ddppo struct{ *PPO }
+
+func (ddppo) Name() string { return DDPPOName }
 
 // StatNames are the statistics of each update, in order: the loss, its policy, value and
 // entropy terms, the approximate KL divergence (mean of (r − 1) − log r) and the fraction of

@@ -15,7 +15,7 @@
 //	A_s    = min(ρ̄_pg, ρ_s) · (r_s + γ·v_{s+1} − V(x_s))
 //
 // where e is the last step of x_s's episode inside the rollout. Episode ends follow the
-// convention of engine.GAE for autoreset data:
+// convention of ppo.GAE (package engine/ppo) for autoreset data:
 //
 //   - at a terminated step nothing is bootstrapped: V(x_{t+1}) = v_{t+1} = 0, and the sum stops;
 //   - at a truncated (and not terminated) step the final observation's value is:
@@ -27,6 +27,10 @@
 //
 // With on-policy data (ρ_t = 1) and ρ̄, c̄ ≥ 1, v_s is the GAE(λ) return (advantage + value);
 // with λ = 1 it is the discounted return, bootstrapped as above.
+//
+// The IMPALA and APPO losses (package engine/internal/vtraceloss) run Compute inside each
+// tower's loss op, over the minibatch's sequences, with the current policy's log-probabilities
+// and values.
 //
 // # Threading and ownership
 //

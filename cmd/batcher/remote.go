@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/towerrl/towerrl/cmd/internal/cli"
+	"github.com/towerrl/towerrl/remote"
+)
+
+// remoteOptions are the flags of a remote batcher (--connect URL).
+type remoteOptions struct {
+	connect, creds, ca, id, namespace, codec string
+	connectTimeout                           time.Duration
+	info                                     bool
+}
+
+// remoteOnly names the flags that mean something with --connect only.
+var remoteOnly = []string{"creds", "ca", "id", "namespace", "codec", "connect-timeout", "info"}
+
+// localOnly names the flags a remote batcher takes from the learner's task or policy instead.
+var localOnly = []string{"policy", "steps", "rollout", "envs", "seed", "out", "append", "deterministic"}
+
+func (r *remoteOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.connect, "connect", "", "collect for a learner: its NATS URL (nats://HOST:PORT or tls://HOST:PORT, printed by train --serve); the learner's tasks set env, envs, rollout and seeds, and its policies are hot-swapped")
+	fs.StringVar(&r.creds, "creds", "", "with --connect: the credential file (the batcher.creds the learner wrote into its run directory, or a NATS .creds file)")
+	fs.StringVar(&r.ca, "ca", "", "with --connect: PEM CA bundle that signed the learner's TLS certificate (for tls://)")
+	fs.StringVar(&r.id, "id", "", "with --connect: this batcher's ID in the learner's accounting (default: host name and PID)")
+	fs.StringVar(&r.namespace, "namespace", "", "with --connect: the learner's NATS namespace (default "+remote.DefaultNamespace+")")
+	fs.StringVar(&r.codec, "codec", "", "with --connect: rollout compression: s2 (default), zstd or none")
+	fs.DurationVar(&r.connectTimeout, "connect-timeout", time.Minute, "with --connect: how long to wait for the learner to answer at the start (0: forever)")
+	fs.BoolVar(&r.info, "info", false, "with --connect: log the learner's learn-info lines")
+}
+
+// anySet reports whether a flag of a remote batcher was given.
+func (r *remoteOptions) anySet(set map[string]bool) bool {
+	for _, name := range remoteOnly {
+		if set[name] {
+			return true
+		}
+	}
+	return false
+}
+
+// remoteConfig checks the flags of a remote batcher and makes its configuration.
+func remoteConfig(o options, log *zap.Logger) (remote.BatcherConfig, error) {
+	r := o.remote
+	if r.connect == "" {
+		for _, name := range remoteOnly {
+			if o.set[name] {
+				return remote.BatcherConfig{}, fmt.Errorf("--%s needs --connect URL (the learner's address)", name)
+			}
+		}
+	}
+	for _, name := range localOnly {
+		if o.set[name] {
+			return remote.BatcherConfig{}, fmt.Errorf("--%s does not apply with --connect: the learner's task sets the env count, rollout length and seeds, and its policies come from the learner (--env, --workers, --env-threads, --device and --threads do apply)", name)
+		}
+	}
+	switch {
+	case r.creds == "":
+		return remote.BatcherConfig{}, errors.New("--connect needs --creds FILE: the batcher.creds the learner wrote into its run directory (copy it to this machine), or the .creds file your NATS operator issued")
+	case o.workers < 1:
+		return remote.BatcherConfig{}, fmt.Errorf("--workers %d: want at least 1", o.workers)
+	case o.envThreads < 0:
+		return remote.BatcherConfig{}, fmt.Errorf("--env-threads %d: want at least 1", o.envThreads)
+	case r.connectTimeout < 0:
+		return remote.BatcherConfig{}, fmt.Errorf("--connect-timeout %v: want 0 (forever) or more", r.connectTimeout)
+	}
+	if _, err := os.Stat(r.creds); err != nil {
+		return remote.BatcherConfig{}, fmt.Errorf("--creds: %w (copy the batcher.creds from the learner's run directory)", err)
+	}
+	if r.ca != "" {
+		if _, err := os.Stat(r.ca); err != nil {
+			return remote.BatcherConfig{}, fmt.Errorf("--ca: %w", err)
+		}
+	}
+	codec, err := remote.ParseCodec(r.codec)
+	if err != nil {
+		return remote.BatcherConfig{}, fmt.Errorf("--codec: %w", err)
+	}
+	if r.id != "" {
+		if s := remote.SanitizeID(r.id); s != r.id {
+			return remote.BatcherConfig{}, fmt.Errorf("--id %q: use letters, digits, '-' and '_' only (e.g. %q), at most 64", r.id, s)
+		}
+	}
+	if err := o.flags.CheckThreads(); err != nil {
+		return remote.BatcherConfig{}, err
+	}
+	pc, err := o.flags.Config(log)
+	if err != nil {
+		return remote.BatcherConfig{}, err
+	}
+	timeout := r.connectTimeout
+	if timeout == 0 {
+		timeout = -1 // forever
+	}
+	return remote.BatcherConfig{
+		Client:         remote.ClientConfig{Creds: r.creds, CAFile: r.ca, BatcherID: r.id, Namespace: r.namespace, Codec: codec},
+		Env:            o.env,
+		Workers:        o.workers,
+		EnvThreads:     o.envThreads,
+		Policy:         pc,
+		ConnectTimeout: timeout,
+		Stop:           o.stop,
+		Logger:         log,
+	}, nil
+}
+
+// runRemote collects for a learner until it ends the run: progress lines on the log every
+// few seconds, the JSON summary on stdout.
+func runRemote(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) error {
+	cfg, err := remoteConfig(o, log)
+	if err != nil {
+		return err
+	}
+	var last time.Time
+	cfg.Progress = func(p remote.BatcherProgress) {
+		if time.Since(last) < 2*time.Second {
+			return
+		}
+		last = time.Now()
+		log.Info("progress", zap.String("task", p.Task), zap.Int64("rollouts", p.Rollouts), zap.Int64("confirmed", p.Confirmed),
+			zap.Int64("steps", p.Steps), zap.Float64("steps_per_sec", p.StepsPerSec()), zap.Int64("policy_version", p.PolicyVersion),
+			zap.Int("episodes", p.Episodes), zap.Float64("return_mean", p.ReturnMean))
+	}
+	if o.remote.info {
+		cfg.Info = func(line []byte) { log.Info("learner", zap.ByteString("info", line)) }
+	}
+	sum, err := remote.RunBatcher(ctx, o.remote.connect, cfg)
+	if err != nil {
+		return err
+	}
+	log.Info("done", zap.String("ended", sum.Ended), zap.Int64("rollouts", sum.Rollouts), zap.Int64("steps", sum.Steps),
+		zap.Float64("steps_per_sec", sum.StepsPerSec))
+	return cli.Summary(stdout, sum)
+}

@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/towerrl/towerrl/learner/mpi"
+	"github.com/towerrl/towerrl/models"
+)
+
+// trainRanks runs Train (or Resume, with dir) on n in-process ranks and returns each rank's
+// result and error. Every rank gets the same config; rank 0's Out is out.
+func trainRanks(t *testing.T, n int, cfg Config, out string, resume bool, edit func(r int, c *Config, o *Options)) ([]Result, []error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	gs := mpi.InProcess(n)
+	res, errs := make([]Result, n), make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() {
+			c, o := cfg, Options{Out: out, Ranks: gs[r]}
+			if edit != nil {
+				edit(r, &c, &o)
+			}
+			if resume {
+				res[r], errs[r] = Resume(ctx, out, o)
+			} else {
+				res[r], errs[r] = Train(ctx, c, o)
+			}
+		})
+	}
+	wg.Wait()
+	return res, errs
+}
+
+// TestDDPPORanks trains DD-PPO on two in-process ranks: rank 0 alone writes the run, whose
+// steps count both ranks' rows, whose checkpoint holds both ranks' batchers, and which resumes
+// on two ranks to the metrics and policy of an uninterrupted run (and is refused on one).
+func TestDDPPORanks(t *testing.T) {
+	cfg := Config{Env: "CartPole-v1", Algo: "ddppo", TotalSteps: 2 * 512 * 8, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1}
+	full := filepath.Join(t.TempDir(), "full")
+	res, errs := trainRanks(t, 2, cfg, full, false, nil)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if res[0].EnvSteps != 2*512*8 || res[0].Iterations != 8 || res[1].EnvSteps != res[0].EnvSteps {
+		t.Fatalf("results %+v", res)
+	}
+	ms := metricsWithoutTimings(t, full)
+	if len(ms) != 8 || ms[0]["env_steps"].(float64) != 1024 {
+		t.Fatalf("%d metrics lines, the first %v", len(ms), ms[0])
+	}
+	ck, err := models.LoadCheckpoint(context.Background(), filepath.Join(full, checkpointFile))
+	if err != nil {
+		matches, _ := filepath.Glob(filepath.Join(full, "checkpoint*"))
+		t.Fatalf("%v (have %v)", err, matches)
+	}
+	if ck.Ints["ranks"] != 2 || len(ck.Bytes["batcher.rank1"]) == 0 || bytes.Equal(ck.Bytes["batcher.rank1"], ck.Bytes["batcher"]) {
+		t.Fatalf("checkpoint: ranks %d, rank 1's batcher %d bytes (rank 0's %d)", ck.Ints["ranks"], len(ck.Bytes["batcher.rank1"]), len(ck.Bytes["batcher"]))
+	}
+
+	// Stopped after iteration 4 on rank 1's request (checkpoint at 3 and at the stop), resumed.
+	cut := filepath.Join(t.TempDir(), "cut")
+	stop := make(chan struct{})
+	var once sync.Once
+	_, errs = trainRanks(t, 2, cfg, cut, false, func(r int, _ *Config, o *Options) {
+		if r == 0 {
+			o.Progress = func(m Metrics) {
+				if m.Iteration == 4 {
+					once.Do(func() { close(stop) })
+				}
+			}
+		} else {
+			o.Stop = stop
+		}
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("rank %d of the stopped run: %v", r, err)
+		}
+	}
+	if _, err := Resume(context.Background(), cut, Options{}); err == nil || !strings.Contains(err.Error(), "written by 2 ranks") {
+		t.Fatalf("resume on one rank: %v", err)
+	}
+	if _, errs = trainRanks(t, 2, Config{}, cut, true, nil); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("resume on two ranks: %v", errs)
+	}
+	a, b := metricsWithoutTimings(t, full), metricsWithoutTimings(t, cut)
+	if len(b) != 8 {
+		t.Fatalf("the resumed run has %d metrics lines", len(b))
+	}
+	for i := range a {
+		ja, _ := json.Marshal(a[i])
+		jb, _ := json.Marshal(b[i])
+		if !bytes.Equal(ja, jb) {
+			t.Fatalf("iteration %d differs:\nuninterrupted %s\nresumed       %s", i+1, ja, jb)
+		}
+	}
+	pa, _ := os.ReadFile(filepath.Join(full, "policy.onnx"))
+	pb, _ := os.ReadFile(filepath.Join(cut, "policy.onnx"))
+	if !bytes.Equal(pa, pb) {
+		t.Fatal("the resumed run's policy.onnx differs from the uninterrupted run's")
+	}
+}
+
+// TestDDPPORefusals: ranks started with different configs all stop before training, naming
+// the field; ppo on several ranks is refused.
+func TestDDPPORefusals(t *testing.T) {
+	cfg := Config{Env: "CartPole-v1", Algo: "ddppo", TotalSteps: 2 * 512 * 2, Seed: 1, EvalEpisodes: -1}
+	out := filepath.Join(t.TempDir(), "run")
+	_, errs := trainRanks(t, 2, cfg, out, false, func(r int, c *Config, _ *Options) {
+		if r == 1 {
+			c.Envs = 8
+		}
+	})
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "envs") || errs[0] == nil {
+		t.Fatalf("differing configs: %v", errs)
+	}
+	if _, err := os.Stat(filepath.Join(out, "config.json")); err == nil {
+		t.Fatal("a refused run left its config.json")
+	}
+	cfg.Algo = "ppo"
+	_, errs = trainRanks(t, 2, cfg, out, false, nil)
+	for r, err := range errs {
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "ddppo") {
+			t.Fatalf("rank %d: ppo on two ranks: %v", r, err)
+		}
+	}
+}

@@ -1,0 +1,11 @@
+// Package fused holds the pieces of towerrl's fused gorgonia loss ops — one op per tower that
+// computes a whole RL loss and every input's derivative in one pass over the rows, instead of
+// dozens of small ops (see engine/internal/vtraceloss; engine/ppo follows the same pattern):
+// a policy head's per-row log-probability and entropy with their gradients ([Head], over
+// package models/head's distribution maths), the gradient op each input's derivative goes
+// through ([GradOp]), and small helpers.
+//
+// Errors carry no package prefix: the op that uses these pieces adds its own context.
+//
+// Threading: every value belongs to one op, in one tower's graph, run by one goroutine.
+package fused

@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/towerrl/towerrl/batcher"
+)
+
+// RolloutSource feeds a run with rollouts collected elsewhere — remote batchers, through the
+// learner's NATS server (cmd/train --serve, package remote) — instead of its own batchers,
+// and takes its policies. See Options.Source.
+type RolloutSource interface {
+	// Next returns the next rollout (it belongs to the trainer) and its acknowledgement,
+	// which the trainer calls once the rollout's rows are in the learner's batch or the
+	// rollout is dropped: an acknowledged rollout is never delivered again.
+	Next(ctx context.Context) (*batcher.Rollout, func(context.Context) error, error)
+	// Publish makes policy version (an ONNX model) the one the collectors use.
+	Publish(ctx context.Context, version int64, model []byte) error
+}
+
+// sourceRun is the trainer's state with a RolloutSource.
+type sourceRun struct {
+	src     RolloutSource
+	ack     func(context.Context) error // the held rollout's, until release
+	dropped int64                       // rollouts refused: too old for ppo, or another shape
+}
+
+// collectSource takes the source's next rollout of the run's shape (Workers×Envs envs,
+// RolloutSteps steps); for a synchronous algorithm also of the current policy version (ppo
+// is on-policy). Others are acknowledged and counted as dropped.
+func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
+	s := t.source
+	n := t.cfg.Workers * t.cfg.Envs
+	for {
+		r, ack, err := s.src.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		stale := t.async == nil && len(r.Version) > 0 && minVersion(r.Version[:r.T*r.N]) < t.version
+		if r.T == t.cfg.RolloutSteps && r.N == n && !stale {
+			s.ack = ack
+			return r, nil
+		}
+		if err := ack(ctx); err != nil {
+			return nil, err
+		}
+		s.dropped++
+		if !stale {
+			return nil, fmt.Errorf("engine: a remote rollout of %d envs × %d steps; the run trains on %d × %d (workers × envs, rollout_steps): start the batchers with the run's tasks",
+				r.N, r.T, n, t.cfg.RolloutSteps)
+		}
+	}
+}
+
+func minVersion(vs []int64) int64 {
+	m := vs[0]
+	for _, v := range vs[1:] {
+		m = min(m, v)
+	}
+	return m
+}
+
+// publishSource exports the current weights and publishes them to the collectors.
+func (t *trainer) publishSource(ctx context.Context) error {
+	if err := t.export(); err != nil {
+		return err
+	}
+	return t.source.src.Publish(ctx, t.version, t.model)
+}

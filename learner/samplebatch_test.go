@@ -1,0 +1,163 @@
+package learner
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+// fillSequenceBatch writes sequences of lens into b: row j of sequence k holds k·100+j in
+// every per-row column (NextValues and Version included), so a moved row shows where it came
+// from.
+func fillSequenceBatch(t *testing.T, b *SampleBatch, lens []int32) {
+	t.Helper()
+	b.Reset()
+	row := 0
+	for k, l := range lens {
+		for j := range int(l) {
+			v := float32(k*100 + j)
+			b.Obs[row], b.Actions[row], b.Rewards[row], b.Terminated[row], b.Truncated[row] = v, v, v, v, v
+			b.LogP[row], b.Values[row], b.Advantages[row], b.Returns[row], b.NextValues[row] = v, v, v, v, v
+			b.Version[row] = int64(v)
+			row++
+		}
+		b.SeqLens = append(b.SeqLens, l)
+	}
+	if err := b.SetLen(row); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkSequences checks that b holds whole sequences of lens (in any order) with every column
+// of a row moved together, and returns the order they are in.
+func checkSequences(t *testing.T, b *SampleBatch, lens []int32) []int {
+	t.Helper()
+	var order []int
+	row := 0
+	for s, l := range b.SeqLens {
+		k := int(b.Obs[row]) / 100
+		if k >= len(lens) || lens[k] != l {
+			t.Fatalf("sequence %d of length %d starts with row %v", s, l, b.Obs[row])
+		}
+		for j := range int(l) {
+			want := float32(k*100 + j)
+			r := row + j
+			for _, c := range []struct {
+				name string
+				v    float32
+			}{{"Obs", b.Obs[r]}, {"Actions", b.Actions[r]}, {"Rewards", b.Rewards[r]}, {"Terminated", b.Terminated[r]},
+				{"Truncated", b.Truncated[r]}, {"LogP", b.LogP[r]}, {"Values", b.Values[r]}, {"Advantages", b.Advantages[r]},
+				{"Returns", b.Returns[r]}, {"NextValues", b.NextValues[r]}, {"Version", float32(b.Version[r])}} {
+				if c.v != want {
+					t.Fatalf("sequence %d (was %d) step %d: %s = %v, want %v", s, k, j, c.name, c.v, want)
+				}
+			}
+		}
+		order = append(order, k)
+		row += int(l)
+	}
+	if row != b.Len() {
+		t.Fatalf("sequences hold %d rows, the batch %d", row, b.Len())
+	}
+	return order
+}
+
+// TestSampleBatchSequences: a feed-forward sequence batch (no state) is appended, copied by
+// sequence ranges and shuffled by whole sequences, NextValues moving with its rows; a plain
+// batch cannot take its rows.
+func TestSampleBatchSequences(t *testing.T) {
+	lens := []int32{4, 4, 4, 4, 4, 4}
+	b := NewSequenceBatch(24, 1, 1, 0)
+	if !b.Recurrent() || b.StateDim != 0 || len(b.NextValues) != 24 {
+		t.Fatalf("NewSequenceBatch: Recurrent %t, StateDim %d, NextValues %d", b.Recurrent(), b.StateDim, len(b.NextValues))
+	}
+	fillSequenceBatch(t, b, lens)
+
+	big := b.NewLike(48)
+	if !big.Recurrent() || big.Cap() != 48 {
+		t.Fatalf("NewLike: Recurrent %t, Cap %d", big.Recurrent(), big.Cap())
+	}
+	for range 2 {
+		if err := big.Append(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(big.SeqLens) != 12 || big.Len() != 48 {
+		t.Fatalf("two appends: %d sequences, %d rows", len(big.SeqLens), big.Len())
+	}
+	checkSequences(t, big, lens)
+
+	shuffled := false
+	sh := NewShuffler(b)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 5 {
+		if err := sh.Shuffle(rng, b); err != nil {
+			t.Fatal(err)
+		}
+		order := checkSequences(t, b, lens)
+		for i, k := range order {
+			shuffled = shuffled || i != k
+		}
+	}
+	if !shuffled {
+		t.Error("five shuffles left the sequences in order")
+	}
+	if n := testing.AllocsPerRun(20, func() { _ = sh.Shuffle(rng, b) }); n != 0 {
+		t.Errorf("%v allocations per shuffle of a sequence batch", n)
+	}
+
+	slice := b.NewLike(24)
+	if err := b.CopyRange(slice, 2, 5); err != nil {
+		t.Fatal(err)
+	}
+	if len(slice.SeqLens) != 3 || slice.Len() != 12 {
+		t.Fatalf("sequences [2, 5): %d sequences, %d rows", len(slice.SeqLens), slice.Len())
+	}
+	checkSequences(t, slice, lens)
+
+	// Appending would lose the sequences, and is refused; a copy makes its destination hold
+	// sequences (how the learner's tower slices take them) and back.
+	plain := NewSampleBatch(24, 1, 1, 0)
+	if err := plain.Append(b); !errors.Is(err, ErrBatch) {
+		t.Errorf("a sequence batch appended to a plain one: %v, want ErrBatch", err)
+	}
+	if err := b.CopyRange(plain, 1, 3); err != nil || !plain.Recurrent() || len(plain.SeqLens) != 2 || plain.Len() != 8 {
+		t.Fatalf("sequences [1, 3) into a plain batch: %v, Recurrent %t, %d sequences, %d rows", err, plain.Recurrent(), len(plain.SeqLens), plain.Len())
+	}
+	checkSequences(t, plain, lens)
+	rows := NewSampleBatch(24, 1, 1, 0)
+	fillSequenceBatch(t, rows, lens)
+	rows.SeqLens = rows.SeqLens[:0]
+	if err := rows.CopyRange(plain, 0, 5); err != nil || plain.Recurrent() || plain.Len() != 5 {
+		t.Fatalf("rows [0, 5) of a plain batch: %v, Recurrent %t, %d rows", err, plain.Recurrent(), plain.Len())
+	}
+}
+
+// TestSampleBatchNextValuesMove: the plain (row) paths carry NextValues too.
+func TestSampleBatchNextValuesMove(t *testing.T) {
+	b := NewSampleBatch(8, 1, 1, 0)
+	if b.Recurrent() {
+		t.Fatal("a plain batch holds sequences")
+	}
+	for r := range 8 {
+		b.Obs[r], b.NextValues[r] = float32(r), float32(10*r)
+	}
+	if err := b.SetLen(8); err != nil {
+		t.Fatal(err)
+	}
+	if err := NewShuffler(b).Shuffle(rand.New(rand.NewPCG(1, 2)), b); err != nil {
+		t.Fatal(err)
+	}
+	c := b.NewLike(8)
+	if err := b.CopyRange(c, 2, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Append(c.NewLike(0)); err != nil {
+		t.Fatal(err)
+	}
+	for r := range c.Len() {
+		if c.NextValues[r] != 10*c.Obs[r] || c.Obs[r] != b.Obs[r+2] {
+			t.Fatalf("row %d: obs %v next value %v (source row obs %v)", r, c.Obs[r], c.NextValues[r], b.Obs[r+2])
+		}
+	}
+}

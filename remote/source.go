@@ -1,0 +1,136 @@
+package remote
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/towerrl/towerrl/batcher"
+)
+
+// Source hands a trainer the rollouts that remote batchers publish as batcher rollouts, so
+// that they go the way of local ones: Next returns the next rollout, unpacked (Unpack),
+// and the trainer acknowledges it (Received.Ack, or AckAll for a whole stack) once it is
+// in a tower stack or discarded. A rollout is never handed out twice by one Server (see the
+// package documentation on de-duplication); one that does not unpack (a batcher of another
+// build, a bug) is acknowledged, so that it is not redelivered, logged and counted
+// (SourceStats.Malformed). Next is for one goroutine; Ack and AckAll may be called from any.
+type Source struct {
+	srv    *Server
+	ch     <-chan *Delivery
+	cancel context.CancelFunc
+
+	mu        sync.Mutex // guards malformed
+	malformed int64
+}
+
+// Received is a rollout a Source handed out.
+type Received struct {
+	// Rollout is the batcher rollout, columns as the batcher collected them (T, N, shapes,
+	// Obs, Actions, EnvActions, Rewards, Terminated, Truncated, LogP, Values, Version,
+	// FinalObs, FinalValues, LastObs, LastValues, EpisodeStarts, Episodes, recurrent
+	// States); it belongs to the trainer.
+	Rollout       *batcher.Rollout
+	EnvID         string
+	BatcherID     string
+	Session, Seq  uint64 // with BatcherID, what the learner de-duplicates on
+	PolicyVersion int64  // the oldest among the rows
+	Bytes         int    // wire bytes
+	// Stored is when the stream stored its last chunk (the NATS server's clock) and Latency
+	// the time from then until Next returned it: how long it queued for the learner.
+	Stored      time.Time
+	Latency     time.Duration
+	Redelivered bool // an earlier learner was handed it and did not acknowledge it
+
+	d *Delivery
+}
+
+// Ack acknowledges the rollout (Delivery.Ack): once it returns nil the rollout is gone from
+// the stream and never handed out again, to this learner or a restarted one.
+func (r *Received) Ack(ctx context.Context) error { return r.d.Ack(ctx) }
+
+// SourceStats counts what a Source handed out, beside its Server's Stats.
+type SourceStats struct {
+	Stats
+	Malformed int64 // rollouts dropped because they did not unpack
+}
+
+// NewSource starts the Server's Rollouts loop (one at a time per Server) for a trainer.
+// Close stops it; the rollouts handed out and not yet acknowledged stay acknowledgeable.
+func NewSource(ctx context.Context, s *Server) (*Source, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	ch, err := s.Rollouts(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Source{srv: s, ch: ch, cancel: cancel}, nil
+}
+
+// Next returns the next rollout, waiting for one until ctx ends (ctx's error). It returns
+// ErrClosed once the Source or its Server is closed.
+func (src *Source) Next(ctx context.Context) (*Received, error) {
+	for {
+		var d *Delivery
+		var ok bool
+		select {
+		case d, ok = <-src.ch:
+			if !ok {
+				return nil, ErrClosed
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		m := &d.Rollout
+		r, err := m.Unpack()
+		if err != nil {
+			src.srv.log.Warn("remote: dropping a rollout that does not unpack", zap.String("batcher", m.BatcherID),
+				zap.Uint64("seq", m.Seq), zap.Error(err))
+			src.mu.Lock()
+			src.malformed++
+			src.mu.Unlock()
+			if err := d.Ack(ctx); err != nil {
+				return nil, fmt.Errorf("remote: acknowledging a malformed rollout to drop it: %w", err)
+			}
+			continue
+		}
+		return &Received{Rollout: r, EnvID: m.EnvID, BatcherID: m.BatcherID, Session: m.Session, Seq: m.Seq,
+			PolicyVersion: m.PolicyVersion, Bytes: d.Bytes, Stored: d.Stored, Latency: time.Since(d.Stored),
+			Redelivered: d.Redelivered, d: d}, nil
+	}
+}
+
+// AckAll acknowledges rollouts together, about one round trip for a whole stack (see
+// Server.AckAll).
+func (src *Source) AckAll(ctx context.Context, rs ...*Received) error {
+	ds := make([]*Delivery, len(rs))
+	for i, r := range rs {
+		ds[i] = r.d
+	}
+	return src.srv.AckAll(ctx, ds...)
+}
+
+// Stats returns the Server's counters and the Source's.
+func (src *Source) Stats() SourceStats {
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	return SourceStats{Stats: src.srv.Stats(), Malformed: src.malformed}
+}
+
+// Close stops the Rollouts loop and waits until it has stopped; rollouts it had not handed
+// out go back to the stream for the next loop or learner. Idempotent.
+func (src *Source) Close() error {
+	src.cancel()
+	for d := range src.ch { // handed over as the loop stopped: give it back
+		src.srv.mu.Lock()
+		src.srv.stats.Delivered--
+		src.srv.stats.Bytes -= int64(d.Bytes)
+		src.srv.stats.PerBatcher[d.key.batcher]--
+		src.srv.mu.Unlock()
+		src.srv.release(d)
+	}
+	return nil
+}
