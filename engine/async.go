@@ -128,6 +128,9 @@ func (t *trainer) asyncMetrics(b *learner.SampleBatch, rows int, waited time.Dur
 	wall := now.Sub(a.since).Seconds()
 	m := &AsyncMetrics{PolicyLagMax: most, LagHistogram: append([]int64(nil), a.hist...), Queue: st.Ready,
 		Dropped: a.base + st.Dropped}
+	if t.source != nil {
+		m.Dropped = t.source.dropped
+	}
 	if rows > 0 {
 		m.PolicyLagMean = Float(float64(sum) / float64(rows))
 	}

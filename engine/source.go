@@ -28,7 +28,8 @@ type sourceRun struct {
 
 // collectSource takes the source's next rollout of the run's shape (Workers×Envs envs,
 // RolloutSteps steps); for a synchronous algorithm also of the current policy version (ppo
-// is on-policy). Others are acknowledged and counted as dropped.
+// is on-policy), for an asynchronous one at most MaxPolicyLag versions behind (when set).
+// Rollouts too old are acknowledged and counted as dropped.
 func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
 	s := t.source
 	n := t.cfg.Workers * t.cfg.Envs
@@ -37,7 +38,13 @@ func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
 		if err != nil {
 			return nil, err
 		}
-		stale := t.async == nil && len(r.Version) > 0 && minVersion(r.Version[:r.T*r.N]) < t.version
+		// ppo trains on the current version only; impala and appo on rollouts at most
+		// MaxPolicyLag versions behind (when it is set).
+		stale := false
+		if len(r.Version) > 0 && r.T*r.N > 0 {
+			lag := t.version - minVersion(r.Version[:r.T*r.N])
+			stale = t.async == nil && lag > 0 || t.async != nil && t.cfg.MaxPolicyLag > 0 && lag > t.cfg.MaxPolicyLag
+		}
 		if r.T == t.cfg.RolloutSteps && r.N == n && !stale {
 			s.ack = ack
 			return r, nil

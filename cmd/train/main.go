@@ -56,9 +56,16 @@ func main() {
 		resume     = fs.String("resume", "", "run directory to resume")
 		library    = fs.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
 		profile    = fs.String("profile", "", "folder to write a CPU profile (cpu.pprof) and a heap profile (heap.pprof) of the run into")
+		sf         serveFlags
 		lf         cli.LogFlags
 		hf         cli.HeadFlags
 	)
+	fs.StringVar(&sf.addr, "serve", "", "serve remote batchers (batcher --connect) on this host:port, with an embedded NATS server whose store is DIR/nats and whose batcher credential is DIR/batcher.creds; no local batchers")
+	fs.StringVar(&sf.nats, "nats", "", "serve remote batchers through this external NATS server (nats://host:port) instead of an embedded one")
+	fs.StringVar(&sf.natsCreds, "nats-creds", "", "the learner's credential for --nats")
+	fs.StringVar(&sf.tlsCert, "tls-cert", "", "with --serve: the server's TLS certificate (PEM); batchers then need its CA (batcher --ca)")
+	fs.StringVar(&sf.tlsKey, "tls-key", "", "with --serve: the TLS certificate's key (PEM)")
+	fs.IntVar(&sf.tasks, "tasks", 2, "with --serve or --nats: collect tasks handed to remote batchers, one per batcher (workers × envs envs of rollout_steps steps each)")
 	lf.Register(fs)
 	hf.Register(fs)
 	flag.Parse()
@@ -115,7 +122,7 @@ func main() {
 				return jerr
 			}
 			defer leaveJob(ctx, leave, &err)
-			return run(ctx, os.Stdout, log, stop, engine.Config{}, change, "", *resume, *library, ranks)
+			return run(ctx, os.Stdout, log, stop, engine.Config{}, change, "", *resume, *library, ranks, sf)
 		}
 		var cfg engine.Config
 		if *configPath != "" {
@@ -137,7 +144,7 @@ func main() {
 			return jerr
 		}
 		defer leaveJob(ctx, leave, &err)
-		return run(ctx, os.Stdout, log, stop, cfg, nil, dir, "", *library, ranks)
+		return run(ctx, os.Stdout, log, stop, cfg, nil, dir, "", *library, ranks, sf)
 	})
 }
 
@@ -150,7 +157,7 @@ func leaveJob(ctx context.Context, leave func(context.Context) error, err *error
 
 // run trains cfg into dir, or resumes the run in resume with change applied to its config. In
 // a DD-PPO job (ranks), rank 0 alone reports progress and prints the summary.
-func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan struct{}, cfg engine.Config, change func(*engine.Config), dir, resume, library string, ranks mpi.Group) error {
+func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan struct{}, cfg engine.Config, change func(*engine.Config), dir, resume, library string, ranks mpi.Group, sf serveFlags) (err error) {
 	progress := func(m engine.Metrics) {
 		ret := "-"
 		if !math.IsNaN(float64(m.ReturnMean)) {
@@ -167,6 +174,21 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 	}
 	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change, Plot: curve.Write,
 		Ranks: ranks}
+	if sf.on() {
+		srv, err := newServing(ctx, sf, cfg, dir, resume, log)
+		if err != nil {
+			return err
+		}
+		opts.Source = srv
+		if resume == "" && srv.cfg.Algo != "ppo" && cfg.MaxPolicyLag == 0 {
+			// Remote batchers never wait for the learner: without a bound on the lag it
+			// trains on ever older rollouts when they collect faster than it learns.
+			cfg.MaxPolicyLag = int64(max(4, 2*sf.tasks))
+			log.Info(fmt.Sprintf("serving: max_policy_lag %d (rollouts more versions behind are dropped; set --max-policy-lag to change it)", cfg.MaxPolicyLag))
+		}
+		opts.Progress = func(m engine.Metrics) { progress(m); srv.info(m) }
+		defer func() { err = errors.Join(err, srv.end(context.WithoutCancel(ctx))) }()
+	}
 	if ranks != nil {
 		log = log.With(zap.Int("rank", ranks.Rank()))
 		if ranks.Rank() > 0 {
@@ -174,7 +196,6 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 		}
 	}
 	var res engine.Result
-	var err error
 	if resume != "" {
 		log.Info("resuming", zap.String("dir", resume))
 		res, err = engine.Resume(ctx, resume, opts)

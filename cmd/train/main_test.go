@@ -15,7 +15,7 @@ func TestTrainAndResume(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	var out bytes.Buffer
 	cfg := engine.Config{Env: "CartPole-v1", TotalSteps: 2048, EvalEpisodes: 3}
-	if err := run(context.Background(), &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil); err != nil {
+	if err := run(context.Background(), &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{}); err != nil {
 		t.Fatal(err)
 	}
 	var sum map[string]any
@@ -32,10 +32,10 @@ func TestTrainAndResume(t *testing.T) {
 	}
 	// Resuming a finished run has nothing left to do but evaluate; it must not fail or retrain.
 	out.Reset()
-	if err := run(context.Background(), &out, zap.NewNop(), nil, engine.Config{}, nil, "", dir, "", nil); err != nil {
+	if err := run(context.Background(), &out, zap.NewNop(), nil, engine.Config{}, nil, "", dir, "", nil, serveFlags{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := run(context.Background(), &out, zap.NewNop(), nil, engine.Config{}, nil, dir, "", "", nil); err == nil {
+	if err := run(context.Background(), &out, zap.NewNop(), nil, engine.Config{}, nil, dir, "", "", nil, serveFlags{}); err == nil {
 		t.Fatal("no --env accepted")
 	}
 }

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/remote"
+)
+
+// freeAddr is a loopback host:port nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestServeRemoteBatchers: train --serve trains APPO and PPO on rollouts from two remote
+// batchers (remote.RunBatcher, as batcher --connect runs it) that take the credential the
+// run wrote, and end with the run (RunBatcher returns nil).
+func TestServeRemoteBatchers(t *testing.T) {
+	for _, name := range []string{"appo", "ppo"} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "run")
+			addr := freeAddr(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			done := make(chan error, 1)
+			cfg := engine.Config{Env: "CartPole-v1", Algo: name, TotalSteps: 512 * 40, EvalEpisodes: 3, Seed: 2}
+			go func() { done <- run(ctx, &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{addr: addr, tasks: 2}) }()
+			creds := filepath.Join(dir, "batcher.creds")
+			for _, err := os.Stat(creds); err != nil; _, err = os.Stat(creds) {
+				select {
+				case err := <-done:
+					t.Fatalf("the run ended before serving: %v", err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			var wg sync.WaitGroup
+			sums := make([]remote.BatcherSummary, 2)
+			errs := make([]error, 2)
+			for i := range 2 {
+				wg.Go(func() {
+					sums[i], errs[i] = remote.RunBatcher(ctx, "nats://"+addr, remote.BatcherConfig{Client: remote.ClientConfig{Creds: creds}})
+				})
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil || sums[i].Ended != "run ended" {
+					t.Errorf("batcher %d: %v, ended %q", i, err, sums[i].Ended)
+				}
+			}
+			var sum engine.Result
+			if err := json.Unmarshal(out.Bytes(), &sum); err != nil || sum.EnvSteps != 512*40 {
+				t.Fatalf("summary %s (%v)", out.String(), err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+			if err != nil || bytes.Count(b, []byte("\n")) != 40 {
+				t.Fatalf("metrics: %d lines (%v)", bytes.Count(b, []byte("\n")), err)
+			}
+		})
+	}
+}
+
+// TestServeFlags: conflicting or incomplete serving flags are refused before anything starts.
+func TestServeFlags(t *testing.T) {
+	cfg := engine.Config{Env: "CartPole-v1"}
+	for _, tc := range []struct {
+		f    serveFlags
+		algo string
+		want string
+	}{
+		{serveFlags{addr: "127.0.0.1:1", nats: "nats://x", tasks: 1}, "", "give one of them"},
+		{serveFlags{addr: "127.0.0.1:1", natsCreds: "x", tasks: 1}, "", "--nats-creds"},
+		{serveFlags{addr: "127.0.0.1:1", tlsCert: "c", tasks: 1}, "", "go together"},
+		{serveFlags{addr: "127.0.0.1:1", tasks: 0}, "", "--tasks 0"},
+		{serveFlags{addr: "127.0.0.1:1", tasks: 1}, "ddppo", "ddppo"},
+	} {
+		c := cfg
+		c.Algo = tc.algo
+		err := run(context.Background(), &bytes.Buffer{}, zap.NewNop(), nil, c, nil, filepath.Join(t.TempDir(), "r"), "", "", nil, tc.f)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error naming %q", tc.f, err, tc.want)
+		}
+		if errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	}
+}
