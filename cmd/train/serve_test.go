@@ -43,7 +43,9 @@ func TestServeRemoteBatchers(t *testing.T) {
 			var out bytes.Buffer
 			done := make(chan error, 1)
 			cfg := engine.Config{Env: "CartPole-v1", Algo: name, TotalSteps: 512 * 40, EvalEpisodes: 3, Seed: 2}
-			go func() { done <- run(ctx, &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{addr: addr, tasks: 2}) }()
+			go func() {
+				done <- run(ctx, &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{addr: addr, tasks: 2})
+			}()
 			creds := filepath.Join(dir, "batcher.creds")
 			for _, err := os.Stat(creds); err != nil; _, err = os.Stat(creds) {
 				select {
