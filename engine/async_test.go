@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -131,5 +132,28 @@ func TestAsyncResume(t *testing.T) {
 	}
 	if res.EnvSteps != 512*12 || len(metricsWithoutTimings(t, dir)) != 12 {
 		t.Fatalf("resumed: %+v, %d metrics lines", res, len(metricsWithoutTimings(t, dir)))
+	}
+}
+
+// TestAPPOPendulum: APPO with configs/pendulum-appo.json's settings (Gaussian head) swings
+// Pendulum-v1 up: a 20-episode evaluation of at least −250 after 600k steps (the issue asks for
+// it within 1M; measured −160 at 1M).
+func TestAPPOPendulum(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "configs", "pendulum-appo.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TotalSteps = 600_000
+	res, err := Train(context.Background(), cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("APPO on Pendulum-v1: eval %.1f ± %.1f after %d steps in %.1f s", res.EvalReturnMean, res.EvalReturnStd, res.EnvSteps, res.TrainSeconds)
+	if res.EvalReturnMean < -250 {
+		t.Errorf("eval return %.1f, want ≥ −250", res.EvalReturnMean)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 	"unsafe"
 
 	"github.com/towerrl/towerrl/batcher"
@@ -36,6 +37,7 @@ type rankState struct {
 	g          mpi.Group
 	rank, size int
 	coll       *mpi.Collective
+	cross      time.Duration // the collective's cross-rank time until the last iteration
 }
 
 func (t *trainer) root() bool { return t.rs == nil || t.rs.rank == 0 }
@@ -216,11 +218,15 @@ func (r *rankState) agree(ctx context.Context, flag bool) (bool, error) {
 	return v[0] > 0, err
 }
 
+// paramsHash is the SHA-256 of params' float32 bytes.
+func paramsHash(params []float32) [32]byte {
+	return sha256.Sum256(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(params))), 4*len(params)))
+}
+
 // checkSame compares the ranks' parameters: a mismatch (a rank that diverged) is an error on
 // every rank.
 func (r *rankState) checkSame(ctx context.Context, params []float32) error {
-	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(params))), 4*len(params))
-	if err := r.g.CheckSame(ctx, sha256.Sum256(b)); err != nil {
+	if err := r.g.CheckSame(ctx, paramsHash(params)); err != nil {
 		return fmt.Errorf("engine: the ranks' parameters differ; the run stops (a rank diverged: the checkpoint before this is the last good one): %w", err)
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/towerrl/towerrl/engine/ppo"
+	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/models"
+	"github.com/towerrl/towerrl/models/head"
 )
 
 // trainRanks runs Train (or Resume, with dir) on n in-process ranks and returns each rank's
@@ -137,4 +142,161 @@ func TestDDPPORefusals(t *testing.T) {
 			t.Fatalf("rank %d: ppo on two ranks: %v", r, err)
 		}
 	}
+}
+
+// TestDDPPOUpdateEquivalence: 2 ranks of B rows each (in-process ranks, mpi.Collective over
+// mpi.InProcess) update the parameters as 1 process does with the 2B rows, to 1e-6 over 4
+// updates: minibatch k of the one process holds both ranks' minibatch k, its advantages are
+// standardised over all of them, and the gradient is the mean over all of them.
+func TestDDPPOUpdateEquivalence(t *testing.T) {
+	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
+	rng := rand.New(rand.NewPCG(5, 9))
+	const B, mb = 256, 64 // per rank: 4 minibatches of 64
+	ranks := []*learner.SampleBatch{
+		randomMinibatch(rng, B, 2, minibatchScales{ret: 1, value: 0.1, logp: 0.05}),
+		randomMinibatch(rng, B, 2, minibatchScales{ret: 3, value: 0.5, logp: 0.05}),
+	}
+	loss := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	newTowers := func(rows int, coll learner.Collective, layout *learner.SampleBatch) (*learner.Towers, *models.Params) {
+		params, err := models.NewParams(models.Config{Spec: spec}, rand.New(rand.NewPCG(1, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw, err := learner.NewTowers(learner.TowersConfig{N: 1, Minibatch: rows, MaxGradNorm: 0.5, NormalizeAdvantages: true, Collective: coll},
+			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0.9, 0.999, 1e-5), layout, PPOTowers(params, loss))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tw.Close() })
+		return tw, params
+	}
+	// One process: minibatch k is rank 0's rows [k·mb, (k+1)·mb) then rank 1's.
+	one, block := learner.NewSampleBatch(2*B, 4, 1, 0), learner.NewSampleBatch(mb, 4, 1, 0)
+	for k := range B / mb {
+		for _, r := range ranks {
+			if err := r.CopyRange(block, k*mb, (k+1)*mb); err != nil {
+				t.Fatal(err)
+			}
+			if err := one.Append(block); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tw, single := newTowers(2*mb, nil, one)
+	for k := range B / mb {
+		if _, err := tw.Update(context.Background(), one, 2*k*mb, 2*(k+1)*mb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gs := mpi.InProcess(2)
+	got := make([][]float32, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		coll, err := mpi.NewCollective(gs[r], 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := learner.NewSampleBatch(B, 4, 1, 0)
+		b.Append(ranks[r])
+		rtw, params := newTowers(mb, coll, b)
+		wg.Go(func() {
+			for k := range B / mb {
+				if _, err := rtw.Update(context.Background(), b, k*mb, (k+1)*mb); err != nil {
+					errs[r] = err
+					return
+				}
+			}
+			got[r] = params.Data()
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	worst := 0.0
+	for k, v := range single.Data() {
+		worst = math.Max(worst, math.Abs(float64(v-got[0][k])))
+		if got[0][k] != got[1][k] {
+			t.Fatalf("the ranks' parameter %d differs: %v and %v", k, got[0][k], got[1][k])
+		}
+	}
+	t.Logf("2 ranks × %d rows vs 1 process × %d rows, 4 updates: max parameter difference %.3g", B, 2*B, worst)
+	if worst > 1e-6 {
+		t.Errorf("2 ranks' parameters differ from 1 process's by %.3g", worst)
+	}
+}
+
+// TestDDPPOCurvesMatchOneProcess: over 8 seeds, DD-PPO on 2 ranks of 4 envs learns CartPole as
+// PPO in one process with 8 envs does (same rows per update): the mean training return of the
+// last 10 iterations does not differ between the two by Welch's t-test at the 1% level, and
+// both learn.
+func TestDDPPOCurvesMatchOneProcess(t *testing.T) {
+	const seeds, steps = 8, 102_400
+	final := func(ms []Metrics) float64 {
+		var sum float64
+		var n int
+		for _, m := range ms[len(ms)-10:] {
+			if !math.IsNaN(float64(m.ReturnMean)) {
+				sum += float64(m.ReturnMean)
+				n++
+			}
+		}
+		return sum / float64(max(n, 1))
+	}
+	var ranks, one []float64
+	for seed := range uint64(seeds) {
+		cfg := Config{Env: "CartPole-v1", Algo: "ddppo", TotalSteps: steps, Seed: seed, EvalEpisodes: -1}
+		var ms []Metrics
+		_, errs := trainRanks(t, 2, cfg, "", false, func(r int, _ *Config, o *Options) {
+			if r == 0 {
+				o.Progress = func(m Metrics) { ms = append(ms, m) }
+			}
+		})
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatal(errs)
+		}
+		ranks = append(ranks, final(ms))
+		ms = nil
+		cfg.Algo, cfg.Envs = "ppo", 8
+		if _, err := Train(context.Background(), cfg, Options{Progress: func(m Metrics) { ms = append(ms, m) }}); err != nil {
+			t.Fatal(err)
+		}
+		one = append(one, final(ms))
+	}
+	tStat, df := welch(ranks, one)
+	t.Logf("final training return over %d seeds: 2 ranks × 4 envs %v, 1 process × 8 envs %v; Welch t = %.2f (df %.1f)", seeds, ranks, one, tStat, df)
+	// Two-sided 1% critical value of Student's t for df ≥ 7 is at most 3.50.
+	if math.Abs(tStat) > 3.5 {
+		t.Errorf("the 2-rank and 1-process returns differ: Welch t = %.2f", tStat)
+	}
+	if mean(ranks) < 100 || mean(one) < 100 {
+		t.Errorf("runs did not learn: mean final returns %.1f and %.1f", mean(ranks), mean(one))
+	}
+}
+
+func mean(x []float64) float64 {
+	var s float64
+	for _, v := range x {
+		s += v
+	}
+	return s / float64(len(x))
+}
+
+// welch is Welch's t statistic for the difference of two samples' means, and its
+// Welch–Satterthwaite degrees of freedom.
+func welch(a, b []float64) (float64, float64) {
+	va, vb := variance(a)/float64(len(a)), variance(b)/float64(len(b))
+	df := (va + vb) * (va + vb) / (va*va/float64(len(a)-1) + vb*vb/float64(len(b)-1))
+	return (mean(a) - mean(b)) / math.Sqrt(va+vb), df
+}
+
+func variance(x []float64) float64 {
+	m, s := mean(x), 0.0
+	for _, v := range x {
+		s += (v - m) * (v - m)
+	}
+	return s / float64(len(x)-1)
 }

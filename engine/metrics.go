@@ -35,8 +35,11 @@ type Metrics struct {
 	// Where the iteration's time went: collecting the rollout, the learner's updates,
 	// publishing the new policy (export, hot swap into the batchers, policy.onnx), and the
 	// checkpoint's share of the critical path (its snapshot; it is written on a goroutine).
-	CollectSeconds    Float `json:"collect_seconds"`
-	LearnSeconds      Float `json:"learn_seconds"`
+	CollectSeconds Float `json:"collect_seconds"`
+	LearnSeconds   Float `json:"learn_seconds"`
+	// AllReduceSeconds (DD-PPO only) is the part of LearnSeconds this rank spent in the
+	// cross-rank all-reduces of its updates, waiting for the other ranks included.
+	AllReduceSeconds  Float `json:"allreduce_seconds,omitempty"`
 	PublishSeconds    Float `json:"publish_seconds"`
 	CheckpointSeconds Float `json:"checkpoint_seconds"`
 
@@ -104,6 +107,12 @@ type Result struct {
 	Policy         string  `json:"policy"`        // path of the exported ONNX policy ("" without Out)
 	Curve          string  `json:"curve,omitempty"`
 	Dir            string  `json:"dir,omitempty"`
+	// ParamsSHA256 is the SHA-256 of the final parameters (float32, little-endian): the ranks
+	// of a DD-PPO job print the same.
+	ParamsSHA256 string `json:"params_sha256"`
+	// Rank and Ranks place a DD-PPO process in its job (absent for one process).
+	Rank  int `json:"rank,omitempty"`
+	Ranks int `json:"ranks,omitempty"`
 }
 
 // explainedVariance is 1 − Var(returns − values)/Var(returns), NaN when the returns are constant.

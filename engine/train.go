@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -276,7 +277,12 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 	if err := t.waitCheckpoint(); err != nil {
 		return res, err
 	}
-	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(), Dir: run.Path()}
+	h := paramsHash(t.pm.flatParams())
+	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(), Dir: run.Path(),
+		ParamsSHA256: hex.EncodeToString(h[:])}
+	if t.rs != nil {
+		res.Rank, res.Ranks = t.rs.rank, t.rs.size
+	}
 	if res.Curve, err = run.Curve(opts.Plot, fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
 		return res, err
 	}

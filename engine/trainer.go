@@ -334,6 +334,11 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		return Metrics{}, fmt.Errorf("%w; the last good policy.onnx and checkpoint are kept (lower lr or max_grad_norm, or look for NaN in the env's observations and rewards)", err)
 	}
 	learn := time.Since(l0)
+	var allreduce time.Duration
+	if t.rs != nil {
+		_, cross := t.rs.coll.Timing()
+		allreduce, t.rs.cross = cross-t.rs.cross, cross
+	}
 	var am *AsyncMetrics
 	if t.async != nil {
 		am = t.asyncMetrics(b, rows, collect)
@@ -356,7 +361,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		ReturnMax: nan, LengthMean: nan, PolicyLoss: Float(stats.Get("policy_loss")), ValueLoss: Float(stats.Get("value_loss")),
 		Entropy: Float(stats.Get("entropy")), ApproxKL: Float(stats.Get("approx_kl")), ClipFrac: Float(stats.Get("clip_frac")), ExplainedVar: Float(ev), LR: Float(lr),
 		CollectSPS: Float(float64(rows) / collect.Seconds()), LearnSPS: Float(float64(res.Trained) / learn.Seconds()), Version: t.version,
-		CollectSeconds: Float(collect.Seconds()), LearnSeconds: Float(learn.Seconds()), PublishSeconds: Float(publish.Seconds()), Async: am}
+		CollectSeconds: Float(collect.Seconds()), LearnSeconds: Float(learn.Seconds()), PublishSeconds: Float(publish.Seconds()), Async: am, AllReduceSeconds: Float(allreduce.Seconds())}
 	if am != nil {
 		m.CollectSPS = Float(am.rate) // the batchers never wait for this iteration: its wait is no rate
 	}

@@ -156,7 +156,8 @@ func leaveJob(ctx context.Context, leave func(context.Context) error, err *error
 }
 
 // run trains cfg into dir, or resumes the run in resume with change applied to its config. In
-// a DD-PPO job (ranks), rank 0 alone reports progress and prints the summary.
+// a DD-PPO job (ranks), rank 0 alone reports progress; every rank prints its summary (with its
+// rank and the hash of its final parameters, the same on every rank).
 func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan struct{}, cfg engine.Config, change func(*engine.Config), dir, resume, library string, ranks mpi.Group, sf serveFlags) (err error) {
 	progress := func(m engine.Metrics) {
 		ret := "-"
@@ -191,9 +192,6 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 	}
 	if ranks != nil {
 		log = log.With(zap.Int("rank", ranks.Rank()))
-		if ranks.Rank() > 0 {
-			stdout = io.Discard
-		}
 	}
 	var res engine.Result
 	if resume != "" {
