@@ -110,6 +110,11 @@ type Result struct {
 	// ParamsSHA256 is the SHA-256 of the final parameters (float32, little-endian): the ranks
 	// of a DD-PPO job print the same.
 	ParamsSHA256 string `json:"params_sha256"`
+	// RolloutsTrained and RolloutsDropped count, with Options.Source, the rollouts this
+	// process trained on and those it dropped (of an older policy version than ppo trains on,
+	// or past max_policy_lag).
+	RolloutsTrained int64 `json:"rollouts_trained,omitempty"`
+	RolloutsDropped int64 `json:"rollouts_dropped,omitempty"`
 	// Rank and Ranks place a DD-PPO process in its job (absent for one process).
 	Rank  int `json:"rank,omitempty"`
 	Ranks int `json:"ranks,omitempty"`

@@ -24,6 +24,7 @@ type sourceRun struct {
 	src     RolloutSource
 	ack     func(context.Context) error // the held rollout's, until release
 	dropped int64                       // rollouts refused: too old for ppo, or another shape
+	trained int64                       // rollouts taken into the learner's batch
 }
 
 // collectSource takes the source's next rollout of the run's shape (Workers×Envs envs,
@@ -47,6 +48,7 @@ func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
 		}
 		if r.T == t.cfg.RolloutSteps && r.N == n && !stale {
 			s.ack = ack
+			s.trained++
 			return r, nil
 		}
 		if err := ack(ctx); err != nil {

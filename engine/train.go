@@ -283,6 +283,9 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 	if t.rs != nil {
 		res.Rank, res.Ranks = t.rs.rank, t.rs.size
 	}
+	if t.source != nil {
+		res.RolloutsTrained, res.RolloutsDropped = t.source.trained, t.source.dropped
+	}
 	if res.Curve, err = run.Curve(opts.Plot, fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
 		return res, err
 	}

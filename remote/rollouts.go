@@ -16,14 +16,14 @@ import (
 // Stats counts what the learner's side received. Counts are of rollouts unless named
 // otherwise.
 type Stats struct {
-	Delivered       int64            // handed to the learner by Rollouts
-	Acked           int64            // acknowledged by the learner (Delivery.Ack)
-	Duplicates      int64            // dropped: the same (batcher, session, seq) was already delivered
-	DuplicateChunks int64            // chunk messages dropped as copies (redelivered or republished)
-	Corrupt         int64            // chunk messages dropped because they or their rollout did not decode
-	Incomplete      int64            // rollouts dropped with chunks missing after ChunkTimeout
-	Bytes           int64            // wire bytes (compressed chunks) of the delivered rollouts
-	PerBatcher      map[string]int64 // delivered, by batcher ID
+	Delivered       int64            `json:"delivered"`        // handed to the learner by Rollouts
+	Acked           int64            `json:"acked"`            // acknowledged by the learner (Delivery.Ack)
+	Duplicates      int64            `json:"duplicates"`       // dropped: the same (batcher, session, seq) was already delivered
+	DuplicateChunks int64            `json:"duplicate_chunks"` // chunk messages dropped as copies (redelivered or republished)
+	Corrupt         int64            `json:"corrupt"`          // chunk messages dropped because they or their rollout did not decode
+	Incomplete      int64            `json:"incomplete"`       // rollouts dropped with chunks missing after ChunkTimeout
+	Bytes           int64            `json:"bytes"`            // wire bytes (compressed chunks) of the delivered rollouts
+	PerBatcher      map[string]int64 `json:"per_batcher"`      // delivered, by batcher ID
 }
 
 // Stats returns a copy of the counters.

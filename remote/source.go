@@ -55,7 +55,7 @@ func (r *Received) Ack(ctx context.Context) error { return r.d.Ack(ctx) }
 // SourceStats counts what a Source handed out, beside its Server's Stats.
 type SourceStats struct {
 	Stats
-	Malformed int64 // rollouts dropped because they did not unpack
+	Malformed int64 `json:"malformed"` // rollouts dropped because they did not unpack
 }
 
 // NewSource starts the Server's Rollouts loop (one at a time per Server) for a trainer.

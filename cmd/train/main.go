@@ -31,6 +31,7 @@ import (
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/remote"
 	"go.uber.org/zap"
 )
 
@@ -205,6 +206,12 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 	}
 	if err != nil {
 		return err
+	}
+	if srv, ok := opts.Source.(*serving); ok {
+		return cli.Summary(stdout, struct {
+			engine.Result
+			Remote *remote.SourceStats `json:"remote,omitempty"`
+		}{res, srv.stats()})
 	}
 	return cli.Summary(stdout, res)
 }

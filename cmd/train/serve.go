@@ -152,6 +152,18 @@ func (s *serving) info(m engine.Metrics) {
 	}
 }
 
+// stats are the server's counters (rollouts delivered, acknowledged, duplicates dropped, per
+// batcher), nil before it started.
+func (s *serving) stats() *remote.SourceStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.src == nil {
+		return nil
+	}
+	st := s.src.Stats()
+	return &st
+}
+
 // end announces the end of the run (the batchers exit 0) and stops serving.
 func (s *serving) end(ctx context.Context) error {
 	s.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -59,7 +60,7 @@ func TestServeRemoteBatchers(t *testing.T) {
 			errs := make([]error, 2)
 			for i := range 2 {
 				wg.Go(func() {
-					sums[i], errs[i] = remote.RunBatcher(ctx, "nats://"+addr, remote.BatcherConfig{Client: remote.ClientConfig{Creds: creds}})
+					sums[i], errs[i] = remote.RunBatcher(ctx, "nats://"+addr, remote.BatcherConfig{Client: remote.ClientConfig{Creds: creds, BatcherID: fmt.Sprintf("b%d", i)}})
 				})
 			}
 			if err := <-done; err != nil {
@@ -74,6 +75,13 @@ func TestServeRemoteBatchers(t *testing.T) {
 			var sum engine.Result
 			if err := json.Unmarshal(out.Bytes(), &sum); err != nil || sum.EnvSteps != 512*40 {
 				t.Fatalf("summary %s (%v)", out.String(), err)
+			}
+			var rem struct {
+				Remote *remote.SourceStats `json:"remote"`
+			}
+			if err := json.Unmarshal(out.Bytes(), &rem); err != nil || rem.Remote == nil || rem.Remote.Delivered < sum.RolloutsTrained+sum.RolloutsDropped ||
+				sum.RolloutsTrained != 40 || len(rem.Remote.PerBatcher) != 2 || rem.Remote.Duplicates != 0 {
+				t.Fatalf("summary %s: want 40 rollouts trained, the server's counts and 2 batchers (%v)", out.String(), err)
 			}
 			b, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
 			if err != nil || bytes.Count(b, []byte("\n")) != 40 {
