@@ -35,6 +35,9 @@ type Config struct {
 	// inference call per step (a GPU), its envs stepped on several cores, as rlstructures
 	// recommends. Keep Workers × EnvThreads within the cores. Snapshot needs 1. Default 1.
 	EnvThreads int
+	// NoSpin makes the env shards' goroutines (EnvThreads > 1) park at once between steps
+	// instead of spinning briefly (envs.Config.NoSpin). Default false.
+	NoSpin bool
 	// Steps is the largest rollout (steps per env) Collect is asked for; buffers are sized
 	// for it. Default 128.
 	Steps int
@@ -230,7 +233,7 @@ func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim i
 		wk.rngs[i], wk.pcgs[i] = samplingStream(b.cfg.Seed, w*m+i)
 	}
 	env, err := envs.Make(b.cfg.Env, envs.Config{NumEnvs: m, Seed: b.cfg.Seed, Offset: w * m,
-		MaxEpisodeSteps: b.cfg.MaxEpisodeSteps, Threads: b.cfg.EnvThreads})
+		MaxEpisodeSteps: b.cfg.MaxEpisodeSteps, Threads: b.cfg.EnvThreads, NoSpin: b.cfg.NoSpin})
 	if err != nil {
 		return nil, err
 	}

@@ -171,7 +171,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	}
 	if t.source == nil {
 		if t.b, err = batcher.New(ctx, batcher.Config{Env: cfg.Env, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs,
-			Steps: cfg.RolloutSteps, Seed: t.batcherSeed(firstIteration)}, t.pol); err != nil {
+			Steps: cfg.RolloutSteps, Seed: t.batcherSeed(firstIteration), NoSpin: cfg.NoSpin}, t.pol); err != nil {
 			return err
 		}
 	}

@@ -13,7 +13,8 @@ var _ VecEnv = (*parallelEnv)(nil)
 // shard k being a vecEnv whose buffers are rows [lo[k], lo[k+1]) of the whole. Every env's
 // random stream depends only on (seed, global index), so the trajectories are those of the
 // one-goroutine VecEnv, bit for bit. The shards' goroutines spin briefly between steps (see
-// internal/spin) when each can have its own CPU, so a step pays no thread wake-up.
+// internal/spin) when each can have its own CPU, so a step pays no thread wake-up, unless
+// Config.NoSpin.
 type parallelEnv struct {
 	spec   Spec
 	n      int
@@ -49,7 +50,11 @@ func newParallel(spec Spec, newDyn func(n int) Dynamics, cfg Config, threads int
 	}
 	p.lo = append(p.lo, n)
 	p.acts = make([]Actions, k)
-	p.pool = spin.NewPool(k, func(s int) { p.shards[s].step(p.acts[s]) })
+	mode := spin.Auto
+	if cfg.NoSpin {
+		mode = spin.Off
+	}
+	p.pool = spin.NewPool(k, func(s int) { p.shards[s].step(p.acts[s]) }, spin.WithMode(mode))
 	return p
 }
 

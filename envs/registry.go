@@ -132,6 +132,10 @@ type Config struct {
 	// (a GPU batcher). Keep Threads × the VecEnvs stepped at once within the cores. Default
 	// (0 or 1): the calling goroutine only. Snapshots need Threads ≤ 1.
 	Threads int
+	// NoSpin makes the shards' goroutines (Threads > 1) park at once between steps instead of
+	// spinning briefly first (internal/spin): for machines shared with other work. The
+	// trajectories are the same. Default false.
+	NoSpin bool
 }
 
 // Make returns a VecEnv of cfg.NumEnvs copies of the environment registered

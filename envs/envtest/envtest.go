@@ -257,16 +257,19 @@ func testDeterministic(t *testing.T, spec envs.Spec) {
 }
 
 // testThreads checks that a VecEnv stepped in several threads (Config.Threads) follows the
-// one-thread trajectories bit for bit, with uneven shards and a time limit that truncates,
+// one-thread trajectories bit for bit (spinning or not), with uneven shards and a time limit that truncates,
 // refuses a bad action by its global index before any env moves, and steps without allocating.
 func testThreads(t *testing.T, spec envs.Spec) {
 	const n = 11
 	acts := RandomActions(spec.Action, n, 300, 17)
 	cfg := envs.Config{NumEnvs: n, Seed: 5, MaxEpisodeSteps: 40}
 	want := trajectory(t, mustMake(t, spec.ID, cfg), acts)
-	for _, threads := range []int{2, 3, 16} {
+	for _, threads := range []int{2, 3, 16, -2} {
 		c := cfg
 		c.Threads = threads
+		if threads < 0 { // 2 shards that park instead of spinning: the same trajectories
+			c.Threads, c.NoSpin = -threads, true
+		}
 		v := mustMake(t, spec.ID, c)
 		if v.Spec().MaxEpisodeSteps != 40 {
 			t.Fatalf("Threads %d: spec time limit %d, want 40", threads, v.Spec().MaxEpisodeSteps)
