@@ -185,7 +185,7 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 		if resume == "" && srv.cfg.Algo != "ppo" && cfg.MaxPolicyLag == 0 {
 			// Remote batchers never wait for the learner: without a bound on the lag it
 			// trains on ever older rollouts when they collect faster than it learns.
-			cfg.MaxPolicyLag = int64(max(4, 2*sf.tasks))
+			cfg.MaxPolicyLag = 2
 			log.Info(fmt.Sprintf("serving: max_policy_lag %d (rollouts more versions behind are dropped; set --max-policy-lag to change it)", cfg.MaxPolicyLag))
 		}
 		opts.Progress = func(m engine.Metrics) { progress(m); srv.info(m) }
