@@ -30,6 +30,26 @@ type asyncRun struct {
 	base   int64               // Dropped of the streams before this one
 	hist   []int64
 	seqLen int // the steps of the sequences V-trace runs over
+
+	// The run's totals, for Result.Async: the lag histogram, rows, the lag's sum, and the
+	// seconds the batchers sat blocked and the learner waited over the wall seconds.
+	total                      AsyncMetrics
+	rows, lagSum               int64
+	blocked, waited, wallTotal float64
+}
+
+// summary is the run's asynchronous statistics so far (Result.Async).
+func (a *asyncRun) summary(dropped int64) *AsyncMetrics {
+	m := a.total
+	m.LagHistogram = append([]int64(nil), a.total.LagHistogram...)
+	m.Dropped = dropped
+	if a.rows > 0 {
+		m.PolicyLagMean = Float(float64(a.lagSum) / float64(a.rows))
+	}
+	if a.wallTotal > 0 {
+		m.BatcherIdle, m.LearnerIdle = Float(a.blocked/a.wallTotal), Float(a.waited/a.wallTotal)
+	}
+	return &m
 }
 
 // batcherSeed is the batchers' seed for a run starting at firstIteration: the run's seed, or
@@ -140,6 +160,19 @@ func (t *trainer) asyncMetrics(b *learner.SampleBatch, rows int, waited time.Dur
 		m.LearnerIdle = Float(min(1, waited.Seconds()/wall))
 	}
 	a.last, a.since = st, now
+	if a.total.LagHistogram == nil {
+		a.total.LagHistogram = make([]int64, lagBuckets)
+	}
+	for k, n := range a.hist {
+		a.total.LagHistogram[k] += n
+	}
+	a.rows += int64(rows)
+	a.lagSum += sum
+	a.total.PolicyLagMax = max(a.total.PolicyLagMax, most)
+	a.total.Queue = m.Queue
+	a.wallTotal += wall
+	a.blocked += float64(m.BatcherIdle) * wall
+	a.waited += float64(m.LearnerIdle) * wall
 	return m
 }
 

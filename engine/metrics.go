@@ -115,6 +115,10 @@ type Result struct {
 	// or past max_policy_lag).
 	RolloutsTrained int64 `json:"rollouts_trained,omitempty"`
 	RolloutsDropped int64 `json:"rollouts_dropped,omitempty"`
+	// Async sums an asynchronous run's iterations (impala, appo): the lag histogram, mean and
+	// max over every row trained, rollouts dropped, and the fractions of the wall time the
+	// batchers sat blocked and the learner waited.
+	Async *AsyncMetrics `json:"async,omitempty"`
 	// Rank and Ranks place a DD-PPO process in its job (absent for one process).
 	Rank  int `json:"rank,omitempty"`
 	Ranks int `json:"ranks,omitempty"`
