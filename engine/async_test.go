@@ -45,7 +45,7 @@ func TestAsyncAlgorithmsLearn(t *testing.T) {
 		algo  string
 		steps int64
 		min   float64
-	}{{"appo", 400_000, 475}, {"impala", 400_000, 150}} {
+	}{{"appo", 400_000, 475}, {"impala", 400_000, 400}} {
 		t.Run(tc.algo, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "run")
 			var ms []Metrics
