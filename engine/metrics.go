@@ -45,6 +45,9 @@ type Metrics struct {
 
 	// Async holds what an asynchronous algorithm's iteration adds (nil for ppo).
 	Async *AsyncMetrics `json:"async,omitempty"`
+	// Transport describes the rollouts taken from Options.Source (remote batchers) this
+	// iteration (nil without a source).
+	Transport *TransportMetrics `json:"transport,omitempty"`
 }
 
 // AsyncMetrics describe an asynchronous iteration (impala, appo): the policy lag of the rows

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/envs"
@@ -41,10 +42,10 @@ func (s *batcherSource) Publish(ctx context.Context, version int64, model []byte
 	return s.b.UpdatePolicy(ctx, s.pol.WithModel(model, version))
 }
 
-func (s *batcherSource) Next(ctx context.Context) (*batcher.Rollout, func(context.Context) error, error) {
+func (s *batcherSource) Next(ctx context.Context) (Received, error) {
 	r, err := s.b.Collect(ctx, s.steps)
 	if err != nil {
-		return nil, nil, err
+		return Received{}, err
 	}
 	s.n++
 	if s.stale && s.n%2 == 0 {
@@ -52,7 +53,8 @@ func (s *batcherSource) Next(ctx context.Context) (*batcher.Rollout, func(contex
 			r.Version[i]--
 		}
 	}
-	return r, func(context.Context) error { s.mu.Lock(); s.acks++; s.mu.Unlock(); return nil }, nil
+	ack := func(context.Context) error { s.mu.Lock(); s.acks++; s.mu.Unlock(); return nil }
+	return Received{Rollout: r, Ack: ack, Bytes: 1000, Latency: time.Millisecond}, nil
 }
 
 // TestSourceFeedsTheRun trains ppo and appo on rollouts from a RolloutSource: every rollout
@@ -67,8 +69,9 @@ func TestSourceFeedsTheRun(t *testing.T) {
 					src.b.Close()
 				}
 			}()
+			var last Metrics
 			res, err := Train(context.Background(), Config{Env: "CartPole-v1", Algo: name, TotalSteps: 150_000, Seed: 4, EvalEpisodes: 20},
-				Options{Source: src})
+				Options{Source: src, Progress: func(m Metrics) { last = m }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,6 +85,9 @@ func TestSourceFeedsTheRun(t *testing.T) {
 			}
 			if src.n != want || len(src.versions) != iters+1 || src.versions[iters] != int64(iters) {
 				t.Errorf("%d rollouts taken (want %d), versions published %v", src.n, want, src.versions)
+			}
+			if tr := last.Transport; tr == nil || tr.Rollouts < 1 || tr.Bytes != 1000*int64(tr.Rollouts) || tr.LatencySeconds != 0.001 || tr.BytesPerSec <= 0 {
+				t.Errorf("the last iteration's transport metrics %+v", tr)
 			}
 			t.Logf("%s from a source: eval %.1f", name, res.EvalReturnMean)
 			if res.EvalReturnMean < 150 {

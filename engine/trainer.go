@@ -365,6 +365,9 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	if am != nil {
 		m.CollectSPS = Float(am.rate) // the batchers never wait for this iteration: its wait is no rate
 	}
+	if t.source != nil {
+		m.Transport = t.source.transport()
+	}
 	if len(r.Episodes) > 0 {
 		var ret, length batcher.Stats
 		lo, hi := math.Inf(1), math.Inf(-1)

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/engine"
 	"github.com/towerrl/towerrl/remote"
 )
@@ -126,15 +125,15 @@ func (s *serving) Publish(ctx context.Context, version int64, model []byte) erro
 }
 
 // Next implements engine.RolloutSource.
-func (s *serving) Next(ctx context.Context) (*batcher.Rollout, func(context.Context) error, error) {
+func (s *serving) Next(ctx context.Context) (engine.Received, error) {
 	if err := s.start(ctx); err != nil {
-		return nil, nil, err
+		return engine.Received{}, err
 	}
 	r, err := s.src.Next(ctx)
 	if err != nil {
-		return nil, nil, err
+		return engine.Received{}, err
 	}
-	return r.Rollout, r.Ack, nil
+	return engine.Received{Rollout: r.Rollout, Ack: r.Ack, Bytes: r.Bytes, Latency: r.Latency}, nil
 }
 
 // info sends a metrics line to the batchers that watch learn-info.

@@ -87,6 +87,11 @@ func TestServeRemoteBatchers(t *testing.T) {
 			if err != nil || bytes.Count(b, []byte("\n")) != 40 {
 				t.Fatalf("metrics: %d lines (%v)", bytes.Count(b, []byte("\n")), err)
 			}
+			var m engine.Metrics
+			if err := json.Unmarshal(b[bytes.LastIndexByte(b[:len(b)-1], '\n')+1:], &m); err != nil || m.Transport == nil ||
+				m.Transport.Rollouts < 1 || m.Transport.Bytes <= 0 || m.Transport.LatencySeconds <= 0 {
+				t.Fatalf("the last metrics line's transport: %+v (%v)", m.Transport, err)
+			}
 		})
 	}
 }
