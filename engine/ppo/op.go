@@ -2,127 +2,72 @@ package ppo
 
 import (
 	"fmt"
-	"hash"
-	"hash/fnv"
 	"math"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
-	"gorgonia.org/tensor"
+
+	"github.com/towerrl/towerrl/engine/internal/fused"
 )
 
-// ppoLossOp is CleanRL's PPO loss as one gorgonia op over rows of
+// lossTerms is CleanRL's PPO loss over rows of
 // (logp, entropy, value, advantages, returns, old logp, old values) → the scalar loss:
 //
 //	loss = mean(max(−A·r, −A·clip(r, 1−ε, 1+ε))) − EntCoef·mean(H) + VfCoef·½·mean(V),
 //	r = exp(logp − old logp), V = max((v − R)², (v_clip − R)²) (or (v − R)² without ClipVLoss),
 //	v_clip = old v + clip(v − old v, −ε, ε).
 //
-// One op instead of some sixty small ones (forward and backward) is what keeps a tower's fixed
-// cost per minibatch low, and so lets several towers run in parallel. Do also works out each
-// row's derivative with respect to logp and v (at ties of the max, the unclipped term's), and
-// the three gradient ops only scale those by the incoming gradient. The op belongs to one
-// tower's graph: its statistics are those of the graph's last run.
-type ppoLossOp struct {
-	c         Coefs
-	rows      int
-	valueDims int // 1 for a [rows] value, 2 for [rows, 1]
+// It is the maths of PPO's fused gorgonia ops (headOp, logProbOp): one op instead of some
+// sixty small ones (forward and backward) is what keeps a tower's fixed cost per minibatch
+// low, and so lets several towers run in parallel. loss also works out each row's derivative
+// with respect to logp and v (at ties of the max, the unclipped term's), and the ops' gradient
+// ops (fused.GradOp) only scale those by the incoming gradient. The terms belong to one
+// tower's op: the statistics are those of its last run.
+type lossTerms struct {
+	c    Coefs
+	rows int
 
-	dLogp, dValue []float32  // ∂loss/∂logp_i, ∂loss/∂v_i from the last Do
+	dLogp, dValue []float32  // ∂loss/∂logp_i, ∂loss/∂v_i from the last run
 	dEnt          []float32  // ∂loss/∂H_i = −EntCoef/rows, the same for every row and run
-	stats         [6]float64 // StatNames of the last Do
+	stats         [6]float64 // StatNames of the last run
 }
 
-func vecType(dims int) hm.Type { return G.TensorType{Dims: dims, Of: hm.TypeVariable('a')} }
-
-func (op *ppoLossOp) inputTypes() []hm.Type {
-	v := vecType(1)
-	return []hm.Type{v, v, vecType(op.valueDims), v, v, v, v}
-}
-
-func (op *ppoLossOp) Arity() int { return 7 }
-func (op *ppoLossOp) Type() hm.Type {
-	return hm.NewFnType(append(op.inputTypes(), hm.TypeVariable('a'))...)
-}
-func (op *ppoLossOp) ReturnsPtr() bool     { return false }
-func (op *ppoLossOp) CallsExtern() bool    { return false }
-func (op *ppoLossOp) OverwritesInput() int { return -1 }
-func (op *ppoLossOp) String() string       { return fmt.Sprintf("PPOLoss%+v", op.c) }
-func (op *ppoLossOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "towerrl.%s.%p", op, op) // one op per tower: never merged across graphs
-}
-func (op *ppoLossOp) Hashcode() uint32 { return hashOf(op) }
-
-func hashOf(op interface{ WriteHash(hash.Hash) }) uint32 {
-	h := fnv.New32a()
-	op.WriteHash(h)
-	return h.Sum32()
-}
-
-func (op *ppoLossOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 7 {
-		return nil, fmt.Errorf("ppo: PPOLoss takes 7 inputs, got %d", len(in))
+func newLossTerms(c Coefs, rows int) lossTerms {
+	t := lossTerms{c: c, rows: rows, dLogp: make([]float32, rows), dValue: make([]float32, rows), dEnt: make([]float32, rows)}
+	for i := range t.dEnt {
+		t.dEnt[i] = float32(-c.EntCoef / float64(rows))
 	}
-	for k, d := range in {
-		s, ok := d.(tensor.Shape)
-		if !ok || s.TotalSize() != op.rows {
-			return nil, fmt.Errorf("ppo: PPOLoss input %d has shape %v, want %d values", k, d, op.rows)
-		}
-	}
-	return tensor.ScalarShape(), nil
+	return t
 }
 
-// floats returns a float32 tensor value's elements.
-func floats(v G.Value, n int, what string) ([]float32, error) {
-	d, ok := v.(*tensor.Dense)
-	if !ok || d.Dtype() != tensor.Float32 || d.Shape().TotalSize() != n {
-		return nil, fmt.Errorf("ppo: PPOLoss %s is %v, want %d float32 values", what, v, n)
+// ppoInputs name the inputs of the loss after the value, as the ops take them.
+var ppoInputs = [...]string{"advantages", "returns", "old logp", "old values"}
+
+// inputs are the ops' value and ppoInputs inputs (the value of rank valueDims).
+func (t *lossTerms) inputs(valueDims int) []fused.Input {
+	in := []fused.Input{{Name: "value", Dims: valueDims, D: t.dValue}}
+	for _, name := range ppoInputs {
+		in = append(in, fused.Input{Name: name, Dims: 1})
 	}
-	if d.RequiresIterator() {
-		d = d.Materialize().(*tensor.Dense)
-	}
-	return d.Float32s()[:n], nil
+	return in
 }
 
-var ppoInputs = [7]string{"logp", "entropy", "value", "advantages", "returns", "old logp", "old values"}
-
-func (op *ppoLossOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 7 {
-		return nil, fmt.Errorf("ppo: PPOLoss takes 7 inputs, got %d", len(in))
-	}
-	var x [7][]float32
-	for k := range in {
-		var err error
-		if x[k], err = floats(in[k], op.rows, ppoInputs[k]); err != nil {
-			return nil, err
-		}
-	}
-	return G.NewF32(float32(op.terms(x[0], x[1], x[2], x[3], x[4], x[5], x[6]))), nil
-}
-
-// terms works out the loss over the rows' log-probabilities and entropies, with the statistics
+// loss works out the loss over the rows' log-probabilities and entropies, with the statistics
 // and each row's derivatives with respect to logp and v, and returns the loss.
-func (op *ppoLossOp) terms(logp, ent, v, adv, ret, oldLogp, oldV []float32) float64 {
-	if op.dLogp == nil {
-		op.dLogp, op.dValue, op.dEnt = make([]float32, op.rows), make([]float32, op.rows), make([]float32, op.rows)
-		for i := range op.dEnt {
-			op.dEnt[i] = float32(-op.c.EntCoef / float64(op.rows))
-		}
-	}
-	c, n := op.c, float64(op.rows)
+func (t *lossTerms) loss(logp, ent, v, adv, ret, oldLogp, oldV []float32) float64 {
+	c, n := t.c, float64(t.rows)
 	lo, hi := 1-c.ClipCoef, 1+c.ClipCoef
 	var pg, vl, h, kl, clipped float64
-	for i := range op.rows {
+	for i := range t.rows {
 		lr := float64(logp[i]) - float64(oldLogp[i])
 		r := math.Exp(lr)
 		a := float64(adv[i])
 		unclipped, clippedTerm := -a*r, -a*min(max(r, lo), hi)
 		if unclipped >= clippedTerm {
 			pg += unclipped
-			op.dLogp[i] = float32(-a * r / n)
+			t.dLogp[i] = float32(-a * r / n)
 		} else {
 			pg += clippedTerm
-			op.dLogp[i] = 0
+			t.dLogp[i] = 0
 		}
 		kl += (r - 1) - lr
 		if math.Abs(r-1) > c.ClipCoef {
@@ -142,105 +87,36 @@ func (op *ppoLossOp) terms(logp, ent, v, adv, ret, oldLogp, oldV []float32) floa
 			}
 		}
 		vl += term
-		op.dValue[i] = float32(c.VfCoef * 0.5 * grad / n)
+		t.dValue[i] = float32(c.VfCoef * 0.5 * grad / n)
 		h += float64(ent[i])
 	}
 	pg, vl, h = pg/n, 0.5*vl/n, h/n
 	loss := pg - c.EntCoef*h + c.VfCoef*vl
-	op.stats = [6]float64{loss, pg, vl, h, kl / n, clipped / n}
+	t.stats = [6]float64{loss, pg, vl, h, kl / n, clipped / n}
 	return loss
 }
 
-func (op *ppoLossOp) DiffWRT(int) []bool { return []bool{true, true, true, false, false, false, false} }
-
-func (op *ppoLossOp) SymDiff(in G.Nodes, _ *G.Node, dy *G.Node) (G.Nodes, error) {
-	if len(in) != 7 {
-		return nil, fmt.Errorf("ppo: PPOLoss takes 7 inputs, got %d", len(in))
-	}
-	out := make(G.Nodes, 7)
-	for k, d := range []*[]float32{&op.dLogp, &op.dEnt, &op.dValue} {
-		dims := 1
-		if k == 2 {
-			dims = op.valueDims
-		}
-		g, err := G.ApplyOp(&lossGradOp{fwd: op, name: ppoInputs[k], dims: dims, d: d}, in[k], dy)
-		if err != nil {
-			return nil, err
-		}
-		out[k] = g
-	}
-	return out, nil
+// logProbOp is the loss as one gorgonia op over per-row log-probabilities and entropies:
+// (logp, entropy, value, advantages, returns, old logp, old values) → the scalar loss,
+// differentiable in the first three.
+type logProbOp struct {
+	fused.Op
+	lossTerms
 }
 
-// lossGradOp is (x, dy) → ∂loss/∂x · dy for one input x of a fused loss op (ppoLossOp,
-// ppoHeadLossOp), from the derivatives the forward op's last Do left in *d.
-type lossGradOp struct {
-	fwd  *ppoLossOp // the forward op: one per tower, so the hash is too
-	name string     // the input's name
-	dims int        // the input's rank
-	d    *[]float32 // ∂loss/∂x, one value per element of x
-	out  *tensor.Dense
+func newLogProbOp(c Coefs, rows, valueDims int) *logProbOp {
+	op := &logProbOp{lossTerms: newLossTerms(c, rows)}
+	in := append([]fused.Input{{Name: "logp", Dims: 1, D: op.dLogp}, {Name: "entropy", Dims: 1, D: op.dEnt}}, op.inputs(valueDims)...)
+	op.Op = fused.NewOp(op, "ppo", rows, in...)
+	return op
 }
 
-func (op *lossGradOp) Arity() int { return 2 }
-func (op *lossGradOp) Type() hm.Type {
-	t := vecType(op.dims)
-	return hm.NewFnType(t, hm.TypeVariable('a'), t)
-}
-func (op *lossGradOp) ReturnsPtr() bool     { return true }
-func (op *lossGradOp) CallsExtern() bool    { return false }
-func (op *lossGradOp) OverwritesInput() int { return -1 }
-func (op *lossGradOp) String() string       { return fmt.Sprintf("PPOLossGrad(%s)", op.name) }
-func (op *lossGradOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "towerrl.%s.%p", op, op.fwd)
-}
-func (op *lossGradOp) Hashcode() uint32 { return hashOf(op) }
+func (op *logProbOp) String() string { return fmt.Sprintf("PPOLoss%+v", op.c) }
 
-func (op *lossGradOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ppo: %s takes 2 inputs, got %d", op, len(in))
-	}
-	s, ok := in[0].(tensor.Shape)
-	if !ok {
-		return nil, fmt.Errorf("ppo: %s of %v", op, in[0])
-	}
-	return s.Clone(), nil
-}
-
-func (op *lossGradOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ppo: %s takes 2 inputs, got %d", op, len(in))
-	}
-	dy, err := scalarGrad(op, in[1])
+func (op *logProbOp) Do(in ...G.Value) (G.Value, error) {
+	x, err := op.Values(in)
 	if err != nil {
 		return nil, err
 	}
-	if op.out == nil {
-		op.out = tensor.New(tensor.WithShape(in[0].Shape().Clone()...), tensor.Of(tensor.Float32))
-	}
-	dst := op.out.Float32s()
-	for i, d := range *op.d {
-		dst[i] = d * dy
-	}
-	return op.out, nil
-}
-
-// scalarGrad is the incoming gradient of a scalar loss: a float32 scalar value.
-func scalarGrad(op fmt.Stringer, v G.Value) (float32, error) {
-	switch g := v.(type) {
-	case *G.F32:
-		return float32(*g), nil
-	case *tensor.Dense:
-		if f, ok := g.Data().(float32); ok {
-			return f, nil
-		}
-		return 0, fmt.Errorf("ppo: %s: incoming gradient %v", op, g)
-	default:
-		return 0, fmt.Errorf("ppo: %s: incoming gradient %T", op, v)
-	}
-}
-
-func (op *lossGradOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
-func (op *lossGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("ppo: %s has no gradient", op)
+	return G.NewF32(float32(op.loss(x[0], x[1], x[2], x[3], x[4], x[5], x[6]))), nil
 }

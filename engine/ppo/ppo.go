@@ -4,7 +4,8 @@
 // registers itself with package engine/algo as "ppo".
 //
 // Each tower computes the loss as one gorgonia op over the policy head's outputs (the logits,
-// or the Gaussian mean and log std) with its analytic gradient: log-probability, entropy and
+// or the Gaussian mean and log std) with its analytic gradient, built on engine/internal/fused
+// (the op's gorgonia boilerplate, the heads, the gradient ops): log-probability, entropy and
 // loss in float64 per row (package models/head's distribution maths), no per-run allocation,
 // so towers run in parallel without waking the garbage collector. Tests compare it with
 // gorgonia's graph of the same maths, ONNX Runtime in float64 and finite differences.
@@ -21,8 +22,8 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/internal/fused"
 	"github.com/towerrl/towerrl/learner"
-	"github.com/towerrl/towerrl/models/head"
 )
 
 func init() {
@@ -99,13 +100,11 @@ func (p *PPO) Loss(h algo.Heads) (algo.Loss, error) { return NewLoss(h, p.Coefs)
 
 // Loss is PPO's loss over one tower's heads, with the buffers it reads.
 type Loss struct {
-	spec                      head.Spec
+	pol                       *fused.Binding // the head, with the actions it reads
 	rows                      int
-	acts                      []int32   // categorical actions, read by the op
-	act                       []float32 // Gaussian actions, read by the op
 	adv, ret, oldLogp, oldVal []float32
 	node                      *G.Node
-	op                        *ppoHeadLossOp
+	op                        *headOp
 }
 
 // NewLoss adds the PPO loss over h to h's graph. Gorgonia's panics are the caller's to
@@ -117,32 +116,20 @@ func NewLoss(h algo.Heads, c Coefs) (*Loss, error) {
 		v := tensor.New(tensor.WithShape(n), tensor.WithBacking(data))
 		return G.NewTensor(g, tensor.Float32, 1, G.WithShape(n), G.WithName("towerrl."+name), G.WithValue(v)), data
 	}
-	rows := h.Rows
-	l := &Loss{spec: h.Spec, rows: rows}
-	var terms headTerms
-	ins := []*G.Node{h.Params}
-	switch h.Spec.Head {
-	case head.CategoricalKind:
-		l.acts = make([]int32, rows)
-		terms = &categoricalTerms{n: h.Spec.N, acts: l.acts}
-	case head.GaussianKind, head.TanhGaussianKind:
-		if h.LogStd == nil {
-			return nil, fmt.Errorf("ppo: a Gaussian head needs its log_std")
-		}
-		d := h.Spec.ActionDim()
-		l.act = make([]float32, rows*d)
-		terms = &gaussianTerms{d: d, acts: l.act}
-		ins = append(ins, h.LogStd)
-	default:
-		return nil, fmt.Errorf("ppo: no loss for a %q head", h.Spec.Head)
+	pol, err := fused.Bind(h)
+	if err != nil {
+		return nil, fmt.Errorf("ppo: %w", err)
 	}
+	rows := h.Rows
+	l := &Loss{pol: pol, rows: rows}
 	var adv, ret, oldLogp, oldVal *G.Node
 	adv, l.adv = in("advantages", rows)
 	ret, l.ret = in("returns", rows)
 	oldLogp, l.oldLogp = in("old_logp", rows)
 	oldVal, l.oldVal = in("old_values", rows)
-	l.op = newPPOHeadLossOp(c, rows, h.Value.Dims(), terms)
-	l.node = G.Must(G.ApplyOp(l.op, append(ins, h.Value, adv, ret, oldLogp, oldVal)...))
+	l.op = newHeadOp(c, rows, h.Value.Dims(), pol.Head)
+	ins := append(slices.Clip(pol.Nodes), h.Value, adv, ret, oldLogp, oldVal)
+	l.node = G.Must(G.ApplyOp(l.op, ins...))
 	return l, nil
 }
 
@@ -158,21 +145,11 @@ func (l *Loss) LogProbs() []float32 { return l.op.logp }
 // Fill implements algo.Loss. The op refuses a categorical action outside the head and a
 // non-finite Gaussian one, naming the row.
 func (l *Loss) Fill(mb *learner.SampleBatch, rowOf func(k int) int) error {
-	if l.act != nil && mb.ActDim != l.spec.ActionDim() {
-		return fmt.Errorf("ppo: the batch has %d action values per row, the %s head %d", mb.ActDim, l.spec.Head, l.spec.ActionDim())
-	}
-	d := mb.ActDim
-	for k := range l.rows {
-		r := k
-		if rowOf != nil {
-			r = rowOf(k)
-		}
-		if l.acts != nil {
-			l.acts[k] = int32(mb.Actions[r])
-		} else {
-			copy(l.act[k*d:(k+1)*d], mb.Actions[r*d:(r+1)*d])
-		}
+	err := l.pol.Fill(mb, l.rows, rowOf, func(k, r int) {
 		l.adv[k], l.ret[k], l.oldLogp[k], l.oldVal[k] = mb.Advantages[r], mb.Returns[r], mb.LogP[r], mb.Values[r]
+	})
+	if err != nil {
+		return fmt.Errorf("ppo: %w", err)
 	}
 	return nil
 }
@@ -181,7 +158,7 @@ func (l *Loss) Fill(mb *learner.SampleBatch, rowOf func(k int) int) error {
 // ([rows] each) instead of the head's outputs: the form to compare the fused op with, over
 // gorgonia's own graph of the distribution maths. stats writes its last run's statistics.
 func LogProbLoss(logp, ent, value, adv, ret, oldLogp, oldVal *G.Node, rows int, c Coefs) (loss *G.Node, stats func([]float64), err error) {
-	op := &ppoLossOp{c: c, rows: rows, valueDims: value.Dims()}
+	op := newLogProbOp(c, rows, value.Dims())
 	n, err := G.ApplyOp(op, logp, ent, value, adv, ret, oldLogp, oldVal)
 	if err != nil {
 		return nil, nil, err

@@ -3,6 +3,7 @@ package vtraceloss
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	G "gorgonia.org/gorgonia"
@@ -11,7 +12,6 @@ import (
 	"github.com/towerrl/towerrl/engine/internal/fused"
 	"github.com/towerrl/towerrl/engine/vtrace"
 	"github.com/towerrl/towerrl/learner"
-	"github.com/towerrl/towerrl/models/head"
 )
 
 // Algorithm is IMPALA or APPO for the engine's trainer: an algo.Algorithm and algo.Sequential.
@@ -131,10 +131,8 @@ func (a *Algorithm) Loss(h algo.Heads) (algo.Loss, error) { return NewLoss(a.kin
 
 // Loss is a V-trace loss over one tower's heads, with the buffers it reads.
 type Loss struct {
-	spec head.Spec
+	pol  *fused.Binding // the head, with the actions it reads
 	rows int
-	acts []int32   // categorical actions, read by the op
-	act  []float32 // Gaussian actions, read by the op
 	node *G.Node
 	op   *lossOp
 }
@@ -150,26 +148,13 @@ func NewLoss(kind Kind, c Coefs, h algo.Heads) (*Loss, error) {
 	case h.SeqLen < 0 || (h.SeqLen > 0 && h.Rows%h.SeqLen != 0):
 		return nil, fmt.Errorf("%s: %d rows are not whole sequences of %d steps; give each tower a whole number of sequences", kind, h.Rows, h.SeqLen)
 	}
-	rows := h.Rows
-	l := &Loss{spec: h.Spec, rows: rows}
-	var terms fused.Head
-	ins := []*G.Node{h.Params}
-	switch h.Spec.Head {
-	case head.CategoricalKind:
-		cat := fused.NewCategorical(h.Spec.N, rows)
-		l.acts, terms = cat.Acts, cat
-	case head.GaussianKind, head.TanhGaussianKind:
-		if h.LogStd == nil {
-			return nil, fmt.Errorf("%s: a Gaussian head needs its log_std", kind)
-		}
-		g := fused.NewGaussian(h.Spec.ActionDim(), rows)
-		l.act, terms = g.Acts, g
-		ins = append(ins, h.LogStd)
-	default:
-		return nil, fmt.Errorf("%s: no loss for a %q head", kind, h.Spec.Head)
+	pol, err := fused.Bind(h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", kind, err)
 	}
-	l.op = newLossOp(kind, c, rows, h.SeqLen, h.TimeMajor, h.Value.Dims(), terms)
-	l.node = G.Must(G.ApplyOp(l.op, append(ins, h.Value)...))
+	l := &Loss{pol: pol, rows: h.Rows}
+	l.op = newLossOp(kind, c, h.Rows, h.SeqLen, h.TimeMajor, h.Value.Dims(), pol.Head)
+	l.node = G.Must(G.ApplyOp(l.op, append(slices.Clip(pol.Nodes), h.Value)...))
 	return l, nil
 }
 
@@ -192,25 +177,16 @@ func (l *Loss) Targets() (vs, adv []float32) { return l.op.vs, l.op.pgAdv }
 // rows must map to whole time-ordered sequences as Heads.SeqLen declared. The op refuses a
 // categorical action outside the head and a non-finite Gaussian one, naming the row.
 func (l *Loss) Fill(mb *learner.SampleBatch, rowOf func(k int) int) error {
-	if l.act != nil && mb.ActDim != l.spec.ActionDim() {
-		return fmt.Errorf("%s: the batch has %d action values per row, the %s head %d", l.op.kind, mb.ActDim, l.spec.Head, l.spec.ActionDim())
-	}
 	if rowOf == nil && mb.Len() < l.rows {
 		return fmt.Errorf("%s: a loss of %d rows filled from a batch of %d", l.op.kind, l.rows, mb.Len())
 	}
-	d, op := mb.ActDim, l.op
-	for k := range l.rows {
-		r := k
-		if rowOf != nil {
-			r = rowOf(k)
-		}
-		if l.acts != nil {
-			l.acts[k] = int32(mb.Actions[r])
-		} else {
-			copy(l.act[k*d:(k+1)*d], mb.Actions[r*d:(r+1)*d])
-		}
+	op := l.op
+	err := l.pol.Fill(mb, l.rows, rowOf, func(k, r int) {
 		op.bLogp[k], op.rew[k], op.term[k], op.trunc[k] = mb.LogP[r], mb.Rewards[r], mb.Terminated[r], mb.Truncated[r]
 		op.next[k], op.ret[k], op.adv[k] = mb.NextValues[r], mb.Returns[r], mb.Advantages[r]
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", l.op.kind, err)
 	}
 	return nil
 }

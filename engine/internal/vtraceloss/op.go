@@ -2,13 +2,10 @@ package vtraceloss
 
 import (
 	"fmt"
-	"hash"
 	"math"
 	"strings"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
-	"gorgonia.org/tensor"
 
 	"github.com/towerrl/towerrl/engine/internal/fused"
 	"github.com/towerrl/towerrl/engine/vtrace"
@@ -69,6 +66,7 @@ type Coefs struct {
 // Loss.Fill before each run. The op belongs to one tower's graph: its outputs are those of
 // the graph's last run.
 type lossOp struct {
+	fused.Op
 	kind      Kind
 	c         Coefs
 	rows      int
@@ -80,8 +78,6 @@ type lossOp struct {
 
 	// Fill's per-row data, in loss-row order.
 	bLogp, rew, term, trunc, next, ret, adv []float32
-
-	x [][]float32 // the last Do's inputs' values
 
 	// The last Do's results, per loss row.
 	logp, ent, vs, pgAdv []float32
@@ -102,9 +98,9 @@ func newLossOp(kind Kind, c Coefs, rows, seqLen int, timeMajor bool, valueDims i
 		bLogp: buf(), rew: buf(), term: buf(), trunc: buf(), next: buf(), ret: buf(), adv: buf(),
 		logp: buf(), ent: buf(), vs: buf(), pgAdv: buf(), dLogp: buf(), dValue: buf(),
 		stats: make([]float64, len(kind.StatNames()))}
-	for range op.k {
-		op.dIn = append(op.dIn, make([]float32, rows*h.Width()))
-	}
+	var in []fused.Input
+	in, op.dIn = fused.HeadInputs(h, rows)
+	op.Op = fused.NewOp(op, kind.String(), rows, append(in, fused.Input{Name: "value", Dims: valueDims, D: op.dValue})...)
 	if seqLen > 0 {
 		seqs := rows / seqLen
 		op.order = make([]int, rows)
@@ -123,67 +119,14 @@ func newLossOp(kind Kind, c Coefs, rows, seqLen int, timeMajor bool, valueDims i
 	return op
 }
 
-// inputName names input i of the op.
-func (op *lossOp) inputName(i int) string {
-	if i < op.k {
-		return op.head.Inputs()[i]
-	}
-	return "value"
-}
-
-// size is the number of values input i holds.
-func (op *lossOp) size(i int) int {
-	if i < op.k {
-		return op.rows * op.head.Width()
-	}
-	return op.rows
-}
-
-func (op *lossOp) Arity() int { return op.k + 1 }
-func (op *lossOp) Type() hm.Type {
-	ts := make([]hm.Type, 0, op.k+2)
-	for range op.k {
-		ts = append(ts, fused.VecType(2))
-	}
-	return hm.NewFnType(append(ts, fused.VecType(op.valueDims), hm.TypeVariable('a'))...)
-}
-func (op *lossOp) ReturnsPtr() bool     { return false }
-func (op *lossOp) CallsExtern() bool    { return false }
-func (op *lossOp) OverwritesInput() int { return -1 }
 func (op *lossOp) String() string {
 	return fmt.Sprintf("VTraceLoss[%s](%s)%+v", op.kind, strings.Join(op.head.Inputs(), ","), op.c)
 }
-func (op *lossOp) WriteHash(h hash.Hash) {
-	fmt.Fprintf(h, "towerrl.%s.%p", op, op) // one op per tower: never merged across graphs
-}
-func (op *lossOp) Hashcode() uint32 { return fused.HashOf(op) }
-
-func (op *lossOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("vtraceloss: %s takes %d inputs, got %d", op, op.Arity(), len(in))
-	}
-	for i, d := range in {
-		s, ok := d.(tensor.Shape)
-		if !ok || s.TotalSize() != op.size(i) || (i < op.k && (s.Dims() != 2 || s[1] != op.head.Width())) {
-			return nil, fmt.Errorf("vtraceloss: %s input %s has shape %v, want %d values", op, op.inputName(i), d, op.size(i))
-		}
-	}
-	return tensor.ScalarShape(), nil
-}
 
 func (op *lossOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("vtraceloss: %s takes %d inputs, got %d", op, op.Arity(), len(in))
-	}
-	if op.x == nil {
-		op.x = make([][]float32, len(in))
-	}
-	x := op.x
-	for i := range in {
-		var err error
-		if x[i], err = fused.Floats(in[i], op.size(i), op.inputName(i)); err != nil {
-			return nil, fmt.Errorf("%s: %w", op.kind, err)
-		}
+	x, err := op.Values(in)
+	if err != nil {
+		return nil, err
 	}
 	loss, err := op.forward(x[:op.k], x[op.k])
 	if err != nil {
@@ -318,30 +261,4 @@ func (op *lossOp) terms(v []float32) float64 {
 		copy(op.stats, []float64{loss, pg, vl, h, kl, rhoSum / n, rhoClipped / n})
 	}
 	return loss
-}
-
-func (op *lossOp) DiffWRT(inputs int) []bool {
-	d := make([]bool, inputs)
-	for i := range d {
-		d[i] = true
-	}
-	return d
-}
-
-func (op *lossOp) SymDiff(in G.Nodes, _ *G.Node, dy *G.Node) (G.Nodes, error) {
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("vtraceloss: %s takes %d inputs, got %d", op, op.Arity(), len(in))
-	}
-	out := make(G.Nodes, len(in))
-	for i := range in {
-		g := fused.NewGradOp(op, op.inputName(i), op.valueDims, op.dValue)
-		if i < op.k {
-			g = fused.NewGradOp(op, op.inputName(i), 2, op.dIn[i])
-		}
-		var err error
-		if out[i], err = G.ApplyOp(g, in[i], dy); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
 }
