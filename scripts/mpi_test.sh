@@ -124,4 +124,19 @@ if [[ $rc == 0 || $rc == hung ]] || ((took > 15)); then
 	exit 1
 fi
 echo "mpi_test: ddppo: a killed rank ended the job in ${took}s (mpirun exit $rc)" >&2
+# The killed run resumes from its last checkpoint on 2 ranks and trains 20 more iterations.
+done_steps=$(tail -n 1 "$tmp/ddkill/metrics.jsonl" | sed 's/.*"env_steps":\([0-9]*\).*/\1/')
+timeout 120 "${mpirun[@]}" -np 2 "$tmp/train" --resume "$tmp/ddkill" --total-steps $((done_steps + 20480)) \
+	--log-level warn >"$tmp/ddresume.out" 2>&1 || { cat "$tmp/ddresume.out" >&2; echo "mpi_test: ddppo: the resume after the kill failed" >&2; exit 1; }
+if ! grep -q "\"env_steps\":$((done_steps + 20480))" "$tmp/ddkill/metrics.jsonl"; then
+	cat "$tmp/ddresume.out" >&2
+	echo "mpi_test: ddppo: the resumed run did not reach $((done_steps + 20480)) steps" >&2
+	exit 1
+fi
+if [[ $(grep -c params_sha256 "$tmp/ddresume.out") != 2 ]] || [[ $(grep -o '"params_sha256":"[0-9a-f]*"' "$tmp/ddresume.out" | sort -u | wc -l) != 1 ]]; then
+	cat "$tmp/ddresume.out" >&2
+	echo "mpi_test: ddppo: the two ranks' summaries do not report one parameter hash" >&2
+	exit 1
+fi
+echo "mpi_test: ddppo: resumed after the kill to $((done_steps + 20480)) steps; both ranks end with one parameter hash" >&2
 echo "mpi_test: ok" >&2
