@@ -21,7 +21,7 @@ type Config struct {
 	Env string `json:"env"` // Gymnasium id (required)
 	// Algo is a registered algorithm (engine/algo): "ppo" (default), "appo", "impala" or
 	// "ddppo". An algorithm may have its own defaults for Epochs, Minibatches, LR and Lambda
-	// (algo.Defaulter: impala and appo make 2 passes with λ = 1).
+	// (algo.Defaulter: appo makes 3 passes, impala 2, both with λ = 1).
 	Algo string `json:"algo"`
 
 	TotalSteps   int64 `json:"total_steps"`   // env steps; default 500k (Discrete), 1M (Box)
@@ -39,7 +39,7 @@ type Config struct {
 	// feed-forward policies under ppo.
 	SeqLen int `json:"seq_len,omitempty"`
 
-	LR          float64 `json:"lr"`            // default 2.5e-4 (Discrete), 3e-4 (Box)
+	LR          float64 `json:"lr"`            // default 2.5e-4 (Discrete), 3e-4 (Box), 1e-4 fine-tuning a Box InitPolicy (foreignBoxLR)
 	ConstantLR  bool    `json:"constant_lr"`   // do not anneal the learning rate linearly to 0
 	Gamma       float64 `json:"gamma"`         // default 0.99
 	Lambda      float64 `json:"gae_lambda"`    // default 0.95; impala and appo: 1 (V-trace's λ)
@@ -149,6 +149,9 @@ func (c Config) WithDefaults() (Config, error) {
 	setInt(&c.EvalEpisodes, 10)
 	setInt(&c.CheckpointEvery, 10)
 	setInt(&c.ValueWarmup, 30)
+	if !discrete && c.InitPolicy != "" {
+		setF(&c.LR, foreignBoxLR)
+	}
 	if discrete {
 		setF(&c.LR, 2.5e-4)
 		setF(&c.EntCoef, 0.01)
@@ -307,9 +310,20 @@ func (c Config) seqLen() int {
 // batcher fed at its first step, so only the gradient's reach back in time is. Each step is
 // one more copy of the imported graph in the learner's unrolled tower, whose cost per update
 // is the per-node overhead of those copies far more than their arithmetic: 8 steps instead of
-// 32 fine-tune the CartPoleNoVel LSTM and GRU fixtures 2.5× faster at equal returns.
+// 32 fine-tune the CartPoleNoVel LSTM and GRU fixtures 2–2.5× faster, to returns as good
+// (seed 1, 200k steps: 500 and 337 against 326 and 262).
 // RLlib's max_seq_len is 20; tasks whose memory must be learnt over longer gaps set SeqLen.
 const recurrentSeqLen = 8
+
+// foreignBoxLR is the default learning rate for fine-tuning a foreign policy with continuous
+// actions. CleanRL's 3e-4 was set for its 64-wide tanh MLP starting at σ = 1; Adam moves every
+// weight by about the rate whatever its gradient, so a pretrained policy that is both wider
+// and sharper moves much further per step: fine-tuning SB3's SAC Pendulum actor (256×256
+// ReLU, σ ≈ 0.2) took approx_kl 0.1–2.3 per iteration where PPO's clipping expects about
+// 0.01, and its return fell from −194 to −540…−900. At 1e-4, with its log_std layer kept out
+// of PPO's reach (engine/foreign.go), it keeps −176 and −178 after 200k steps on seeds 1 and
+// 2 (−210 and −189 after 100k); CleanRL's Pendulum export keeps its return at either rate.
+const foreignBoxLR = 1e-4
 
 // maxParams bounds the parameters of the native MLPs a config asks for (2^28, 1 GiB of float32
 // weights, 4 GiB with gradients and Adam's two moments): a typo such as "hidden": [100000,

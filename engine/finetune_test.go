@@ -8,6 +8,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"path/filepath"
 	"testing"
 )
@@ -55,15 +56,22 @@ func TestFineTuneWeakPolicies(t *testing.T) {
 // TestFineTuneRecurrent fine-tunes the weakened PyTorch recurrent policies (RLlib's LSTM
 // export, Sample Factory's GRU export at batch 1, neither with a value output) on
 // CartPoleNoVel-v1, where the velocities are hidden and only memory can recover them, with no
-// flags. A feed-forward policy (towerrl's own MLP) trained the same way, with the same
-// budget, stays far below (about 44); the recurrent ones must reach 200 over 100 evaluation
-// episodes and gain at least 50 on the weak policy (they start at 65 and 164; seed 1, 200k
-// steps: 326 and 262). The issue's 400 is reached on some seeds only (after 300k steps the
-// LSTM 500 and 215 on seeds 1 and 2, the GRU 465 and 481), so this test asserts what held on
-// every seed measured. The two recurrent runs go in parallel.
+// flags, and a feed-forward policy (towerrl's own MLP) trained the same way with the same
+// budget; the three runs go in parallel. The feed-forward policy must stay below 100; the
+// recurrent ones must reach 200 over 100 evaluation episodes and gain at least 50 on the weak
+// policy (they start at 65 and 164). Seeds 0, 1, 2 after 200k steps (sequences of 8 steps,
+// Config.SeqLen's default): the LSTM 245, 500, 268; the GRU 230, 337, 487; the feed-forward
+// MLP 42, 44, 44. The issue's 400 is reached on some seeds only, and not more often with a
+// longer budget (500k steps: the LSTM 210 and 254 on seeds 0 and 1, the GRU 500 and 474):
+// the deterministic evaluation of a policy PPO keeps stochastic (entropy about 0.4 nats)
+// lands either near 500 or on a failure every episode repeats after 200–270 steps (standard
+// deviation 10–20). So this test asserts what held on every seed measured.
 func TestFineTuneRecurrent(t *testing.T) {
-	const env = "CartPoleNoVel-v1"
-	train := func(t *testing.T, init string, steps int64) Result {
+	const (
+		env   = "CartPoleNoVel-v1"
+		steps = 200_000
+	)
+	train := func(t *testing.T, init string) Result {
 		t.Helper()
 		res, err := Train(context.Background(), Config{Env: env, InitPolicy: init, TotalSteps: steps, Seed: 1, EvalEpisodes: 100},
 			Options{Out: filepath.Join(t.TempDir(), "run")})
@@ -72,12 +80,14 @@ func TestFineTuneRecurrent(t *testing.T) {
 		}
 		return res
 	}
-	const steps = 200_000
-	ff := train(t, "", steps)
-	t.Logf("feed-forward MLP trained from scratch: %.1f ± %.1f over %d episodes in %.1f s", ff.EvalReturnMean, ff.EvalReturnStd, ff.EvalEpisodes, ff.TrainSeconds)
-	if ff.EvalReturnMean > 200 {
-		t.Errorf("a feed-forward policy reaches %.1f on %s: the env does not need memory", ff.EvalReturnMean, env)
-	}
+	t.Run("feed-forward", func(t *testing.T) {
+		t.Parallel()
+		ff := train(t, "")
+		t.Logf("feed-forward MLP trained from scratch: %.1f ± %.1f over %d episodes in %.1f s", ff.EvalReturnMean, ff.EvalReturnStd, ff.EvalEpisodes, ff.TrainSeconds)
+		if ff.EvalReturnMean > 100 {
+			t.Errorf("a feed-forward policy reaches %.1f on %s: the env does not need memory", ff.EvalReturnMean, env)
+		}
+	})
 	for _, name := range []string{"rllib_cartpole_lstm_weak", "sf_cartpole_gru_weak"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -89,7 +99,7 @@ func TestFineTuneRecurrent(t *testing.T) {
 			if fx.Env != env {
 				t.Fatalf("fixture env %q", fx.Env)
 			}
-			res := train(t, src, steps)
+			res := train(t, src)
 			t.Logf("%s: PyTorch return %.1f, fine-tuned %.1f ± %.1f over %d episodes in %.1f s",
 				name, fx.PytorchReturn.Mean, res.EvalReturnMean, res.EvalReturnStd, res.EvalEpisodes, res.TrainSeconds)
 			if res.EvalReturnMean < 200 || res.EvalReturnMean < fx.PytorchReturn.Mean+50 {
@@ -97,6 +107,40 @@ func TestFineTuneRecurrent(t *testing.T) {
 			}
 			checkSameInterface(t, src, filepath.Join(filepath.Dir(res.Policy), policyFile))
 		})
+	}
+}
+
+// TestFineTuneSAC fine-tunes Stable-Baselines3's SAC actor (testdata/foreign/sb3_sac_pendulum:
+// the docs' export, tanh(mu) at batch 1, no value output) on Pendulum-v1 with no flags: a new
+// critic, its 30 warm-up iterations, then 20 of PPO over the pre-tanh action. The deterministic
+// policy must keep its PyTorch return within noise: three standard errors of the difference
+// of the two means (PyTorch's over its 50 episodes, ours over 100). Before the log_std layer
+// was kept out of PPO's reach this run scored −898 (seed 2: −635) against PyTorch's −194.
+func TestFineTuneSAC(t *testing.T) {
+	const name = "sb3_sac_pendulum"
+	src := filepath.Join("..", "testdata", "foreign", name+".onnx")
+	var fx struct {
+		Env           string `json:"env"`
+		PytorchReturn struct {
+			Mean     float64 `json:"mean"`
+			Std      float64 `json:"std"`
+			Episodes int     `json:"episodes"`
+		} `json:"pytorch_return"`
+	}
+	if err := json.Unmarshal(readFile(t, filepath.Join("..", "testdata", "foreign", name+".json")), &fx); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Train(context.Background(), Config{Env: fx.Env, InitPolicy: src, TotalSteps: 50 * 2048, Seed: 1, EvalEpisodes: 100},
+		Options{Out: filepath.Join(t.TempDir(), "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt := fx.PytorchReturn
+	se := math.Sqrt(pt.Std*pt.Std/float64(pt.Episodes) + res.EvalReturnStd*res.EvalReturnStd/float64(res.EvalEpisodes))
+	t.Logf("%s: PyTorch return %.1f ± %.1f, fine-tuned %.1f ± %.1f over %d episodes in %.1f s (3 standard errors: %.1f)",
+		name, pt.Mean, pt.Std, res.EvalReturnMean, res.EvalReturnStd, res.EvalEpisodes, res.TrainSeconds, 3*se)
+	if res.EvalReturnMean < pt.Mean-3*se {
+		t.Errorf("fine-tuned return %.1f, want >= %.1f (PyTorch's %.1f less 3 standard errors)", res.EvalReturnMean, pt.Mean-3*se, pt.Mean)
 	}
 }
 

@@ -146,6 +146,19 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 	if f.spec.Head == head.GaussianKind && f.outs.logStd == "" {
 		return nil, fmt.Errorf("%w: the Gaussian head has no log_std in the graph (%s); name it with --logstd-output", ErrFineTune, notes)
 	}
+	// A SAC actor's log_std is a layer of its own, tuned by SAC's entropy-regularised
+	// objective. PPO has no such term (no entropy bonus for Box actions), and its ratio's
+	// gradient collapses that layer's σ through the wide trunk in tens of iterations (the SB3
+	// SAC Pendulum fixture: σ 0.23 → 0.02 within 70 iterations, even at a third of the
+	// learning rate); each step of the mean then moves the policy by (Δμ/σ)², and the
+	// deterministic policy degrades (−194 → −515…−900). So PPO trains the mean and the trunk
+	// only: the gradient does not flow back through the log_std tensor, and the parameters that
+	// only it reads stay frozen. The batchers sample with SAC's σ as the trunk moves it.
+	trainOuts := f.outputs()
+	if b.Head == head.TanhGaussianKind && f.outs.logStd != "" && !f.outs.split {
+		f.stop = append(f.stop, f.outs.logStd)
+		trainOuts = []string{f.outs.params, f.outs.value}
+	}
 	for _, in := range m.Inputs() {
 		switch {
 		case in.Name == f.input, in.Name == b.EpisodeStarts && b.EpisodeStarts != "",
@@ -163,7 +176,7 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 			return nil, fmt.Errorf("%w: which of its %d inputs takes the observations was not recognised", ErrFineTune, len(ins))
 		}
 	}
-	if f.params, err = m.NewParamsFor(graph.TrainOptions{Outputs: f.outputs()}); err != nil {
+	if f.params, err = m.NewParamsFor(graph.TrainOptions{Outputs: trainOuts}); err != nil {
 		return nil, err
 	}
 	if f.flat, err = f.params.Flat(); err != nil {

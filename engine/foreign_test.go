@@ -5,10 +5,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/towerrl/towerrl/engine/ppo"
+	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/internal/tape"
+	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
 	"github.com/towerrl/towerrl/onnx"
@@ -128,5 +131,70 @@ func TestFineTuneKeepsTheForeignGraph(t *testing.T) {
 	b, _ := onnx.Output[float32](orig, 1)
 	if a[0] == b[0] {
 		t.Fatal("fine-tuning left the value output unchanged")
+	}
+}
+
+// TestForeignSACLogStdKept: SB3's SAC actor is fine-tuned over its mean only. The loss reads
+// its log_std without a gradient (a stopped tensor), the log_std layer's parameters are frozen,
+// and the trunk and the mean layer train.
+func TestForeignSACLogStdKept(t *testing.T) {
+	data, err := os.ReadFile("../testdata/foreign/sb3_sac_pendulum.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := envs.Lookup("Pendulum-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, names, err := Config{Env: "Pendulum-v1"}.binding(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := loadForeign(context.Background(), data, spec, layout.Overrides{Names: names}, onnx.Config{}, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.bind.Head != head.TanhGaussianKind || f.outs.logStd == "" {
+		t.Fatalf("bound as %s with log_std %q, want a tanh-gaussian with its log_std", f.bind.Head, f.outs.logStd)
+	}
+	if !slices.Contains(f.stop, f.outs.logStd) {
+		t.Errorf("stopped tensors %v, want the log_std %q among them", f.stop, f.outs.logStd)
+	}
+	trainable := f.params.TrainableNames()
+	for _, name := range []string{"actor.log_std.weight", "actor.log_std.bias"} {
+		if slices.Contains(trainable, name) || !slices.Contains(f.params.Frozen(), name) {
+			t.Errorf("%s is trainable; the log_std layer must stay frozen", name)
+		}
+	}
+	for _, name := range []string{"actor.latent_pi.0.weight", "actor.latent_pi.2.bias", "actor.mu.weight", "actor.mu.bias"} {
+		if !slices.Contains(trainable, name) {
+			t.Errorf("%s is frozen; the trunk and the mean train (trainable: %v)", name, trainable)
+		}
+	}
+	// The tower builds and differentiates with the stopped log_std.
+	tw, err := newForeignTower(f, 8, &ppo.PPO{Coefs: ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, VfCoef: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tw.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	mb := learner.NewSampleBatch(8, 3, 1, 0)
+	for i := range 8 {
+		for j := range 3 {
+			mb.Obs[i*3+j] = float32(rng.NormFloat64())
+		}
+		mb.Actions[i] = float32(rng.NormFloat64())
+		mb.Advantages[i], mb.Returns[i], mb.Values[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64()*3), float32(rng.NormFloat64())
+		mb.LogP[i] = float32(rng.NormFloat64() * 0.3)
+	}
+	if err := mb.SetLen(8); err != nil {
+		t.Fatal(err)
+	}
+	grads := make([]float32, len(f.flat))
+	if err := tw.Grad(mb, grads, make([]float64, len(ppo.StatNames))); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Max(grads) == 0 && slices.Min(grads) == 0 {
+		t.Error("all gradients are zero")
 	}
 }
