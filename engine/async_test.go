@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -34,53 +33,6 @@ func init() {
 		a, err := algo.New("appo", s)
 		return slowed{a, 20 * time.Millisecond}, err
 	})
-}
-
-// TestAsyncAlgorithmsLearn trains APPO and IMPALA on CartPole-v1 with the batchers collecting
-// while the learner trains: both learn, and every metrics line carries the policy lag (a
-// histogram over every trained row) and who waited for whom.
-func TestAsyncAlgorithmsLearn(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	for _, tc := range []struct {
-		algo  string
-		steps int64
-		min   float64
-	}{{"appo", 400_000, 475}, {"impala", 400_000, 400}} {
-		t.Run(tc.algo, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "run")
-			var ms []Metrics
-			res, err := Train(context.Background(), Config{Env: "CartPole-v1", Algo: tc.algo, TotalSteps: tc.steps, Seed: 1, EvalEpisodes: 100},
-				Options{Out: dir, Progress: func(m Metrics) { ms = append(ms, m) }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s: eval %.1f ± %.1f after %d steps in %.2f s", tc.algo, res.EvalReturnMean, res.EvalReturnStd, res.EnvSteps, res.TrainSeconds)
-			if res.EvalReturnMean < tc.min {
-				t.Errorf("%s: eval return %.1f, want ≥ %v", tc.algo, res.EvalReturnMean, tc.min)
-			}
-			for _, m := range ms {
-				a := m.Async
-				if a == nil {
-					t.Fatalf("iteration %d has no async metrics", m.Iteration)
-				}
-				var rows int64
-				for _, n := range a.LagHistogram {
-					rows += n
-				}
-				if rows != 512 || a.PolicyLagMax < 0 || float64(a.PolicyLagMean) > float64(a.PolicyLagMax) ||
-					!(a.BatcherIdle >= 0 && a.BatcherIdle <= 1) || !(a.LearnerIdle >= 0 && a.LearnerIdle <= 1) {
-					t.Fatalf("iteration %d: async metrics %+v (histogram over %d rows, want 512)", m.Iteration, *a, rows)
-				}
-			}
-			if a := res.Async; a == nil || a.LagHistogram[0]+a.LagHistogram[1]+a.LagHistogram[2] == 0 || a.PolicyLagMean < 0 {
-				t.Fatalf("the result's async summary %+v", a)
-			}
-			got := metricsWithoutTimings(t, dir)
-			if _, ok := got[len(got)-1]["async"]; !ok {
-				t.Fatal("metrics.jsonl has no async object")
-			}
-		})
-	}
 }
 
 // TestAsyncBackpressure slows the learner 20 ms per rollout (about 10× its own time): the
@@ -135,28 +87,5 @@ func TestAsyncResume(t *testing.T) {
 	}
 	if res.EnvSteps != 512*12 || len(metricsWithoutTimings(t, dir)) != 12 {
 		t.Fatalf("resumed: %+v, %d metrics lines", res, len(metricsWithoutTimings(t, dir)))
-	}
-}
-
-// TestAPPOPendulum: APPO with configs/pendulum-appo.json's settings (Gaussian head) swings
-// Pendulum-v1 up: a 20-episode evaluation of at least −250 after 600k steps (the issue asks for
-// it within 1M; measured −160 at 1M).
-func TestAPPOPendulum(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "configs", "pendulum-appo.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := ParseConfig(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.TotalSteps = 600_000
-	res, err := Train(context.Background(), cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("APPO on Pendulum-v1: eval %.1f ± %.1f after %d steps in %.1f s", res.EvalReturnMean, res.EvalReturnStd, res.EnvSteps, res.TrainSeconds)
-	if res.EvalReturnMean < -250 {
-		t.Errorf("eval return %.1f, want ≥ −250", res.EvalReturnMean)
 	}
 }

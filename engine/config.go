@@ -21,7 +21,8 @@ type Config struct {
 	Env string `json:"env"` // Gymnasium id (required)
 	// Algo is a registered algorithm (engine/algo): "ppo" (default), "appo", "impala" or
 	// "ddppo". An algorithm may have its own defaults for Epochs, Minibatches, LR and Lambda
-	// (algo.Defaulter: appo makes 3 passes, impala 2, both with λ = 1).
+	// (algo.Defaulter: appo makes 3 passes of 8 minibatches; impala 2 passes at 1e-4 with
+	// λ = 1).
 	Algo string `json:"algo"`
 
 	TotalSteps   int64 `json:"total_steps"`   // env steps; default 500k (Discrete), 1M (Box)
@@ -42,7 +43,7 @@ type Config struct {
 	LR          float64 `json:"lr"`            // default 2.5e-4 (Discrete), 3e-4 (Box), 1e-4 fine-tuning a Box InitPolicy (foreignBoxLR)
 	ConstantLR  bool    `json:"constant_lr"`   // do not anneal the learning rate linearly to 0
 	Gamma       float64 `json:"gamma"`         // default 0.99
-	Lambda      float64 `json:"gae_lambda"`    // default 0.95; impala and appo: 1 (V-trace's λ)
+	Lambda      float64 `json:"gae_lambda"`    // GAE's or V-trace's λ; default 0.95 (impala: 1)
 	ClipCoef    float64 `json:"clip_coef"`     // default 0.2
 	NoClipVLoss bool    `json:"no_clip_vloss"` // do not clip the value loss
 	EntCoef     float64 `json:"ent_coef"`      // default 0.01 (Discrete), 0 (Box); negative: 0

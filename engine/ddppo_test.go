@@ -229,54 +229,6 @@ func TestDDPPOUpdateEquivalence(t *testing.T) {
 	}
 }
 
-// TestDDPPOCurvesMatchOneProcess: over 8 seeds, DD-PPO on 2 ranks of 4 envs learns CartPole as
-// PPO in one process with 8 envs does (same rows per update): the mean training return of the
-// last 10 iterations does not differ between the two by Welch's t-test at the 1% level, and
-// both learn.
-func TestDDPPOCurvesMatchOneProcess(t *testing.T) {
-	const seeds, steps = 8, 102_400
-	final := func(ms []Metrics) float64 {
-		var sum float64
-		var n int
-		for _, m := range ms[len(ms)-10:] {
-			if !math.IsNaN(float64(m.ReturnMean)) {
-				sum += float64(m.ReturnMean)
-				n++
-			}
-		}
-		return sum / float64(max(n, 1))
-	}
-	var ranks, one []float64
-	for seed := range uint64(seeds) {
-		cfg := Config{Env: "CartPole-v1", Algo: "ddppo", TotalSteps: steps, Seed: seed, EvalEpisodes: -1}
-		var ms []Metrics
-		_, errs := trainRanks(t, 2, cfg, "", false, func(r int, _ *Config, o *Options) {
-			if r == 0 {
-				o.Progress = func(m Metrics) { ms = append(ms, m) }
-			}
-		})
-		if errs[0] != nil || errs[1] != nil {
-			t.Fatal(errs)
-		}
-		ranks = append(ranks, final(ms))
-		ms = nil
-		cfg.Algo, cfg.Envs = "ppo", 8
-		if _, err := Train(context.Background(), cfg, Options{Progress: func(m Metrics) { ms = append(ms, m) }}); err != nil {
-			t.Fatal(err)
-		}
-		one = append(one, final(ms))
-	}
-	tStat, df := welch(ranks, one)
-	t.Logf("final training return over %d seeds: 2 ranks × 4 envs %v, 1 process × 8 envs %v; Welch t = %.2f (df %.1f)", seeds, ranks, one, tStat, df)
-	// Two-sided 1% critical value of Student's t for df ≥ 7 is at most 3.50.
-	if math.Abs(tStat) > 3.5 {
-		t.Errorf("the 2-rank and 1-process returns differ: Welch t = %.2f", tStat)
-	}
-	if mean(ranks) < 100 || mean(one) < 100 {
-		t.Errorf("runs did not learn: mean final returns %.1f and %.1f", mean(ranks), mean(one))
-	}
-}
-
 func mean(x []float64) float64 {
 	var s float64
 	for _, v := range x {
