@@ -26,14 +26,15 @@ func TestAsyncAlgorithmsLearn(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	for _, tc := range []struct {
 		algo        string
+		steps       int64
 		median, top float64
-	}{{"appo", 400, 475}, {"impala", 400, 450}} {
+	}{{"appo", 600_000, 400, 475}, {"impala", 400_000, 400, 450}} {
 		t.Run(tc.algo, func(t *testing.T) {
 			var evals []float64
 			for seed := range uint64(3) {
 				dir := filepath.Join(t.TempDir(), "run")
 				var ms []Metrics
-				res, err := Train(context.Background(), Config{Env: "CartPole-v1", Algo: tc.algo, TotalSteps: 400_000, Seed: seed, EvalEpisodes: 100},
+				res, err := Train(context.Background(), Config{Env: "CartPole-v1", Algo: tc.algo, TotalSteps: tc.steps, Seed: seed, EvalEpisodes: 100},
 					Options{Out: dir, Progress: func(m Metrics) { ms = append(ms, m) }})
 				if err != nil {
 					t.Fatal(err)

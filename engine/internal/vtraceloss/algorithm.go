@@ -69,16 +69,16 @@ func (a *Algorithm) StatNames() []string { return a.kind.StatNames() }
 // Sequences implements algo.Sequential: V-trace runs over whole time-ordered sequences.
 func (a *Algorithm) Sequences() bool { return true }
 
-// Defaults implements algo.Defaulter. APPO: 3 passes of 8 minibatches over each rollout (for
-// discrete actions), GAE's λ = 0.95. IMPALA, whose loss has no trust region: 2 passes at a
-// learning rate of 1e-4 (discrete actions), λ = 1 (the paper's). Measured on CartPole-v1 after
-// 400k steps (100-episode evaluations, advantages standardised), seeds 0–9 unless said:
-//   - APPO, 3 × 8, λ 0.95: 500 on 8 seeds, 388 and 209 on the others (2.6–2.8 s each on 2
-//     cores, where ppo's 500k take 4.4 s); with λ = 1 the critic's targets are noisy enough
-//     to collapse it (70–223 on 3 of seeds 5–9, value loss ×20); 3 × 4: 319–500 (0–4); 4 × 4:
-//     307–500 (0–4).
-//   - IMPALA, 2 passes at 1e-4: 459–492 (0–4); at 2.5e-4: 318–500; 1 pass: 408–491; 3
-//     passes: 162–500; 4 passes: 42 after 300k.
+// Defaults implements algo.Defaulter. APPO: 1 pass over each rollout (RLlib's num_sgd_iter),
+// GAE's λ = 0.95. IMPALA, whose loss has no trust region: 2 passes at a learning rate of 1e-4
+// (discrete actions), λ = 1 (the paper's). Measured on CartPole-v1 (100-episode evaluations,
+// advantages standardised, 2 cores, where ppo's 500k steps take 4.3–4.5 s and reach 500):
+//   - APPO, 1 pass of 4 minibatches: 351–497 after 600k steps on seeds 0–9, 8 of them ≥ 475,
+//     in 1.8–2.1 s (2.9× ppo's steps/s); 3 passes of 8: 500 on 8 of 10 seeds after 400k,
+//     209 and 388 on the others, in 2.6–2.8 s (1.3×); with λ = 1 the critic's noisy targets
+//     collapse some seeds (70–223 on 3 of seeds 5–9, value loss ×20).
+//   - IMPALA, 2 passes at 1e-4 after 400k steps: 437–492 (seeds 0–4); at 2.5e-4: 318–500;
+//     1 pass: 408–491; 3 passes: 162–500; 4 passes: 42 after 300k.
 func (a *Algorithm) Defaults(discrete bool) algo.Defaults {
 	if a.kind == IMPALA {
 		d := algo.Defaults{Lambda: 1, Epochs: 2}
@@ -87,11 +87,7 @@ func (a *Algorithm) Defaults(discrete bool) algo.Defaults {
 		}
 		return d
 	}
-	d := algo.Defaults{Epochs: 3}
-	if discrete {
-		d.Minibatches = 8
-	}
-	return d
+	return algo.Defaults{Epochs: 1}
 }
 
 // Targets implements algo.Algorithm: V-trace over the behaviour policy's own values with
