@@ -50,6 +50,12 @@ type ServeConfig struct {
 	// StreamMaxBytes bounds the rollouts stored and not yet acknowledged (default 1 GiB).
 	// A full stream refuses publishes (discard new): batchers wait and retry.
 	StreamMaxBytes int64
+	// StreamMaxMsgs, when > 0, bounds the messages (rollout chunks) stored and not yet
+	// acknowledged too: batchers that collect faster than the learner trains then wait and
+	// retry instead of filling StreamMaxBytes with rollouts the learner would drop as too
+	// old. Keep it well above the chunks of one rollout times the batchers. Default 0: no
+	// bound but StreamMaxBytes.
+	StreamMaxMsgs int64
 	// AckWait is how long a rollout handed to the learner may stay unacknowledged before
 	// JetStream redelivers it (default 60 s). A redelivered copy of a rollout already
 	// handed over is never handed over again.
@@ -123,6 +129,14 @@ func (c *ServeConfig) defaults() {
 	}
 }
 
+// streamMaxMsgs is JetStream's MaxMsgs for ServeConfig.StreamMaxMsgs (-1: no bound).
+func streamMaxMsgs(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
 func (c *ServeConfig) validate() error {
 	for _, f := range []struct {
 		name string
@@ -131,6 +145,7 @@ func (c *ServeConfig) validate() error {
 		{"Replicas", c.Replicas < 1},
 		{"KeepPolicies", c.KeepPolicies < 1},
 		{"StreamMaxBytes", c.StreamMaxBytes < MaxMessageBytes},
+		{"StreamMaxMsgs", c.StreamMaxMsgs < 0},
 		{"AckWait", c.AckWait < 0},
 		{"MaxAckPending", c.MaxAckPending < 1},
 		{"PullBytes", c.PullBytes < MaxMessageBytes},
@@ -376,6 +391,7 @@ func (s *Server) setup(ctx context.Context) error {
 		Storage:     jetstream.FileStorage,
 		Discard:     jetstream.DiscardNew,
 		MaxBytes:    s.cfg.StreamMaxBytes,
+		MaxMsgs:     streamMaxMsgs(s.cfg.StreamMaxMsgs),
 		MaxMsgSize:  MaxMessageBytes,
 		Duplicates:  2 * time.Minute,
 		Replicas:    s.cfg.Replicas,

@@ -82,8 +82,12 @@ func (s *serving) start(ctx context.Context) error {
 		return nil
 	}
 	env := s.cfg.Env
+	// Remote batchers never wait for the learner: a bound on the chunks stored makes them
+	// wait (and retry) once 16 rollout chunks per task are queued, instead of filling the
+	// store with rollouts the learner would drop as too old.
 	sc := remote.ServeConfig{Addr: s.f.addr, StoreDir: filepath.Join(s.dir, "nats"), CredsDir: s.dir, TLSCert: s.f.tlsCert, TLSKey: s.f.tlsKey,
-		Logger: s.log, Admit: func(r remote.Registration) error {
+		StreamMaxMsgs: int64(max(64, 16*s.f.tasks)),
+		Logger:        s.log, Admit: func(r remote.Registration) error {
 			if r.EnvID != "" && r.EnvID != env {
 				return fmt.Errorf("this run trains on %s, the batcher runs %s: start it without --env, or with --env %s", env, r.EnvID, env)
 			}
