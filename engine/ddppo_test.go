@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -101,22 +100,7 @@ func TestDDPPORanks(t *testing.T) {
 	if _, errs = trainRanks(t, 2, Config{}, cut, true, nil); errs[0] != nil || errs[1] != nil {
 		t.Fatalf("resume on two ranks: %v", errs)
 	}
-	a, b := metricsWithoutTimings(t, full), metricsWithoutTimings(t, cut)
-	if len(b) != 8 {
-		t.Fatalf("the resumed run has %d metrics lines", len(b))
-	}
-	for i := range a {
-		ja, _ := json.Marshal(a[i])
-		jb, _ := json.Marshal(b[i])
-		if !bytes.Equal(ja, jb) {
-			t.Fatalf("iteration %d differs:\nuninterrupted %s\nresumed       %s", i+1, ja, jb)
-		}
-	}
-	pa, _ := os.ReadFile(filepath.Join(full, "policy.onnx"))
-	pb, _ := os.ReadFile(filepath.Join(cut, "policy.onnx"))
-	if !bytes.Equal(pa, pb) {
-		t.Fatal("the resumed run's policy.onnx differs from the uninterrupted run's")
-	}
+	sameRun(t, full, cut, 8)
 }
 
 // TestDDPPORefusals: ranks started with different configs all stop before training, naming

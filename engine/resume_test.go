@@ -32,6 +32,28 @@ func metricsWithoutTimings(t *testing.T, dir string) []map[string]any {
 	return out
 }
 
+// sameRun checks that the resumed run in cut wrote the uninterrupted run's (full) metrics
+// lines, iters of them, and its policy.onnx, byte for byte.
+func sameRun(t *testing.T, full, cut string, iters int) {
+	t.Helper()
+	a, b := metricsWithoutTimings(t, full), metricsWithoutTimings(t, cut)
+	if len(a) != iters || len(b) != iters {
+		t.Fatalf("%d and %d metrics lines, want %d", len(a), len(b), iters)
+	}
+	for i := range a {
+		ja, _ := json.Marshal(a[i])
+		jb, _ := json.Marshal(b[i])
+		if !bytes.Equal(ja, jb) {
+			t.Fatalf("iteration %d differs:\nuninterrupted %s\nresumed       %s", i+1, ja, jb)
+		}
+	}
+	pa, _ := os.ReadFile(filepath.Join(full, "policy.onnx"))
+	pb, _ := os.ReadFile(filepath.Join(cut, "policy.onnx"))
+	if !bytes.Equal(pa, pb) {
+		t.Fatal("the resumed run's policy.onnx differs from the uninterrupted run's")
+	}
+}
+
 // TestResumeMatchesUninterrupted kills a run after iteration 6 (its last checkpoint is at 4),
 // resumes it, and checks that every metrics line and the final policy are those of the same
 // run made without interruption.
@@ -66,22 +88,7 @@ func TestResumeMatchesUninterrupted(t *testing.T) {
 	if res.EnvSteps != 512*12 || res.Iterations != 12 {
 		t.Fatalf("resumed result %+v", res)
 	}
-	a, b := metricsWithoutTimings(t, full), metricsWithoutTimings(t, cut)
-	if len(a) != 12 || len(b) != 12 {
-		t.Fatalf("%d and %d metrics lines", len(a), len(b))
-	}
-	for i := range a {
-		ja, _ := json.Marshal(a[i])
-		jb, _ := json.Marshal(b[i])
-		if !bytes.Equal(ja, jb) {
-			t.Fatalf("iteration %d differs:\nuninterrupted %s\nresumed       %s", i+1, ja, jb)
-		}
-	}
-	pa, _ := os.ReadFile(filepath.Join(full, "policy.onnx"))
-	pb, _ := os.ReadFile(filepath.Join(cut, "policy.onnx"))
-	if !bytes.Equal(pa, pb) {
-		t.Fatal("the resumed run's policy.onnx differs from the uninterrupted run's")
-	}
+	sameRun(t, full, cut, 12)
 	if _, err := Resume(ctx, filepath.Join(t.TempDir(), "none"), Options{}); err == nil {
 		t.Fatal("resumed a missing run")
 	}
