@@ -176,21 +176,27 @@ func (t *trainer) asyncMetrics(b *learner.SampleBatch, rows int, waited time.Dur
 	return m
 }
 
-// fillAsync writes rollout r into the trainer's batch for an asynchronous algorithm: env
-// i's rollout cut into sequences of L steps, env-major (as fillSequences), with each row's
-// NextValues — the behaviour policy's value of its successor state, which V-trace
-// bootstraps from at a sequence's end and at a truncation: FinalValues where the episode was
-// truncated, 0 where it terminated, the next step's value otherwise and LastValues after the
-// rollout's last step. The targets' time-major advantages and returns (t.adv, t.ret) are
-// reordered alike.
+// fillAsync writes rollout r into the trainer's batch for an asynchronous algorithm: each
+// env's rollout as whole sequences of L steps (fillEnvMajor), with each row's NextValues,
+// which V-trace bootstraps from at a sequence's end and at a truncation.
 func (t *trainer) fillAsync(r *batcher.Rollout, L int) error {
+	if len(r.States) > 0 {
+		return errors.New("engine: asynchronous algorithms do not train recurrent policies yet; use --algo ppo")
+	}
+	return t.fillEnvMajor(r, L)
+}
+
+// fillEnvMajor writes rollout r into the trainer's batch as sequences of L steps: each env's
+// rollout cut into T/L, env-major (env i's sequence c holds its steps c·L ... c·L+L−1, at rows
+// (i·T/L + c)·L ...), the targets' time-major advantages and returns (t.adv, t.ret) reordered
+// alike. Each row's NextValues is the behaviour policy's value of its successor state:
+// FinalValues where the episode was truncated, 0 where it terminated, the next step's value
+// otherwise and LastValues after the rollout's last step.
+func (t *trainer) fillEnvMajor(r *batcher.Rollout, L int) error {
 	b := t.batch
 	T, n := r.T, r.N
 	if L < 1 || T%L != 0 {
 		return fmt.Errorf("engine: a rollout of %d steps cannot be cut into sequences of %d", T, L)
-	}
-	if len(r.States) > 0 {
-		return errors.New("engine: asynchronous algorithms do not train recurrent policies yet; use --algo ppo")
 	}
 	b.Reset()
 	od, ad := r.ObsDim, r.ActDim

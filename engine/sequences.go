@@ -24,33 +24,14 @@ func placeRow(dst []float32, shape []int, axis, i int, row []float32) {
 	}
 }
 
-// fillSequences writes rollout r into the trainer's batch as sequences of f.steps steps:
-// each env's rollout cut into T/f.steps, env-major (env i's sequence c holds its steps
-// c·L ... c·L+L−1, L = f.steps, at rows (i·T/L + c)·L ...), each with the state the batcher fed
-// at its first step; GAE's time-major advantages and returns (t.adv, t.ret) are reordered
-// alike.
+// fillSequences writes rollout r into the trainer's batch as sequences of f.steps steps
+// (fillEnvMajor), each with the state the batcher fed at its first step.
 func (t *trainer) fillSequences(r *batcher.Rollout) error {
 	f := t.pm.(*foreign)
 	b := t.batch
 	T, n, L := r.T, r.N, f.steps
-	if L < 1 || T%L != 0 {
-		return fmt.Errorf("engine: a rollout of %d steps cannot be cut into sequences of %d", T, L)
-	}
-	b.Reset()
-	dst := 0
-	for i := range n {
-		for step := range T {
-			src := step*n + i
-			copy(b.Obs[dst*r.ObsDim:(dst+1)*r.ObsDim], r.Obs[src*r.ObsDim:(src+1)*r.ObsDim])
-			copy(b.Actions[dst*r.ActDim:(dst+1)*r.ActDim], r.Actions[src*r.ActDim:(src+1)*r.ActDim])
-			b.Rewards[dst], b.Terminated[dst], b.Truncated[dst] = r.Rewards[src], r.Terminated[src], r.Truncated[src]
-			b.LogP[dst], b.Values[dst], b.Version[dst] = r.LogP[src], r.Values[src], r.Version[src]
-			b.Advantages[dst], b.Returns[dst] = t.adv[src], t.ret[src]
-			dst++
-		}
-		for range T / L {
-			b.SeqLens = append(b.SeqLens, int32(L))
-		}
+	if err := t.fillEnvMajor(r, L); err != nil {
+		return err
 	}
 	off := 0
 	for _, s := range f.bind.State {
@@ -75,7 +56,7 @@ func (t *trainer) fillSequences(r *batcher.Rollout) error {
 	if off != b.StateDim {
 		return fmt.Errorf("engine: the rollout's recurrent states hold %d values per env, the policy declares %d", off, b.StateDim)
 	}
-	return b.SetLen(T * n)
+	return nil
 }
 
 // criticFeatures finds the features a policy's action layer reads: the data input of the
