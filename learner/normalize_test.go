@@ -54,15 +54,15 @@ func (m pairMember) AllReduceSum(_ context.Context, buf []float64) error {
 }
 
 // TestNormalizeAcross: two processes standardising their shares of the rows with
-// normalizeAcross get what one process standardising all of them gets (normalize: mean and
+// normalizeAcross get what one process standardising all of them gets (Standardize: mean and
 // Bessel-corrected std, hand-checked on a small case first).
 func TestNormalizeAcross(t *testing.T) {
 	small := []float32{1, 2, 3, 4}
-	normalize(small)
+	Standardize(small)
 	// mean 2.5, std sqrt(5/3) = 1.2910
 	for i, want := range []float64{-1.5 / 1.2909944, -0.5 / 1.2909944, 0.5 / 1.2909944, 1.5 / 1.2909944} {
 		if math.Abs(float64(small[i])-want) > 1e-6 {
-			t.Fatalf("normalize: row %d = %v, want %v", i, small[i], want)
+			t.Fatalf("Standardize: row %d = %v, want %v", i, small[i], want)
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -72,7 +72,7 @@ func TestNormalizeAcross(t *testing.T) {
 			x[i] = float32(rng.NormFloat64()*3 + 1)
 		}
 		want := append([]float32(nil), x...)
-		normalize(want)
+		Standardize(want)
 		p := newPairSums()
 		var wg sync.WaitGroup
 		errs := make([]error, 2)

@@ -290,7 +290,7 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 				return UpdateStats{}, fmt.Errorf("learner: standardising advantages across processes: %w", err)
 			}
 		} else {
-			normalize(b.Advantages[r0:r1])
+			Standardize(b.Advantages[r0:r1])
 		}
 	}
 	start := time.Now()
@@ -348,9 +348,10 @@ func seqRows(lens []int32, k int) int {
 	return r
 }
 
-// normalize standardises x in place: (x − mean)/(std + 1e-8), std with Bessel's correction as
-// torch.std, which CleanRL's PPO uses.
-func normalize(x []float32) {
+// Standardize standardises x in place: (x − mean)/(std + 1e-8), std with Bessel's correction
+// as torch.std, which CleanRL's PPO uses (Towers' NormalizeAdvantages; losses that compute
+// their own advantages call it on them).
+func Standardize(x []float32) {
 	if len(x) < 2 {
 		return
 	}
@@ -369,7 +370,7 @@ func normalize(x []float32) {
 	}
 }
 
-// normalizeAcross is normalize over the rows of every process of sr's group: x is this
+// normalizeAcross is Standardize over the rows of every process of sr's group: x is this
 // process's share; the mean and then the sum of squared deviations from it are summed across
 // the processes, so the result is what one process holding every row would compute (up to
 // the order of the sums).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/towerrl/towerrl/engine/internal/fused"
 	"github.com/towerrl/towerrl/engine/vtrace"
+	"github.com/towerrl/towerrl/learner"
 )
 
 // Kind is which V-trace actor-critic loss an op computes.
@@ -163,7 +164,7 @@ func (op *lossOp) targets(v []float32) error {
 			op.pgAdv[k] = float32(min(op.c.RhoBar, rho) * float64(op.adv[k]))
 		}
 		if op.c.NormAdv {
-			standardize(op.pgAdv)
+			learner.Standardize(op.pgAdv)
 		}
 		return nil
 	}
@@ -183,29 +184,9 @@ func (op *lossOp) targets(v []float32) error {
 		op.vs[r], op.pgAdv[r] = op.tVS[j], op.tAdv[j]
 	}
 	if op.c.NormAdv {
-		standardize(op.pgAdv)
+		learner.Standardize(op.pgAdv)
 	}
 	return nil
-}
-
-// standardize is (x − mean)/(std + 1e-8) in place, std with Bessel's correction (the
-// learner's per-minibatch standardisation of PPO's advantages).
-func standardize(x []float32) {
-	if len(x) < 2 {
-		return
-	}
-	var mean, ss float64
-	for _, v := range x {
-		mean += float64(v)
-	}
-	mean /= float64(len(x))
-	for _, v := range x {
-		ss += (float64(v) - mean) * (float64(v) - mean)
-	}
-	std := math.Sqrt(ss / float64(len(x)-1))
-	for i, v := range x {
-		x[i] = float32((float64(v) - mean) / (std + 1e-8))
-	}
 }
 
 // terms works out the loss from the rows' log-probabilities, entropies, values and targets,
