@@ -267,12 +267,21 @@ func (c Config) algorithm() (algo.Algorithm, error) {
 	return a, nil
 }
 
+// probe makes the algorithm registered under name with valid placeholder settings, to ask it
+// what it is (nil when none is registered).
+func probe(name string) algo.Algorithm {
+	a, err := algo.New(name, algo.Settings{Gamma: 0.99, Lambda: 1, ClipCoef: 0.2, VfCoef: 0.5, RhoBar: 1, CBar: 1})
+	if err != nil {
+		return nil
+	}
+	return a
+}
+
 // algoDefaults are the defaults of the algorithm registered under name (algo.Defaulter), if
 // it has its own.
 func algoDefaults(name string, discrete bool) (algo.Defaults, bool) {
-	a, err := algo.New(name, algo.Settings{Gamma: 0.99, Lambda: 1, ClipCoef: 0.2, VfCoef: 0.5, RhoBar: 1, CBar: 1})
-	d, ok := a.(algo.Defaulter)
-	if err != nil || !ok {
+	d, ok := probe(name).(algo.Defaulter)
+	if !ok {
 		return algo.Defaults{}, false
 	}
 	return d.Defaults(discrete), true
@@ -281,9 +290,8 @@ func algoDefaults(name string, discrete bool) (algo.Defaults, bool) {
 // sequential reports whether the algorithm registered under name trains on whole sequences
 // (algo.Sequential: V-trace's impala and appo), run asynchronously by the trainer.
 func sequential(name string) bool {
-	a, err := algo.New(name, algo.Settings{Gamma: 0.99, Lambda: 1, ClipCoef: 0.2, VfCoef: 0.5, RhoBar: 1, CBar: 1})
-	s, ok := a.(algo.Sequential)
-	return err == nil && ok && s.Sequences()
+	s, ok := probe(name).(algo.Sequential)
+	return ok && s.Sequences()
 }
 
 // seqLen is the sequence length: SeqLen, or the largest divisor of RolloutSteps up to
