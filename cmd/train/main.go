@@ -182,7 +182,7 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 			return err
 		}
 		opts.Source = srv
-		if resume == "" && srv.cfg.Algo != "ppo" && cfg.MaxPolicyLag == 0 {
+		if resume == "" && srv.cfg.Algo != ppo.Name && cfg.MaxPolicyLag == 0 {
 			// Remote batchers never wait for the learner: without a bound on the lag it
 			// trains on ever older rollouts when they collect faster than it learns.
 			cfg.MaxPolicyLag = 2

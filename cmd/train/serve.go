@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/remote"
 )
 
@@ -69,7 +70,7 @@ func newServing(ctx context.Context, f serveFlags, cfg engine.Config, dir, resum
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Algo == "ddppo" {
+	if cfg.Algo == ppo.DDPPOName {
 		return nil, errors.New("--serve feeds one learner from remote batchers; ddppo ranks collect with their own: drop --serve or use --algo appo|impala|ppo")
 	}
 	return &serving{f: f, dir: dir, log: log, cfg: cfg, base: ctx}, nil
