@@ -27,7 +27,6 @@ type asyncRun struct {
 	held   bool                // whether slot is held
 	last   batcher.StreamStats // the stream's counters at the previous iteration
 	since  time.Time           // when the previous iteration's collect returned
-	base   int64               // Dropped of the streams before this one
 	hist   []int64
 	seqLen int // the steps of the sequences V-trace runs over
 
@@ -39,10 +38,9 @@ type asyncRun struct {
 }
 
 // summary is the run's asynchronous statistics so far (Result.Async).
-func (a *asyncRun) summary(dropped int64) *AsyncMetrics {
+func (a *asyncRun) summary() *AsyncMetrics {
 	m := a.total
 	m.LagHistogram = append([]int64(nil), a.total.LagHistogram...)
-	m.Dropped = dropped
 	if a.rows > 0 {
 		m.PolicyLagMean = Float(float64(a.lagSum) / float64(a.rows))
 	}
@@ -110,15 +108,14 @@ func (t *trainer) release(ctx context.Context) error {
 	return t.async.stream.Release(t.async.slot)
 }
 
-// stopStream ends the batchers' stream, dropping the rollouts in flight; the next collect
-// starts a new one.
+// stopStream ends the batchers' stream at the end of the run, dropping the rollouts in
+// flight.
 func (t *trainer) stopStream() error {
 	if t.async == nil || t.async.stream == nil {
 		return nil
 	}
 	a := t.async
 	a.held = false
-	a.base += a.stream.Stats().Dropped
 	err := a.stream.Close()
 	a.stream = nil
 	return err
@@ -147,7 +144,7 @@ func (t *trainer) asyncMetrics(b *learner.SampleBatch, rows int, waited time.Dur
 	now := time.Now()
 	wall := now.Sub(a.since).Seconds()
 	m := &AsyncMetrics{PolicyLagMax: most, LagHistogram: append([]int64(nil), a.hist...), Queue: st.Ready,
-		Dropped: a.base + st.Dropped}
+		Dropped: st.Dropped}
 	if t.source != nil {
 		m.Dropped = t.source.dropped
 	}
@@ -169,7 +166,7 @@ func (t *trainer) asyncMetrics(b *learner.SampleBatch, rows int, waited time.Dur
 	a.rows += int64(rows)
 	a.lagSum += sum
 	a.total.PolicyLagMax = max(a.total.PolicyLagMax, most)
-	a.total.Queue = m.Queue
+	a.total.Queue, a.total.Dropped = m.Queue, m.Dropped
 	a.wallTotal += wall
 	a.blocked += float64(m.BatcherIdle) * wall
 	a.waited += float64(m.LearnerIdle) * wall

@@ -287,14 +287,7 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 		res.RolloutsTrained, res.RolloutsDropped = t.source.trained, t.source.dropped
 	}
 	if t.async != nil && t.async.rows > 0 {
-		dropped := t.async.base
-		if t.async.stream != nil {
-			dropped += t.async.stream.Stats().Dropped
-		}
-		if t.source != nil {
-			dropped = t.source.dropped
-		}
-		res.Async = t.async.summary(dropped)
+		res.Async = t.async.summary()
 	}
 	if res.Curve, err = run.Curve(opts.Plot, fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
 		return res, err
