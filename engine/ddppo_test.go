@@ -212,27 +212,3 @@ func TestDDPPOUpdateEquivalence(t *testing.T) {
 		t.Errorf("2 ranks' parameters differ from 1 process's by %.3g", worst)
 	}
 }
-
-func mean(x []float64) float64 {
-	var s float64
-	for _, v := range x {
-		s += v
-	}
-	return s / float64(len(x))
-}
-
-// welch is Welch's t statistic for the difference of two samples' means, and its
-// Welch–Satterthwaite degrees of freedom.
-func welch(a, b []float64) (float64, float64) {
-	va, vb := variance(a)/float64(len(a)), variance(b)/float64(len(b))
-	df := (va + vb) * (va + vb) / (va*va/float64(len(a)-1) + vb*vb/float64(len(b)-1))
-	return (mean(a) - mean(b)) / math.Sqrt(va+vb), df
-}
-
-func variance(x []float64) float64 {
-	m, s := mean(x), 0.0
-	for _, v := range x {
-		s += (v - m) * (v - m)
-	}
-	return s / float64(len(x)-1)
-}

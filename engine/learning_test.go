@@ -12,8 +12,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/envs"
 	"go.uber.org/goleak"
 )
 
@@ -180,4 +184,75 @@ func TestSourceFeedsTheRun(t *testing.T) {
 			}
 		})
 	}
+}
+
+// batcherSource is a RolloutSource played by a batcher of its own, standing in for remote
+// batchers: each Publish is a new policy built from the published ONNX bytes (as a remote
+// batcher hot-swaps), each Next a Collect. With stale set, every other rollout is first
+// handed out with versions one behind.
+type batcherSource struct {
+	t        *testing.T
+	b        *batcher.Batcher
+	pol      *batcher.Policy
+	steps    int
+	mu       sync.Mutex
+	versions []int64
+	acks     int
+	stale    bool
+	n        int
+}
+
+func (s *batcherSource) Publish(ctx context.Context, version int64, model []byte) error {
+	s.mu.Lock()
+	s.versions = append(s.versions, version)
+	s.mu.Unlock()
+	if s.b == nil {
+		spec, _ := envs.Lookup("CartPole-v1")
+		var err error
+		if s.pol, err = batcher.NewPolicy(ctx, model, version, spec, batcher.PolicyConfig{}); err != nil {
+			return err
+		}
+		s.b, err = batcher.New(ctx, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 4, Steps: s.steps, Seed: 7}, s.pol)
+		return err
+	}
+	return s.b.UpdatePolicy(ctx, s.pol.WithModel(model, version))
+}
+
+func (s *batcherSource) Next(ctx context.Context) (Received, error) {
+	r, err := s.b.Collect(ctx, s.steps)
+	if err != nil {
+		return Received{}, err
+	}
+	s.n++
+	if s.stale && s.n%2 == 0 {
+		for i := range r.Version {
+			r.Version[i]--
+		}
+	}
+	ack := func(context.Context) error { s.mu.Lock(); s.acks++; s.mu.Unlock(); return nil }
+	return Received{Rollout: r, Ack: ack, Bytes: 1000, Latency: time.Millisecond}, nil
+}
+
+func mean(x []float64) float64 {
+	var s float64
+	for _, v := range x {
+		s += v
+	}
+	return s / float64(len(x))
+}
+
+// welch is Welch's t statistic for the difference of two samples' means, and its
+// Welch–Satterthwaite degrees of freedom.
+func welch(a, b []float64) (float64, float64) {
+	va, vb := variance(a)/float64(len(a)), variance(b)/float64(len(b))
+	df := (va + vb) * (va + vb) / (va*va/float64(len(a)-1) + vb*vb/float64(len(b)-1))
+	return (mean(a) - mean(b)) / math.Sqrt(va+vb), df
+}
+
+func variance(x []float64) float64 {
+	m, s := mean(x), 0.0
+	for _, v := range x {
+		s += (v - m) * (v - m)
+	}
+	return s / float64(len(x)-1)
 }
