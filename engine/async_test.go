@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,17 +39,20 @@ func init() {
 }
 
 // TestAsyncBackpressure slows the learner 20 ms per rollout (about 10× its own time): the
-// batchers block on the full ring and say so, memory stays flat, and the run still completes.
+// batchers block on the full ring and say so, memory stays flat (the Go heap in use and the
+// process's resident set, which holds ONNX Runtime's native buffers too), and the run still
+// completes.
 func TestAsyncBackpressure(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var ms []Metrics
-	var heap []uint64
+	var heap, rss []uint64
 	_, err := Train(context.Background(), Config{Env: "CartPole-v1", Algo: "slowed-appo", TotalSteps: 512 * 60, Seed: 2, EvalEpisodes: -1},
 		Options{Progress: func(m Metrics) {
 			ms = append(ms, m)
 			var st runtime.MemStats
 			runtime.ReadMemStats(&st)
 			heap = append(heap, st.HeapInuse)
+			rss = append(rss, residentBytes(t))
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +69,30 @@ func TestAsyncBackpressure(t *testing.T) {
 	if grow := float64(last) - float64(first); grow > math.Max(8<<20, 0.5*float64(first)) {
 		t.Errorf("heap in use grew from %d to %d bytes over %d iterations", first, last, len(heap)-10)
 	}
-	t.Logf("batchers idle %.0f%%, heap in use %d → %d bytes", 100*idle, first, last)
+	r0, r1 := rss[10], rss[len(rss)-1]
+	if grow := float64(r1) - float64(r0); grow > math.Max(16<<20, 0.25*float64(r0)) {
+		t.Errorf("resident set grew from %d to %d bytes over %d iterations", r0, r1, len(rss)-10)
+	}
+	t.Logf("batchers idle %.0f%%, heap in use %d → %d bytes, resident set %d → %d bytes", 100*idle, first, last, r0, r1)
+}
+
+// residentBytes is the process's resident set size, from /proc/self/statm (its second field,
+// in pages).
+func residentBytes(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatalf("reading the resident set size: %v (the test needs Linux's /proc)", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		t.Fatalf("/proc/self/statm reads %q: want at least two fields", b)
+	}
+	pages, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		t.Fatalf("/proc/self/statm's resident field %q: %v", f[1], err)
+	}
+	return pages * uint64(os.Getpagesize())
 }
 
 // TestAsyncResume stops an APPO run after a few iterations and resumes it to the end: the

@@ -13,7 +13,9 @@ import (
 
 // ParseConfig decodes a JSON object of Config fields strictly: a field Config does not have
 // is an error naming it and the nearest known field ("total_step": did you mean
-// "total_steps"?), as is anything after the object. Defaults are not applied.
+// "total_steps"?), as is anything after the object. Defaults are not applied, but an
+// "ent_coef" of 0 given explicitly means no entropy bonus (it is stored as -1, which
+// WithDefaults keeps at 0), as in Stable-Baselines3's configs, instead of the default.
 func ParseConfig(data []byte) (Config, error) {
 	var c Config
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -34,6 +36,12 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	if dec.More() {
 		return c, fmt.Errorf("%w: more than one JSON value; a config is one object", ErrConfig)
+	}
+	var given struct {
+		EntCoef *float64 `json:"ent_coef"`
+	}
+	if err := json.Unmarshal(data, &given); err == nil && given.EntCoef != nil && *given.EntCoef == 0 {
+		c.EntCoef = -1
 	}
 	return c, nil
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -30,6 +31,46 @@ func TestParseConfigStrict(t *testing.T) {
 			t.Errorf("%s: decoded %+v", tc.json, c)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrConfig)):
 			t.Errorf("%s: error %v, want one containing %q wrapping ErrConfig", tc.json, err, tc.want)
+		}
+	}
+}
+
+// TestEntCoefZero: an "ent_coef" of 0 written in a JSON config means no entropy bonus (as
+// Stable-Baselines3's configs mean it), not the default 0.01, and so does the config.json a
+// run writes from it, read again at a resume; a config that leaves ent_coef out gets 0.01.
+func TestEntCoefZero(t *testing.T) {
+	for _, tc := range []struct {
+		json string
+		want float64
+	}{
+		{`{"env": "CartPole-v1", "ent_coef": 0}`, 0},
+		{`{"env": "CartPole-v1", "ent_coef": 0.0}`, 0},
+		{`{"env": "CartPole-v1", "ent_coef": -1}`, 0},
+		{`{"env": "CartPole-v1"}`, 0.01},
+		{`{"env": "CartPole-v1", "ent_coef": 0.02}`, 0.02},
+	} {
+		c, err := ParseConfig([]byte(tc.json))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err = c.WithDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		if c.EntCoef != tc.want {
+			t.Errorf("%s: EntCoef %v, want %v", tc.json, c.EntCoef, tc.want)
+		}
+		stored, err := json.Marshal(c) // what config.json holds
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err = ParseConfig(stored); err != nil {
+			t.Fatal(err)
+		}
+		if c, err = c.WithDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		if c.EntCoef != tc.want {
+			t.Errorf("%s: EntCoef %v after config.json is read again, want %v", tc.json, c.EntCoef, tc.want)
 		}
 	}
 }
