@@ -107,6 +107,7 @@ type Batcher struct {
 	closed  bool
 	stream  *Stream // the running stream, nil in Collect mode
 	timings Timings // written under mu
+	cut     cutter  // the end of a CollectPreemptible rollout, reset under mu
 
 	// newest is the version of the latest policy handed to the workers: New's, then each
 	// Publish's or UpdatePolicy's. A stream measures policy lag from it.
@@ -135,12 +136,13 @@ type worker struct {
 	stIn, stOut [][]float32
 	stSize      []int // elements of one env's state, per state
 	finSt       [][]float32
-	starts      []float32 // host memory of in.Starts: 1 where an env's episode starts
-	ret         []float64 // running return per env
-	length      []int     // running length per env
-	episodes    []Episode // of the last Collect
-	oldest      int64     // the oldest version in the worker's rows of its last rollout
-	timings     Timings   // written by the worker's goroutine only
+	starts      []float32     // host memory of in.Starts: 1 where an env's episode starts
+	ret         []float64     // running return per env
+	length      []int         // running length per env
+	episodes    []Episode     // of the last Collect
+	oldest      int64         // the oldest version in the worker's rows of its last rollout
+	timings     Timings       // written by the worker's goroutine only
+	slowDebt    time.Duration // Preempt.Slowdown's wait not slept yet
 	reqs        chan request
 	done        chan error
 
@@ -158,6 +160,7 @@ type request struct {
 	ctx    context.Context
 	steps  int
 	stream *Stream
+	cut    *cutter // a CollectPreemptible rollout's shared end, else nil
 }
 
 // New makes the envs and one agent per worker, resets the envs, and starts the workers.
@@ -333,6 +336,11 @@ func (b *Batcher) NumEnvs() int { return b.rollout.N }
 // stays valid until the next Collect. Workers run in parallel. While a Stream runs it
 // returns an error wrapping ErrStreaming.
 func (b *Batcher) Collect(ctx context.Context, steps int) (*Rollout, error) {
+	return b.collect(ctx, steps, nil)
+}
+
+// collect is Collect, preemptible when p is set (CollectPreemptible).
+func (b *Batcher) collect(ctx context.Context, steps int, p *Preempt) (*Rollout, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -341,20 +349,28 @@ func (b *Batcher) Collect(ctx context.Context, steps int) (*Rollout, error) {
 	if b.stream != nil {
 		return nil, fmt.Errorf("%w: Collect refused; close the stream (Stream.Close) to collect again", ErrStreaming)
 	}
-	if steps < 1 || steps > b.cfg.Steps {
-		return nil, fmt.Errorf("%w: Collect of %d steps, Config.Steps allows 1 to %d", ErrConfig, steps, b.cfg.Steps)
+	if err := b.checkSteps(steps); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	r := b.rollout
-	r.T = steps
+	var cut *cutter
+	if p != nil {
+		cut = &b.cut
+		cut.reset(steps, len(b.workers), p)
+	}
 	for _, w := range b.workers {
-		w.reqs <- request{ctx: ctx, steps: steps}
+		w.reqs <- request{ctx: ctx, steps: steps, cut: cut}
 	}
 	var errs []error
 	for _, w := range b.workers {
 		if err := <-w.done; err != nil {
 			errs = append(errs, fmt.Errorf("batcher: worker %d: %w", w.index, err))
 		}
+	}
+	r.T = steps
+	if cut != nil {
+		r.T = cut.steps()
 	}
 	r.Episodes = r.Episodes[:0]
 	for _, w := range b.workers {
@@ -477,7 +493,7 @@ func (w *worker) run(wg *sync.WaitGroup, r *Rollout) {
 			w.done <- w.stream(req.ctx, req.stream, req.steps)
 			continue
 		}
-		err := w.rollout(req.ctx, r, req.steps, &w.episodes)
+		err := w.rollout(req.ctx, r, req.steps, &w.episodes, req.cut)
 		w.shareTimings()
 		w.done <- err
 	}
@@ -502,8 +518,9 @@ func (w *worker) swap() error {
 }
 
 // rollout runs steps steps of the worker's envs into its rows of r, and the episodes that end
-// into *episodes (emptied first). It stops with ctx's error at a step boundary.
-func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[]Episode) error {
+// into *episodes (emptied first). It stops with ctx's error at a step boundary, and, with a
+// cutter, at the step the cutter ends the rollout at.
+func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[]Episode, cut *cutter) error {
 	n, m, off, od, ad := r.N, w.m, w.index*w.m, r.ObsDim, r.ActDim
 	bufs := w.env.Buffers()
 	acts, _ := w.out.Actions.Host()
@@ -519,6 +536,9 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[
 	for t := range steps {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if cut != nil && !cut.take(w.index, t) {
+			break
 		}
 		if w.hasNext.Load() {
 			w.accountInference(&inf0)
@@ -597,6 +617,9 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[
 		w.timings.Sampling += t2.Sub(t1) + time.Since(t5) // inference is moved out below
 		w.timings.Buffers += t1.Sub(t0) + t3.Sub(t2) + t5.Sub(t4)
 		w.timings.Steps += int64(m)
+		if cut != nil && cut.slowdown > 1 {
+			w.pace(cut.slowdown, time.Since(t0))
+		}
 	}
 	copy(r.LastObs[off*od:(off+m)*od], bufs.Obs)
 	tl := time.Now()

@@ -433,7 +433,7 @@ func (w *worker) stream(ctx context.Context, s *Stream, steps int) error {
 			}
 		}
 		st := &s.slots[slot]
-		err := w.rollout(ctx, st.r, steps, &st.episodes[w.index])
+		err := w.rollout(ctx, st.r, steps, &st.episodes[w.index], nil)
 		w.shareTimings()
 		if err != nil {
 			if ctx.Err() != nil {

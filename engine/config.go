@@ -45,7 +45,7 @@ type Config struct {
 	Lambda      float64 `json:"gae_lambda"`    // GAE's or V-trace's λ; default 0.95 (impala: 1)
 	ClipCoef    float64 `json:"clip_coef"`     // default 0.2
 	NoClipVLoss bool    `json:"no_clip_vloss"` // do not clip the value loss
-	EntCoef     float64 `json:"ent_coef"`      // default 0.01 (Discrete), 0 (Box); negative: 0
+	EntCoef     float64 `json:"ent_coef"`      // default 0.01 (Discrete), 0 (Box); negative (or 0 written in a JSON config): 0
 	VfCoef      float64 `json:"vf_coef"`       // default 0.5
 	MaxGradNorm float64 `json:"max_grad_norm"` // default 0.5; negative: no clipping
 	NoNormAdv   bool    `json:"no_norm_adv"`   // do not standardise advantages per minibatch
@@ -100,6 +100,14 @@ type Config struct {
 	RhoBar float64 `json:"vtrace_rho_bar,omitempty"`
 	CBar   float64 `json:"vtrace_c_bar,omitempty"`
 	KLCoef float64 `json:"kl_coef,omitempty"`
+
+	// SyncFrac is DD-PPO's straggler preemption threshold (ddppo on several ranks, feed-forward
+	// policies): once ceil(SyncFrac·N) of the N ranks have finished collecting an iteration's
+	// rollout, the others stop early, keeping at least a quarter of RolloutSteps and one
+	// minibatch; the updates then weight each rank by the rows it has. Default 0.6 (the
+	// paper's); 1 turns preemption off, as does any value with ceil(SyncFrac·N) = N (the
+	// default on 2 ranks: use 0.5 there). Unused by the other algorithms.
+	SyncFrac float64 `json:"sync_frac,omitempty"`
 }
 
 // WithDefaults fills zero fields and validates the result; errors name the field.
@@ -174,6 +182,9 @@ func (c Config) WithDefaults() (Config, error) {
 	}
 	if c.Activation == "" {
 		c.Activation = "tanh"
+	}
+	if err := c.syncFracDefaults(); err != nil {
+		return c, err
 	}
 	switch {
 	case !slices.Contains(algo.Names(), c.Algo):

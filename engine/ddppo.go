@@ -30,7 +30,8 @@ import (
 // run ID) and, on resume, the checkpoint to the other ranks, and writes config.json, the
 // metrics (statistics reduced over every rank), policy.onnx and checkpoints holding every
 // rank's batcher snapshot. The other ranks write nothing. A checkpoint records the number of
-// ranks; a resume with another number is refused.
+// ranks; a resume with another number is refused. With Config.SyncFrac below what every rank
+// must reach, stragglers stop collecting early (straggler preemption, preempt.go).
 
 // rankState is a trainer's place in a DD-PPO job of more than one rank.
 type rankState struct {
@@ -38,6 +39,8 @@ type rankState struct {
 	rank, size int
 	coll       *mpi.Collective
 	cross      time.Duration // the collective's cross-rank time until the last iteration
+	slowdown   float64       // Options.Slowdown
+	pre        *preemption   // straggler preemption (preempt.go), nil when off
 }
 
 func (t *trainer) root() bool { return t.rs == nil || t.rs.rank == 0 }

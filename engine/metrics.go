@@ -48,6 +48,8 @@ type Metrics struct {
 	// Transport describes the rollouts taken from Options.Source (remote batchers) this
 	// iteration (nil without a source).
 	Transport *TransportMetrics `json:"transport,omitempty"`
+	// Preemption describes a DD-PPO iteration's straggler preemption (nil when it is off).
+	Preemption *PreemptMetrics `json:"preemption,omitempty"`
 }
 
 // AsyncMetrics describe an asynchronous iteration (impala, appo): the policy lag of the rows

@@ -55,6 +55,11 @@ type Options struct {
 	// batcher state. Not with Ranks.
 	Source RolloutSource
 
+	// Slowdown is a test hook for DD-PPO's straggler preemption (Config.SyncFrac): a rank
+	// whose batchers wait (Slowdown−1) times as long as each env step took, so it collects
+	// Slowdown times slower. Values of 1 or less: none.
+	Slowdown float64
+
 	// ready, set by Train and Resume on rank 0 of a DD-PPO job, sends the run to the other
 	// ranks just before training.
 	ready func(shared) error
@@ -167,6 +172,7 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 		if t.rs, err = newRankState(opts.Ranks, cfg.Towers); err != nil {
 			return res, err
 		}
+		t.rs.slowdown = opts.Slowdown
 	}
 	if opts.Source != nil {
 		if t.rs != nil {

@@ -202,6 +202,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if err != nil {
 		return err
 	}
+	t.startPreemption(towers, minibatch)
 	t.l, err = learner.New(learner.Config{TrainBatch: rows, SGDIters: cfg.Epochs, Seed: cfg.Seed,
 		FirstBatch: uint64(firstIteration)}, towers, t.batch)
 	return err
@@ -254,7 +255,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		f.warmedUp.Store(it >= cfg.ValueWarmup)
 	}
 	c0 := time.Now()
-	r, err := t.collect(ctx)
+	r, err := t.collectRank(ctx)
 	if err != nil {
 		return Metrics{}, err
 	}
@@ -304,24 +305,30 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	}
 	l0 := time.Now()
 	lr := t.opt.CurrentLR() // the rate of this iteration's updates (constant within one)
-	if t.rs != nil {
-		if err := t.rs.coll.SetWeight(float64(rows)); err != nil {
+	var res learner.Result
+	if p := t.preempting(); p != nil { // the ranks' rows differ: the rank runs the schedule itself
+		if res, err = p.learn(ctx, t.rs.coll, b, it); err != nil {
 			return Metrics{}, err
 		}
+	} else {
+		if t.rs != nil {
+			if err := t.rs.coll.SetWeight(float64(rows)); err != nil {
+				return Metrics{}, err
+			}
+		}
+		if err := t.l.Submit(ctx, b); err != nil {
+			return Metrics{}, err
+		}
+		select {
+		case res = <-t.l.Results():
+		case <-ctx.Done():
+			return Metrics{}, ctx.Err()
+		}
+		if res.Err != nil {
+			return Metrics{}, res.Err
+		}
+		<-t.l.Released()
 	}
-	if err := t.l.Submit(ctx, b); err != nil {
-		return Metrics{}, err
-	}
-	var res learner.Result
-	select {
-	case res = <-t.l.Results():
-	case <-ctx.Done():
-		return Metrics{}, ctx.Err()
-	}
-	if res.Err != nil {
-		return Metrics{}, res.Err
-	}
-	<-t.l.Released()
 	if t.rs != nil {
 		if err := t.rs.reduceStats(ctx, res.Stats); err != nil {
 			return Metrics{}, err
@@ -344,7 +351,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		am = t.asyncMetrics(b, rows, collect)
 	}
 	if t.rs != nil {
-		t.steps += int64(rows * t.rs.size) // every rank collects as many rows
+		t.steps += t.rs.rowsCollected(rows)
 	} else {
 		t.steps += int64(rows)
 	}
@@ -367,6 +374,9 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	}
 	if t.source != nil {
 		m.Transport = t.source.transport()
+	}
+	if t.rs != nil {
+		m.Preemption = t.rs.pre.metrics()
 	}
 	if len(r.Episodes) > 0 {
 		var ret, length batcher.Stats

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The MPI side of learner/mpi (build tag mpi), run under mpirun: the test binary as a job of one
 # rank (no mpirun), under mpirun -np 2 and -np 3 (also built with -race), then the scenarios
-# that must end a job: a hung rank (every waiting rank must report it within seconds and the
-# job must end) and ranks out of step. Fails, saying what to install, when Open MPI is missing.
+# that must end a job: a hung rank, in a collective and in DD-PPO's rollout-finished exchange
+# (every waiting rank must report it within seconds and the job must end), and ranks out of
+# step. Fails, saying what to install, when Open MPI is missing.
 #   scripts/mpi_test.sh          the tests
 #   scripts/mpi_test.sh bench    the all-reduce latency benchmarks, 2 ranks
 set -euo pipefail
@@ -66,6 +67,7 @@ scenario() {
 }
 for np in 2 3; do
 	scenario hang "$np" $((np - 1)) 15
+	scenario hangrollout "$np" $((np - 1)) 15
 	scenario outofstep "$np" "$np" 15
 done
 # DD-PPO end to end with the real tool (bin/train built with MPI): two ranks train, rank 0
@@ -80,6 +82,36 @@ lines=$(wc -l <"$dd/metrics.jsonl")
 if [[ $lines != 10 ]] || ! grep -q '"env_steps":10240' "$dd/metrics.jsonl"; then
 	cat "$tmp/ddppo.out" >&2
 	echo "mpi_test: ddppo: $lines metrics lines (want 10, the last at 10240 steps over both ranks)" >&2
+	exit 1
+fi
+# Straggler preemption: rank 1 collects 3× slower (the test hook); with --sync-frac 0.5 it is
+# cut short once rank 0 has finished, never below a quarter of the rollout, rank 0's metrics
+# say so, env_steps counts the steps both ranks took, and both ranks end with one parameter hash.
+echo "mpi_test: ddppo, straggler preemption (rank 1 slowed 3×, --sync-frac 0.5)" >&2
+TOWERRL_TEST_SLOWDOWN=1:3 timeout 120 "${mpirun[@]}" -np 2 "$tmp/train" --algo ddppo --env CartPole-v1 --total-steps 10240 \
+	--seed 3 --sync-frac 0.5 --out "$tmp/ddpre" --log-level warn >"$tmp/ddpre.out" 2>&1 || { cat "$tmp/ddpre.out" >&2; exit 1; }
+if ! python3 - "$tmp/ddpre/metrics.jsonl" >&2 <<'PY'
+import json, sys
+ms = [json.loads(l) for l in open(sys.argv[1])]
+steps, cut = 0, 0
+for m in ms:
+    f = m["preemption"]["collected_frac"]
+    assert len(f) == 2 and max(f) == 1 and min(f) >= 0.25, f
+    steps += round(sum(f) * 512)
+    cut += m["preemption"]["preempted"]
+    assert m["env_steps"] == steps, (m["env_steps"], steps)
+assert len(ms) == 10 and cut > 0, (len(ms), cut)
+print(f"mpi_test: ddppo: {cut} of 10 rollouts of the slowed rank cut short; it collected {sum(m['preemption']['collected_frac'][1] for m in ms)/10:.2f} of each on average")
+PY
+then
+	cat "$tmp/ddpre.out" >&2
+	echo "mpi_test: ddppo: the preemption metrics are wrong (above)" >&2
+	exit 1
+fi
+if [[ $(grep -c params_sha256 "$tmp/ddpre.out") != 2 ]] ||
+	[[ $(grep -o '"params_sha256":"[0-9a-f]*"' "$tmp/ddpre.out" | sort -u | wc -l) != 1 ]]; then
+	cat "$tmp/ddpre.out" >&2
+	echo "mpi_test: ddppo: with preemption the two ranks end with different parameters" >&2
 	exit 1
 fi
 rc=0

@@ -58,13 +58,19 @@ func NewCollective(group Group, towers int) (*Collective, error) {
 
 // AllReduceSum replaces buf with the element-wise sum of every rank's buf (statistics such as
 // advantage counts and sums: learner.Towers standardise a DD-PPO minibatch's advantages over
-// every rank's rows with it). Called by one goroutine of the rank, between updates.
+// every rank's rows with it). A rank whose weight is 0 has no rows in the round (straggler
+// preemption left it fewer minibatches than the others; it still takes part in every call):
+// it adds zeros, so its placeholder rows take no part in the statistics. Called by one
+// goroutine of the rank, between updates.
 func (c *Collective) AllReduceSum(ctx context.Context, buf []float64) error {
 	g, ok := c.cross.(interface {
 		AllReduceFloat64(ctx context.Context, op Op, buf []float64) error
 	})
 	if !ok {
 		return fmt.Errorf("%w: this collective's ranks cannot sum float64 statistics", ErrArgument)
+	}
+	if c.Weight() == 0 {
+		clear(buf)
 	}
 	return g.AllReduceFloat64(ctx, Sum, buf)
 }

@@ -82,6 +82,7 @@ const (
 	callGatherSizes
 	callGather
 	callBarrier
+	callFinish
 )
 
 func (c call) String() string {
@@ -100,6 +101,8 @@ func (c call) String() string {
 		return "gather"
 	case callBarrier:
 		return "barrier"
+	case callFinish:
+		return "finish-rollout"
 	}
 	return fmt.Sprintf("call(%d)", int64(c))
 }

@@ -48,6 +48,16 @@
 // A rank that dies (kill -9) makes Open MPI's mpirun kill the others about 1 s later, exiting
 // 137; no error reaches Go (Open MPI's error handlers do not turn it into one).
 //
+// # Straggler preemption
+//
+// [World.FinishRollout] is DD-PPO's "my rollout is done" exchange: one small message from every
+// rank to every other per call, on a communicator of the control messages, so a rank still
+// collecting can count with [World.RolloutsFinished] (non-blocking, allocation-free, from any
+// goroutine) how many ranks have finished, and stop early. FinishRollout then waits for every
+// rank like a collective, under the same deadlines and stall reports, and returns every rank's
+// step count. A rank cut short trains with a smaller weight ([Collective.SetWeight]), or with
+// weight 0 in an update it has no rows for: [Collective.AllReduceSum] then adds zeros.
+//
 // # Determinism
 //
 // The weighted all-reduce sends w_r·x_r as float64 and sums in one MPI_Allreduce; every rank

@@ -23,6 +23,11 @@ type Group interface {
 	CheckSame(ctx context.Context, hash [32]byte) error
 	// Gather: see World.Gather.
 	Gather(ctx context.Context, root int, data []byte) ([][]byte, error)
+	// FinishRollout: see World.FinishRollout.
+	FinishRollout(ctx context.Context, steps int64) ([]int64, error)
+	// RolloutsFinished: see World.RolloutsFinished. Unlike the calls above it never waits
+	// for the other ranks, and may be called from any goroutine.
+	RolloutsFinished() (int, error)
 }
 
 var _ Group = (*World)(nil)
@@ -219,4 +224,42 @@ func (r *inProcRank) Gather(ctx context.Context, root int, data []byte) ([][]byt
 		return nil, err
 	}
 	return res.([][]byte), nil
+}
+
+func (r *inProcRank) FinishRollout(ctx context.Context, steps int64) ([]int64, error) {
+	res, err := r.call(ctx, callFinish, steps, func(in []any) ([]any, error) {
+		out := make([]any, len(in))
+		for k := range out {
+			all := make([]int64, len(in))
+			for j, v := range in {
+				all[j] = v.(int64)
+			}
+			out[k] = all
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res.([]int64), nil
+}
+
+// RolloutsFinished counts the other ranks that have made this rank's next call, when it is
+// FinishRollout. The rank's own calls are not under way (it is collecting), so its sequence
+// number is stable while it polls.
+func (r *inProcRank) RolloutsFinished() (int, error) {
+	j := r.job
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	rd := j.rounds[r.seq+1]
+	if rd == nil || rd.op != callFinish {
+		return 0, nil
+	}
+	n := 0
+	for k, ok := range rd.seen {
+		if ok && k != r.rank {
+			n++
+		}
+	}
+	return n, nil
 }

@@ -3,6 +3,8 @@ package mpi
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -100,5 +102,95 @@ func TestInProcessFailures(t *testing.T) {
 	err := g[1].AllReduceFloat64(ctx, Sum, []float64{1})
 	if !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "ranks 0, 2 never arrived") {
 		t.Errorf("a lone rank's call: %v, want ErrStalled naming ranks 0 and 2", err)
+	}
+}
+
+// TestInProcessFinishRollout: the last rank sees the others finish while it collects
+// (RolloutsFinished, which counts only a FinishRollout that is its own next call), then
+// every rank gets every rank's steps; a rank that never finishes is named.
+func TestInProcessFinishRollout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const n = 3
+	seen := make([]int, n)
+	errs := runRanks(n, func(g Group) error {
+		r := g.Rank()
+		if r == n-1 {
+			// The others are in another call first: it is not a finished rollout.
+			if k, err := g.RolloutsFinished(); err != nil || k != 0 {
+				return fmt.Errorf("before any call: RolloutsFinished = %d, %v; want 0", k, err)
+			}
+		}
+		if err := g.AllReduceFloat64(ctx, Sum, []float64{1}); err != nil {
+			return err
+		}
+		for round := range 2 {
+			if r == n-1 {
+				for {
+					k, err := g.RolloutsFinished()
+					if err != nil {
+						return err
+					}
+					if k == n-1 {
+						seen[r] = k
+						break
+					}
+					if ctx.Err() != nil {
+						return fmt.Errorf("round %d: only %d ranks seen finished", round, k)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+			all, err := g.FinishRollout(ctx, int64(10*round+r))
+			if err != nil {
+				return err
+			}
+			if want := []int64{int64(10 * round), int64(10*round + 1), int64(10*round + 2)}; !slices.Equal(all, want) {
+				return fmt.Errorf("round %d: FinishRollout = %v, want %v", round, all, want)
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if seen[n-1] != n-1 {
+		t.Fatalf("the last rank saw %d finished ranks", seen[n-1])
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	g := InProcess(2)
+	if _, err := g[0].FinishRollout(short, 5); !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "rank 1 never arrived") {
+		t.Errorf("a rank that never finishes: %v, want ErrStalled naming rank 1", err)
+	}
+}
+
+// TestCollectiveZeroWeightSum: a rank of weight 0 (no rows in the round) adds nothing to
+// AllReduceSum's statistics, and gets the others' sum.
+func TestCollectiveZeroWeightSum(t *testing.T) {
+	errs := runRanks(3, func(g Group) error {
+		c, err := NewCollective(g, 1)
+		if err != nil {
+			return err
+		}
+		w := float64(g.Rank())
+		if err := c.SetWeight(w); err != nil {
+			return err
+		}
+		buf := []float64{float64(10 + g.Rank()), 1}
+		if err := c.AllReduceSum(context.Background(), buf); err != nil {
+			return err
+		}
+		if want := []float64{11 + 12, 2}; !slices.Equal(buf, want) {
+			return fmt.Errorf("sum %v, want %v (rank 0's weight is 0)", buf, want)
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
 	}
 }

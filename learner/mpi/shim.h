@@ -9,8 +9,9 @@
 // Reduction operators, as the Go side names them.
 enum { TMPI_SUM = 0, TMPI_MAX = 1, TMPI_MIN = 2 };
 
-// Tag of the control messages a rank that gives up on a collective sends to every other rank.
-enum { TMPI_TAG_ASK = 1 };
+// Tags of the control messages: a rank that gives up on a collective sends TMPI_TAG_ASK to
+// every other rank; a rank that has finished collecting its rollout sends TMPI_TAG_FIN.
+enum { TMPI_TAG_ASK = 1, TMPI_TAG_FIN = 2 };
 
 int tmpi_init(int *rank, int *size, int *provided);
 int tmpi_finalize(void);
@@ -27,6 +28,11 @@ int tmpi_test_for(MPI_Request *req, double seconds, int *done);
 
 int tmpi_ask(const int64_t msg[3]);
 int tmpi_poll_ask(int64_t msg[3], int *got);
+
+int tmpi_fin_count(int *n);
+int tmpi_fin_send(int64_t seq, int64_t steps);
+int tmpi_fin_test_for(double seconds, int *done);
+void tmpi_fin_take(int64_t *out);
 
 int tmpi_allreduce_f32_blocking(float *buf, int n);
 

@@ -16,6 +16,12 @@ package mpi
 #cgo nocallback tmpi_ask
 #cgo noescape tmpi_error_string
 #cgo nocallback tmpi_error_string
+#cgo noescape tmpi_fin_count
+#cgo nocallback tmpi_fin_count
+#cgo noescape tmpi_fin_test_for
+#cgo nocallback tmpi_fin_test_for
+#cgo noescape tmpi_fin_take
+#cgo nocallback tmpi_fin_take
 */
 import "C"
 
@@ -331,6 +337,70 @@ func (w *World) Gather(ctx context.Context, root int, data []byte) ([][]byte, er
 	return res, nil
 }
 
+// FinishRollout tells every other rank that this rank has finished collecting its rollout of
+// the iteration, of steps steps, and waits until every rank has said the same; it returns
+// every rank's steps in rank order. It is DD-PPO's straggler preemption: while a rank
+// collects, RolloutsFinished counts the ranks that are already here, and the rank stops early
+// once enough of them are. It counts as a collective call (every rank makes it in the same
+// place of its sequence; ErrOutOfStep otherwise) and honours ctx and Config.Timeout like the
+// others: a rank that never finishes collecting is named by the *StallError.
+func (w *World) FinishRollout(ctx context.Context, steps int64) ([]int64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.start(callFinish, 0); err != nil {
+		return nil, err
+	}
+	seq := w.seq
+	all := make([]int64, w.size)
+	all[w.rank] = steps
+	if w.size == 1 {
+		return all, nil
+	}
+	rc := C.tmpi_fin_send(C.int64_t(seq), C.int64_t(steps))
+	if err := w.wait(ctx, callFinish, seq, rc); err != nil {
+		return nil, err
+	}
+	pairs := make([]C.int64_t, 2*w.size)
+	C.tmpi_fin_take(&pairs[0])
+	for r := range w.size {
+		if r == w.rank {
+			continue
+		}
+		if s := uint64(pairs[2*r]); s != seq {
+			w.broken = fmt.Errorf("%w: %v #%d met rank %d's call #%d (a rank skipped or added a collective call)",
+				ErrOutOfStep, callFinish, seq, r, s)
+			return nil, w.broken
+		}
+		all[r] = int64(pairs[2*r+1])
+	}
+	return all, nil
+}
+
+// RolloutsFinished is the number of other ranks that have called FinishRollout as their next
+// call after this rank's last one: those whose rollouts of this iteration are complete. It
+// never waits for the other ranks (it waits for a call of this World under way on another
+// goroutine), allocates nothing, and may be called from several goroutines: a rank's batcher
+// workers poll it between env steps.
+func (w *World) RolloutsFinished() (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.finalized {
+		return 0, fmt.Errorf("%w: %v after Finalize", ErrFinalized, callFinish)
+	}
+	if w.broken != nil {
+		return 0, fmt.Errorf("%w: %v: %w", ErrBroken, callFinish, w.broken)
+	}
+	if w.size == 1 {
+		return 0, nil
+	}
+	var n C.int
+	if rc := C.tmpi_fin_count(&n); rc != C.MPI_SUCCESS {
+		w.broken = fmt.Errorf("%v: counting the finished ranks: %w", callFinish, mpiError(rc))
+		return 0, w.broken
+	}
+	return int(n), nil
+}
+
 // start checks that a call of n elements can be made and counts it. A refusal for length is
 // the same on every rank that passes the same length, so it counts no call.
 func (w *World) start(c call, n int) error {
@@ -425,7 +495,12 @@ func (w *World) wait(ctx context.Context, c call, seq uint64, rc C.int) error {
 		} else if left < slice {
 			slice = left
 		}
-		if rc = C.tmpi_test_for(&w.req, C.double(slice.Seconds()), &done); rc != C.MPI_SUCCESS || done != 0 {
+		if c == callFinish {
+			rc = C.tmpi_fin_test_for(C.double(slice.Seconds()), &done)
+		} else {
+			rc = C.tmpi_test_for(&w.req, C.double(slice.Seconds()), &done)
+		}
+		if rc != C.MPI_SUCCESS || done != 0 {
 			break
 		}
 		if err := ctx.Err(); err != nil {

@@ -26,7 +26,7 @@ import (
 )
 
 var (
-	scenario = flag.String("mpi.scenario", "", "run a scenario that ends the job instead of the tests: hang or outofstep")
+	scenario = flag.String("mpi.scenario", "", "run a scenario that ends the job instead of the tests: hang, hangrollout or outofstep")
 	spinFor  = flag.Duration("mpi.spin", 0, "Config.Spin of the World (0: the default)")
 	report   = flag.String("mpi.report", "", "folder where each rank of a scenario writes its verdict, rank-N")
 	world    *World
@@ -46,7 +46,15 @@ func TestMain(m *testing.M) {
 	switch *scenario {
 	case "":
 	case "hang":
-		hangScenario(w)
+		hangScenario(w, "allreduce-weighted", func(ctx context.Context) error {
+			return w.AllReduceWeighted(ctx, make([]float32, 1000), 1)
+		})
+	case "hangrollout":
+		// The last rank never finishes collecting: the others wait for it in FinishRollout.
+		hangScenario(w, "finish-rollout", func(ctx context.Context) error {
+			_, err := w.FinishRollout(ctx, 1)
+			return err
+		})
 	case "outofstep":
 		outOfStepScenario(w)
 	default:
@@ -355,14 +363,62 @@ func TestAllocs(t *testing.T) {
 	}
 }
 
-// hangScenario: the last rank never calls; rank 0 gives up after 1 s, the other ranks (with
+// TestFinishRollout: in each round the last rank "collects" until RolloutsFinished counts
+// every other rank (which called FinishRollout at once), then finishes too; every rank gets
+// every rank's steps. RolloutsFinished allocates nothing, and collectives around the rounds
+// stay in step.
+func TestFinishRollout(t *testing.T) {
+	ctx := testCtx(t)
+	r, n := world.Rank(), world.Size()
+	for round := range 3 {
+		if r == n-1 {
+			for {
+				k, err := world.RolloutsFinished()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if k == n-1 {
+					break
+				}
+				if k > n-1 || ctx.Err() != nil {
+					t.Fatalf("round %d: RolloutsFinished = %d of %d other ranks", round, k, n-1)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		all, err := world.FinishRollout(ctx, int64(100*round+r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range all {
+			if v != int64(100*round+k) {
+				t.Fatalf("round %d: FinishRollout = %v", round, all)
+			}
+		}
+		if err := world.CheckSame(ctx, [32]byte{byte(round)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		if _, err := world.RolloutsFinished(); err != nil {
+			t.Fatal(err)
+		}
+	}); a != 0 {
+		t.Errorf("RolloutsFinished allocated %v times per call", a)
+	}
+	if _, err := world.FinishRollout(ctx, 1); err != nil { // the polls above began this round
+		t.Fatal(err)
+	}
+}
+
+// hangScenario: the last rank never makes call (op); rank 0 gives up after 1 s, the other ranks (with
 // 30 s deadlines) give up as soon as rank 0 says so. Every waiting rank checks its StallError,
 // prints PASS or FAIL, and aborts the job; the hung rank is killed by the abort.
-func hangScenario(w *World) {
+func hangScenario(w *World, op string, call func(context.Context) error) {
 	rank, size := w.Rank(), w.Size()
 	hung := size - 1
 	if size < 2 {
-		verdict(w, "scenario hang: FAIL: needs 2 or more ranks")
+		verdict(w, fmt.Sprintf("scenario hang in %s: FAIL: needs 2 or more ranks", op))
 	}
 	if rank == hung {
 		fmt.Printf("mpi_test: rank %d: hanging outside MPI\n", rank)
@@ -377,7 +433,7 @@ func hangScenario(w *World) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	begin := time.Now()
-	err := w.AllReduceWeighted(ctx, make([]float32, 1000), 1)
+	err := call(ctx)
 	took := time.Since(begin)
 	var problems []string
 	var se *StallError
@@ -391,7 +447,7 @@ func hangScenario(w *World) {
 			problems = append(problems, fmt.Sprintf("heard from %d ranks, want %d", len(se.Others), size-2))
 		}
 		for _, o := range se.Others {
-			if o.Op != "allreduce-weighted" || o.Seq != se.Seq {
+			if o.Op != op || o.Seq != se.Seq || se.Op != op {
 				problems = append(problems, fmt.Sprintf("rank %d reported in %s #%d", o.Rank, o.Op, o.Seq))
 			}
 		}
@@ -410,9 +466,9 @@ func hangScenario(w *World) {
 		problems = append(problems, fmt.Sprintf("a call after the stall: got %v, want ErrBroken", err2))
 	}
 	if len(problems) > 0 {
-		verdict(w, fmt.Sprintf("scenario hang: FAIL after %v: %v (error: %v)", took, problems, err))
+		verdict(w, fmt.Sprintf("scenario hang in %s: FAIL after %v: %v (error: %v)", op, took, problems, err))
 	}
-	verdict(w, fmt.Sprintf("scenario hang: PASS after %v: %v", took.Round(time.Millisecond), err))
+	verdict(w, fmt.Sprintf("scenario hang in %s: PASS after %v: %v", op, took.Round(time.Millisecond), err))
 }
 
 // verdict prints a scenario's verdict on this rank and writes it to -mpi.report/rank-N (output

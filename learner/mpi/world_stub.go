@@ -57,3 +57,11 @@ func (w *World) CheckSame(ctx context.Context, hash [32]byte) error { return Err
 func (w *World) Gather(ctx context.Context, root int, data []byte) ([][]byte, error) {
 	return nil, ErrNotBuilt
 }
+
+// FinishRollout returns ErrNotBuilt.
+func (w *World) FinishRollout(ctx context.Context, steps int64) ([]int64, error) {
+	return nil, ErrNotBuilt
+}
+
+// RolloutsFinished returns ErrNotBuilt.
+func (w *World) RolloutsFinished() (int, error) { return 0, ErrNotBuilt }

@@ -1,0 +1,257 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/engine/ppo"
+	"github.com/towerrl/towerrl/learner"
+)
+
+// Straggler preemption (DD-PPO, Wijmans et al. 2019, habitat-lab's sync_frac): a rank still
+// collecting when ceil(SyncFrac·N) of the N ranks have finished their rollouts stops where it
+// is, keeping at least a quarter of RolloutSteps (SHORT_ROLLOUT_THRESHOLD) and one minibatch.
+// Every rank then tells the others how many steps it took (mpi.Group.FinishRollout: one message
+// from every rank to every other per iteration, which a collecting rank counts between its env
+// steps with RolloutsFinished), and the ranks train on rollouts of different lengths.
+//
+// The towers are built for minibatches of a fixed size, so a rank trains the whole minibatches
+// its rows fill (after the shuffle; the rows left over sit out that pass) and still steps
+// through every update of the schedule: in an update it has no minibatch for, it computes a
+// gradient on placeholder rows with weight 0, adding nothing to the weighted all-reduce and
+// nothing to the advantage statistics (mpi.Collective). Update k is then the one a single
+// process would make on the union of the ranks' minibatches k.
+
+// DefaultSyncFrac is Config.SyncFrac's default for ddppo: the paper's.
+const DefaultSyncFrac = 0.6
+
+// shortRollout is the smallest fraction of RolloutSteps a preempted rollout keeps (habitat-lab's
+// SHORT_ROLLOUT_THRESHOLD).
+const shortRollout = 0.25
+
+// preemptSalt seeds the shuffles of the minibatch passes a preempting rank runs itself.
+const preemptSalt = 0x707265656d7074
+
+// syncFracDefaults fills SyncFrac (ddppo's default) and checks it.
+func (c *Config) syncFracDefaults() error {
+	if !(c.SyncFrac >= 0 && c.SyncFrac <= 1) {
+		return fmt.Errorf("%w: SyncFrac = %g, want (0, 1]: the fraction of DD-PPO ranks that must finish collecting before the others stop early (1: never stop early; 0: the default %g)",
+			ErrConfig, c.SyncFrac, DefaultSyncFrac)
+	}
+	if c.SyncFrac == 0 && c.Algo == ppo.DDPPOName {
+		c.SyncFrac = DefaultSyncFrac
+	}
+	return nil
+}
+
+// syncRanks is ceil(frac·n): the ranks that must have finished collecting before the others
+// stop early (a hair below, so that 0.7·10 is 7, not 8).
+func syncRanks(frac float64, n int) int {
+	return max(int(math.Ceil(frac*float64(n)-1e-9)), 1)
+}
+
+// preemption is a DD-PPO rank's straggler preemption, and the Options.Slowdown test hook.
+type preemption struct {
+	on       bool    // the rank stops early when need other ranks have finished
+	need     int     // ceil(SyncFrac·N)
+	floor    int     // the fewest steps a rollout keeps
+	slowdown float64 // Options.Slowdown
+	stop     func() bool
+
+	errMu sync.Mutex // guards err, written by the batcher's workers through stop
+	err   error
+
+	// The iteration's rollout lengths (every rank's, in rank order) and this rank's wait for
+	// the others to finish collecting.
+	steps []int64
+	wait  time.Duration
+
+	// Training on rows of this rank's own number: the schedule of every rank (updates of mb
+	// rows per pass), the shuffle, and placeholder rows for the updates it has none for.
+	towers         *learner.Towers
+	mb, updates    int
+	epochs         int
+	seed           uint64
+	src            *rand.PCG
+	rng            *rand.Rand
+	shuffler       *learner.Shuffler
+	spare          *learner.SampleBatch
+	envs, rollouts int // envs of the rank, steps of a full rollout
+}
+
+// startPreemption sets up the rank's preemption once its towers exist: nil when the rank
+// neither preempts (one rank, a threshold every rank must reach, a recurrent policy, whose
+// sequences need whole rollouts) nor is slowed down on purpose.
+func (t *trainer) startPreemption(towers *learner.Towers, minibatch int) {
+	rs, cfg := t.rs, t.cfg
+	if rs == nil || t.async != nil || t.seqs || t.source != nil {
+		return
+	}
+	p := &preemption{need: syncRanks(cfg.SyncFrac, rs.size), slowdown: rs.slowdown, towers: towers,
+		mb: minibatch, epochs: cfg.Epochs, seed: cfg.Seed, envs: cfg.Workers * cfg.Envs, rollouts: cfg.RolloutSteps}
+	p.on = cfg.SyncFrac > 0 && p.need < rs.size
+	if !p.on && p.slowdown <= 1 {
+		return
+	}
+	if p.on {
+		// A quarter of the rollout, and one minibatch: the towers train whole minibatches.
+		p.floor = max(int(math.Ceil(shortRollout*float64(cfg.RolloutSteps))), (minibatch+p.envs-1)/p.envs)
+		p.updates = cfg.RolloutSteps * p.envs / minibatch
+		p.src = rand.NewPCG(0, 0)
+		p.rng = rand.New(p.src)
+		p.shuffler = learner.NewShuffler(t.batch)
+		p.spare = t.batch.NewLike(minibatch)
+		g := rs.g
+		p.stop = func() bool {
+			n, err := g.RolloutsFinished()
+			if err != nil {
+				p.errMu.Lock()
+				p.err = err
+				p.errMu.Unlock()
+				return true
+			}
+			return n >= p.need
+		}
+	}
+	rs.pre = p
+}
+
+// collectRank is the iteration's rollout: t.collect's, or with preemption one that stops
+// early once enough ranks have finished, followed by the exchange of every rank's steps.
+func (t *trainer) collectRank(ctx context.Context) (*batcher.Rollout, error) {
+	if t.rs == nil || t.rs.pre == nil {
+		return t.collect(ctx)
+	}
+	p := t.rs.pre
+	pre := batcher.Preempt{Slowdown: p.slowdown}
+	if p.on {
+		pre.MinSteps, pre.Stop = p.floor, p.stop
+	}
+	r, err := t.b.CollectPreemptible(ctx, t.cfg.RolloutSteps, pre)
+	p.errMu.Lock()
+	err, p.err = errors.Join(err, p.err), nil
+	p.errMu.Unlock()
+	if err != nil || !p.on {
+		return r, err
+	}
+	w0 := time.Now()
+	if p.steps, err = t.rs.g.FinishRollout(ctx, int64(r.T)); err != nil {
+		return nil, fmt.Errorf("engine: rank %d: waiting for the other ranks to finish collecting: %w", t.rs.rank, err)
+	}
+	p.wait = time.Since(w0)
+	return r, nil
+}
+
+// preempting is the rank's preemption when it trains on rows of its own number.
+func (t *trainer) preempting() *preemption {
+	if t.rs == nil || t.rs.pre == nil || !t.rs.pre.on {
+		return nil
+	}
+	return t.rs.pre
+}
+
+// rowsCollected is the rows every rank collected this iteration: rows each without
+// preemption.
+func (r *rankState) rowsCollected(rows int) int64 {
+	p := r.pre
+	if p == nil || !p.on {
+		return int64(rows * r.size)
+	}
+	var n int64
+	for _, s := range p.steps {
+		n += s * int64(p.envs)
+	}
+	return n
+}
+
+// PreemptMetrics describe a DD-PPO iteration's straggler preemption (Config.SyncFrac).
+type PreemptMetrics struct {
+	// CollectedFrac is each rank's rollout as a fraction of rollout_steps, in rank order
+	// (1: it finished; less: it was preempted).
+	CollectedFrac []Float `json:"collected_frac"`
+	// Preempted is the number of ranks that stopped early.
+	Preempted int `json:"preempted"`
+	// WaitSeconds is how long rank 0 waited, its own rollout done, for the others to finish
+	// theirs (part of collect_seconds).
+	WaitSeconds Float `json:"wait_seconds"`
+}
+
+// metrics are the iteration's preemption metrics (nil without preemption).
+func (p *preemption) metrics() *PreemptMetrics {
+	if p == nil || !p.on {
+		return nil
+	}
+	m := &PreemptMetrics{CollectedFrac: make([]Float, len(p.steps)), WaitSeconds: Float(p.wait.Seconds())}
+	for r, s := range p.steps {
+		m.CollectedFrac[r] = Float(float64(s) / float64(p.rollouts))
+		if int(s) < p.rollouts {
+			m.Preempted++
+		}
+	}
+	return m
+}
+
+// learn trains b (this rank's rows, however many) for Epochs shuffled passes of the run's
+// minibatch schedule, in step with the other ranks (see the top of this file).
+func (p *preemption) learn(ctx context.Context, coll weighted, b *learner.SampleBatch, it int) (learner.Result, error) {
+	res := learner.Result{Samples: b.Len(), Stats: make([]float64, len(p.towers.StatNames()))}
+	if b.Len() < p.mb {
+		return res, fmt.Errorf("engine: a rollout of %d rows, less than one minibatch of %d: preemption keeps at least %d steps", b.Len(), p.mb, p.floor)
+	}
+	if err := b.CopyRange(p.spare, 0, p.mb); err != nil {
+		return res, err
+	}
+	p.src.Seed(p.seed, uint64(it)^preemptSalt)
+	for range p.epochs {
+		if err := p.shuffler.Shuffle(p.rng, b); err != nil {
+			return res, err
+		}
+		if err := minibatchUpdates(ctx, p.towers, coll, b, p.spare, p.mb, p.updates, &res); err != nil {
+			return res, err
+		}
+	}
+	for k := range res.Stats {
+		res.Stats[k] /= float64(max(res.Updates, 1))
+	}
+	res.Version = p.towers.Version()
+	return res, nil
+}
+
+// weighted is the rank's share of the collective: its weight in the next all-reduces.
+type weighted interface{ SetWeight(w float64) error }
+
+// minibatchUpdates runs one pass of updates minibatch updates of mb rows over b: update k
+// trains rows [k·mb, (k+1)·mb) with the weight of the rows the towers take, while b has them;
+// after that it trains spare's rows with weight 0. It adds the weighted updates to res.
+func minibatchUpdates(ctx context.Context, tw *learner.Towers, coll weighted, b, spare *learner.SampleBatch, mb, updates int, res *learner.Result) error {
+	have := b.Len() / mb
+	rows := mb / tw.N() * tw.N() // the towers truncate a minibatch to a multiple of their number
+	for k := range updates {
+		src, lo, w := b, k*mb, rows
+		if k >= have {
+			src, lo, w = spare, 0, 0
+		}
+		if err := coll.SetWeight(float64(w)); err != nil {
+			return err
+		}
+		st, err := tw.Update(ctx, src, lo, lo+mb)
+		if err != nil {
+			return err
+		}
+		if w == 0 {
+			continue
+		}
+		res.Trained += st.Rows
+		res.Updates++
+		for i, v := range st.Stats {
+			res.Stats[i] += v
+		}
+	}
+	return nil
+}
