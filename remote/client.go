@@ -109,10 +109,15 @@ type Client struct {
 	kv     jetstream.KeyValue
 	obj    jetstream.ObjectStore
 
-	coordMu sync.Mutex    // guards reg, beating and assign
+	coordMu sync.Mutex    // guards reg, beating, assign and credits
 	reg     *Registration // nil before Register
 	beating bool          // the heartbeat goroutine runs
 	assign  *assignment   // the task held, or nil
+	credits int64         // credits spent on published rollouts (Credit asks for number credits+1)
+
+	// reconn tells the watchers of the run bucket to watch again after a reconnection: a
+	// watch is a JetStream consumer, which a restarted learner's server does not have.
+	reconn *reconnects
 
 	done     chan struct{} // closed when the run ends
 	doneOnce sync.Once
@@ -146,6 +151,7 @@ func Dial(ctx context.Context, url string, cfg ClientConfig) (*Client, error) {
 		return nil, fmt.Errorf("remote: drawing a session number: %w", err)
 	}
 	errs := &connErrors{}
+	reconn := newReconnects()
 	opts := []nats.Option{nats.Name("towerrl-batcher " + cfg.BatcherID), nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond), nats.ErrorHandler(errs.handler),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -153,6 +159,7 @@ func Dial(ctx context.Context, url string, cfg ClientConfig) (*Client, error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			cfg.Logger.Info("remote: reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
+			reconn.fire()
 		})}
 	if o, err := credsOption(cfg.Creds); err != nil {
 		return nil, err
@@ -173,7 +180,7 @@ func Dial(ctx context.Context, url string, cfg ClientConfig) (*Client, error) {
 	}
 	c := &Client{
 		cfg: cfg, names: nm, log: cfg.Logger, id: cfg.BatcherID, session: binary.LittleEndian.Uint64(sess[:]),
-		nc: nc, js: js, codec: newCodec(0), errs: errs,
+		nc: nc, js: js, codec: newCodec(0), errs: errs, reconn: reconn,
 		slots: make(chan struct{}, cfg.MaxInFlight), pending: make(chan *pubEntry, cfg.MaxInFlight+16),
 		done: make(chan struct{}), quit: make(chan struct{}),
 	}
@@ -260,29 +267,69 @@ func (c *Client) watchState() {
 	defer cancel()
 	bo := backoff{min: c.cfg.RetryMin, max: c.cfg.RetryMax}
 	for ctx.Err() == nil {
+		again := c.reconn.next()
 		kv, _, err := c.buckets(ctx)
 		if err != nil {
 			bo.wait(ctx)
 			continue
 		}
-		w, err := kv.Watch(ctx, keyState)
+		wctx, wcancel := withStop(ctx, again)
+		w, err := kv.Watch(wctx, keyState)
 		if err != nil {
+			wcancel()
 			bo.wait(ctx)
 			continue
 		}
 		bo.reset()
-		for e := range w.Updates() {
-			if e != nil && e.Operation() == jetstream.KeyValuePut && string(e.Value()) == stateEnded {
-				c.end()
+	updates:
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					break updates
+				}
+				if e != nil && e.Operation() == jetstream.KeyValuePut && string(e.Value()) == stateEnded {
+					c.end()
+				}
+			case <-wctx.Done():
+				break updates
 			}
 		}
 		_ = w.Stop()
+		wcancel()
 	}
+}
+
+// reconnects is a signal for each reconnection of a Client's connection: next returns a
+// channel that the next reconnection closes.
+type reconnects struct {
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+func newReconnects() *reconnects { return &reconnects{ch: make(chan struct{})} }
+
+func (r *reconnects) next() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ch
+}
+
+func (r *reconnects) fire() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	close(r.ch)
+	r.ch = make(chan struct{})
 }
 
 // request sends a coordinator request and decodes its reply, retrying while the learner
 // does not answer (not started yet, restarting) until ctx ends.
 func (c *Client) request(ctx context.Context, verb string, req, reply any) error {
+	return c.requestTimeout(ctx, verb, req, reply, 5*time.Second)
+}
+
+// requestTimeout is request with a bound on each try other than 5 s.
+func (c *Client) requestTimeout(ctx context.Context, verb string, req, reply any, timeout time.Duration) error {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("remote: coordinator %s: %w", verb, err)
@@ -290,7 +337,7 @@ func (c *Client) request(ctx context.Context, verb string, req, reply any) error
 	subj := c.names.coord(verb)
 	bo := backoff{min: c.cfg.RetryMin, max: c.cfg.RetryMax}
 	for {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, timeout)
 		m, err := c.nc.RequestWithContext(rctx, subj, b)
 		cancel()
 		if err == nil {

@@ -41,6 +41,9 @@ type Task struct {
 	// Attempt counts earlier assignments of this task (set by the coordinator): a batcher
 	// seeds its envs from (Seed, Attempt), so a reassigned task does not repeat episodes.
 	Attempt int `json:"attempt"`
+	// Credited (set by the coordinator, with ServeConfig.Credits) asks the batcher to collect
+	// each rollout with a credit (Client.Credit).
+	Credited bool `json:"credited,omitempty"`
 }
 
 // BatcherStatus is the coordinator's view of one registered batcher.
@@ -85,6 +88,7 @@ type coordinator struct {
 	members map[sessionKey]*member
 	tasks   []*taskSlot // in AddTask order
 	ended   bool
+	credits *credits // nil: ServeConfig.Credits is 0
 }
 
 type member struct {
@@ -102,25 +106,17 @@ type taskSlot struct {
 func (s *Server) startCoordinator() error {
 	s.coord = &coordinator{timeout: s.cfg.HeartbeatTimeout, interval: s.cfg.HeartbeatInterval, admit: s.cfg.Admit,
 		log: s.log, members: make(map[sessionKey]*member)}
-	for verb, h := range map[string]func([]byte) any{
-		verbRegister:  s.coord.register,
-		verbHeartbeat: s.coord.heartbeat,
-		verbTask:      s.coord.next,
-		verbLeave:     s.coord.leave,
+	if s.cfg.Credits > 0 {
+		s.coord.credits = newCredits(s.cfg.Credits, s.cfg.OnPolicy)
+	}
+	for verb, h := range map[string]func(*nats.Msg){
+		verbRegister:  s.coord.answer(s.coord.register),
+		verbHeartbeat: s.coord.answer(s.coord.heartbeat),
+		verbTask:      s.coord.answer(s.coord.next),
+		verbLeave:     s.coord.answer(s.coord.leave),
+		verbCredit:    s.coord.credit, // answered now or later
 	} {
-		sub, err := s.nc.Subscribe(s.names.coord(verb), func(m *nats.Msg) {
-			reply := h(m.Data)
-			if m.Reply == "" || reply == nil {
-				return
-			}
-			b, err := json.Marshal(reply)
-			if err == nil {
-				err = m.Respond(b)
-			}
-			if err != nil {
-				s.log.Debug("remote: answering a batcher", zap.String("subject", m.Subject), zap.Error(err))
-			}
-		})
+		sub, err := s.nc.Subscribe(s.names.coord(verb), h)
 		if err != nil {
 			return fmt.Errorf("remote: coordinator: subscribing %s: %w", s.names.coord(verb), err)
 		}
@@ -141,6 +137,11 @@ func (s *Server) startCoordinator() error {
 		}
 	}()
 	return nil
+}
+
+// answer makes a subscription handler of a handler that answers at once.
+func (c *coordinator) answer(h func([]byte) any) func(*nats.Msg) {
+	return func(m *nats.Msg) { c.respond(m, h(m.Data)) }
 }
 
 func (c *coordinator) register(data []byte) any {
@@ -165,6 +166,16 @@ func (c *coordinator) register(data []byte) any {
 	key := sessionKey{r.BatcherID, r.Session}
 	m := c.members[key]
 	if m == nil {
+		// A batcher ID names one batcher: a new session under it is that batcher started
+		// again, so the previous session is gone — its task and credits are free at once
+		// rather than after the heartbeat timeout.
+		for old, om := range c.members {
+			if old.batcher == r.BatcherID {
+				c.log.Warn("remote: batcher registered again (a new process); its previous session is dropped",
+					zap.String("batcher", r.BatcherID))
+				c.drop(old, om)
+			}
+		}
 		m = &member{}
 		c.members[key] = m
 		c.log.Info("remote: batcher registered", zap.String("batcher", r.BatcherID), zap.String("env", r.EnvID),
@@ -217,6 +228,7 @@ func (c *coordinator) next(data []byte) any {
 	}
 	t := m.task.task
 	t.Attempt = m.task.assigned - 1
+	t.Credited = c.credits != nil
 	return taskReply{Task: &t}
 }
 
@@ -246,6 +258,7 @@ func (c *coordinator) sweep(now time.Time) {
 			c.drop(key, m)
 		}
 	}
+	c.expireCredits(now, false)
 }
 
 // find returns the batcher r names, noting that it is alive, or nil; ended reports the end
@@ -271,6 +284,7 @@ func (c *coordinator) drop(key sessionKey, m *member) {
 		m.task = nil
 	}
 	delete(c.members, key)
+	c.dropCredits(key)
 }
 
 func (c *coordinator) slot(id string) *taskSlot {
@@ -335,6 +349,7 @@ func (s *Server) PublishInfo(line []byte) error {
 func (s *Server) End(ctx context.Context) error {
 	s.coord.mu.Lock()
 	s.coord.ended = true
+	s.coord.expireCredits(time.Now(), true)
 	s.coord.mu.Unlock()
 	if _, err := s.kv.PutString(ctx, keyState, stateEnded); err != nil {
 		return fmt.Errorf("remote: announcing the end of the run: %w", err)

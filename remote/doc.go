@@ -65,9 +65,28 @@
 // register, take a task, wait for a policy of at least the task's floor, collect with a local
 // batcher.Batcher seeded by [TaskSeed], publish each rollout, hot-swap to each newer policy
 // between rollouts, drop a task the coordinator gave away and take another, and return nil
-// when the learner ends the run. [Source] is the learner's end: Next hands out the next
-// rollout unpacked, and the trainer acknowledges it (Received.Ack, Source.AckAll) once it is
-// in a tower stack.
+// when the learner ends the run. A hot swap to a version that differs from the one collecting
+// only in its weights (the learner's next version) copies the weights into the sessions in
+// place (batcher.Batcher.Publish: the first policy of a task is built with its float32
+// initializers laid out for it); another graph builds new sessions (batcher.UpdatePolicy).
+// [Source] is the learner's end: Next hands out the next rollout unpacked, and the trainer
+// acknowledges it (Received.Ack, Source.AckAll) once it is in a tower stack; its Publish
+// publishes policies on a goroutine of its own, newest first, so that the trainer does not
+// wait on the store. [Watch] follows the learn-info lines without collecting (batcher
+// --watch URL).
+//
+// # Credits
+//
+// With ServeConfig.Credits the learner paces the batchers (credit.go): a batcher asks for a
+// credit before each rollout (Client.Credit; RunBatcher does when its task says Credited),
+// and at most Credits rollouts are granted that the learner has not been handed yet. A grant
+// names the policy version to collect with at least (the newest published; with OnPolicy,
+// for ppo, the one after the rollout whose credit it reuses), so the batchers collect what the
+// learner can train instead of rollouts it would drop as too old. The credits of a batcher
+// that leaves, is started again or stops heartbeating go back to the pool (a batcher killed
+// and not started again holds them until HeartbeatTimeout: with few credits the learner waits
+// that long); the pool lives in the learner's memory, and a restarted learner starts a full
+// one.
 //
 // # Delivery guarantees
 //
@@ -122,7 +141,8 @@
 // task until it leaves (Close), or is silent for HeartbeatTimeout, when the task goes to
 // the next batcher with Task.Attempt incremented (seeds differ). A batcher presumed dead
 // that heartbeats again is told to register again and that its task is lost
-// (Assignment.Lost). Learn-info lines ([Server.PublishInfo]) are plain NATS messages, not
+// (Assignment.Lost). A batcher ID names one batcher: a new session registering under it (the
+// batcher started again) drops the previous session at once, freeing its task and credits. Learn-info lines ([Server.PublishInfo]) are plain NATS messages, not
 // stored. [Server.End] writes the run bucket's "state" key, which every Client watches:
 // Done closes, and Task, PublishRollout and Register return [ErrRunEnded].
 //
@@ -131,8 +151,9 @@
 // In the embedded server's store (ServeConfig.StoreDir, under the run directory): the
 // rollout stream with its unacknowledged rollouts and the consumer's state, the policy
 // object store and the run bucket. In CredsDir: batcher.creds. In memory only: the
-// de-duplication window, partly received rollouts, the coordinator's batchers and tasks
-// (batchers register again, and reclaim their task if it is free, when a learner restarts).
+// de-duplication window, partly received rollouts, the coordinator's batchers, tasks and
+// credits (batchers register again, and reclaim their task if it is free, when a learner
+// restarts).
 // Two learners must not serve one store at once: the caller guarantees it (the run
 // directory's lock does, with the store under the run directory).
 //
@@ -140,7 +161,10 @@
 //
 //   - Learner killed: batchers' publishes retry until a learner serves the store again on
 //     the same address (their NATS connections reconnect every 250 ms, forever); nothing
-//     acknowledged by the stream is lost; unacknowledged rollouts go to the new learner.
+//     acknowledged by the stream is lost; unacknowledged rollouts go to the new learner. On
+//     reconnection a Client watches the run bucket again at once (the old watch's consumer
+//     died with the server), so the resumed learner's first policy reaches it in
+//     milliseconds.
 //   - Batcher killed: its in-flight chunks are lost or, if stored, delivered; a partly
 //     stored rollout is dropped after ChunkTimeout; its task is reassigned after
 //     HeartbeatTimeout.
@@ -153,8 +177,8 @@
 //
 // Server and Client methods are safe for concurrent use. Each owns the goroutines it
 // starts (the Server: the Rollouts loop and the heartbeat sweep; the Client: the publish
-// acknowledger, the run-state watcher, heartbeats, policy and info watchers) and Close
-// stops and waits for them. One Rollouts loop runs at a time. RunBatcher runs on its
+// acknowledger, the run-state watcher, heartbeats, policy and info watchers; the Source:
+// its policy publisher) and Close stops and waits for them. One Rollouts loop runs at a time. RunBatcher runs on its
 // caller's goroutine and starts, per task, one goroutine that publishes (so that the next
 // rollout is collected meanwhile); it stops and waits for it before it returns. PublishRollout copies the
 // rollout into its encoding before it returns, so the caller may reuse its buffers.

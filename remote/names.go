@@ -86,6 +86,7 @@ const (
 	verbHeartbeat = "heartbeat"
 	verbTask      = "task"
 	verbLeave     = "leave"
+	verbCredit    = "credit"
 )
 
 // BatcherPermissions lists the subjects a batcher credential may publish to and subscribe

@@ -63,35 +63,60 @@ func (s *Server) PublishPolicy(ctx context.Context, version int64, onnx []byte) 
 	if _, err := s.kv.Put(ctx, keyPolicy, ptr); err != nil {
 		return fmt.Errorf("remote: moving the latest-policy pointer to version %d: %w", version, err)
 	}
+	s.publishedVersion(version)
 	return s.prunePolicies(ctx, name)
 }
 
-// prunePolicies deletes all but the KeepPolicies most recently stored policies; keep is
-// never deleted.
+// prunePolicies deletes all but the KeepPolicies most recently stored policies; keep, just
+// stored, is never deleted. The first call lists the store (policies of an earlier learner
+// may be there); later ones delete what this Server stored, without listing.
 func (s *Server) prunePolicies(ctx context.Context, keep string) error {
-	infos, err := s.obj.List(ctx)
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+	s.stored = append(slices.DeleteFunc(s.stored, func(n string) bool { return n == keep }), keep)
+	if s.listed {
+		for len(s.stored) > s.cfg.KeepPolicies {
+			if err := s.obj.Delete(ctx, s.stored[0]); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+				return fmt.Errorf("remote: pruning old policy %s: %w", s.stored[0], err)
+			}
+			s.stored = s.stored[1:]
+		}
 		return nil
 	}
+	kept, err := s.pruneListed(ctx, keep)
 	if err != nil {
-		return fmt.Errorf("remote: listing stored policies to prune them: %w", err)
+		return err
+	}
+	s.listed = true
+	s.stored = kept
+	return nil
+}
+
+// pruneListed is prunePolicies by listing the store; it returns the policies kept, oldest
+// first.
+func (s *Server) pruneListed(ctx context.Context, keep string) ([]string, error) {
+	infos, err := s.obj.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return []string{keep}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("remote: listing stored policies to prune them: %w", err)
 	}
 	slices.SortFunc(infos, func(a, b *jetstream.ObjectInfo) int { return b.ModTime.Compare(a.ModTime) })
 	// Newest first; keep counts itself.
-	kept := 1
+	kept := []string{keep}
 	for _, info := range infos {
 		if info.Name == keep || info.Deleted {
 			continue
 		}
-		if kept < s.cfg.KeepPolicies {
-			kept++
+		if len(kept) < s.cfg.KeepPolicies {
+			kept = append(kept, info.Name)
 			continue
 		}
 		if err := s.obj.Delete(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			return fmt.Errorf("remote: pruning old policy %s: %w", info.Name, err)
+			return nil, fmt.Errorf("remote: pruning old policy %s: %w", info.Name, err)
 		}
 	}
-	return nil
+	slices.Reverse(kept)
+	return kept, nil
 }
 
 // WatchPolicy returns a channel that receives the newest published policy, first the
@@ -124,21 +149,26 @@ func (c *Client) watchPolicy(ctx context.Context, out chan Policy) {
 	var last Policy
 	bo := backoff{min: c.cfg.RetryMin, max: c.cfg.RetryMax}
 	for ctx.Err() == nil {
+		// A reconnection (a restarted learner's server) ends the watch, whose consumer the
+		// new server does not have, and a new one starts at the current pointer.
+		again := c.reconn.next()
 		kv, obj, err := c.buckets(ctx)
 		if err != nil {
 			c.log.Debug("remote: binding the policy buckets", zap.Error(err))
 			bo.wait(ctx)
 			continue
 		}
-		w, err := kv.Watch(ctx, keyPolicy)
+		wctx, wcancel := withStop(ctx, again)
+		w, err := kv.Watch(wctx, keyPolicy)
 		if err != nil {
+			wcancel()
 			c.log.Debug("remote: watching the policy pointer", zap.Error(err))
 			bo.wait(ctx)
 			continue
 		}
 		bo.reset()
-		for ctx.Err() == nil {
-			e, ok := newest(ctx, w.Updates())
+		for wctx.Err() == nil {
+			e, ok := newest(wctx, w.Updates())
 			if !ok {
 				break
 			}
@@ -147,7 +177,11 @@ func (c *Client) watchPolicy(ctx context.Context, out chan Policy) {
 			}
 			p, err := c.fetchPolicy(ctx, kv, obj, e.Value())
 			if err != nil {
-				if ctx.Err() == nil {
+				switch {
+				case ctx.Err() != nil:
+				case errors.Is(err, errSuperseded): // the learner publishes faster than this watcher reads
+					c.log.Debug("remote: skipping a policy", zap.Error(err))
+				default:
 					c.log.Warn("remote: skipping a policy", zap.Error(err))
 				}
 				continue
@@ -159,8 +193,13 @@ func (c *Client) watchPolicy(ctx context.Context, out chan Policy) {
 			offerDropOldest(out, p)
 		}
 		_ = w.Stop()
+		wcancel()
 	}
 }
+
+// errSuperseded is fetchPolicy's error for a policy the pointer moved on from (or that was
+// pruned) before it was read: the watcher takes the newer one.
+var errSuperseded = errors.New("remote: policy superseded")
 
 // newest returns the newest entry waiting on updates (blocking for the first one); ok is
 // false when updates is closed or ctx ended.
@@ -224,14 +263,14 @@ func (c *Client) fetchPolicy(ctx context.Context, kv jetstream.KeyValue, obj jet
 		// gone: each try is bounded, and a version the pointer has moved on from is given up
 		// (the watcher takes the newer one).
 		if cur, gerr := kv.Get(ctx, keyPolicy); gerr == nil && !bytes.Equal(cur.Value(), pointer) {
-			return Policy{}, fmt.Errorf("remote: policy version %d was superseded before it was read", ptr.Version)
+			return Policy{}, fmt.Errorf("%w: version %d was superseded before it was read", errSuperseded, ptr.Version)
 		}
 		gctx, cancel := context.WithTimeout(ctx, policyReadTimeout)
 		b, err := obj.GetBytes(gctx, ptr.Object)
 		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrObjectNotFound):
-			return Policy{}, fmt.Errorf("remote: policy version %d (%s) was pruned before it was read; waiting for a newer one", ptr.Version, ptr.Object)
+			return Policy{}, fmt.Errorf("%w: version %d (%s) was pruned before it was read; waiting for a newer one", errSuperseded, ptr.Version, ptr.Object)
 		case err != nil && ctx.Err() == nil:
 			c.log.Debug("remote: reading a policy, retrying", zap.Int64("version", ptr.Version), zap.Error(err))
 			bo.wait(ctx)

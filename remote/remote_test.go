@@ -334,6 +334,13 @@ func TestLearnerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := s1.PublishPolicy(ctx, 7, []byte("policy-v7")); err != nil {
+		t.Fatal(err)
+	}
+	policies := c.WatchPolicy(ctx)
+	if p := <-policies; p.Version != 7 {
+		t.Fatalf("policy version %d, want 7", p.Version)
+	}
 	if _, err := c.PublishRollout(ctx, rolloutFor(0, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -375,6 +382,23 @@ func TestLearnerRestart(t *testing.T) {
 		t.Errorf("the unacked rollout took %v to come back", since)
 	}
 	quiet(t, ch2, 300*time.Millisecond)
+
+	// The restarted learner, resumed from an older checkpoint, publishes an older version:
+	// the watcher follows it at once (its watch is renewed at the reconnection, not after the
+	// old consumer's heartbeats time out).
+	published := time.Now()
+	if err := s2.PublishPolicy(ctx, 5, []byte("policy-v5")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-policies:
+		if p.Version != 5 || string(p.ONNX) != "policy-v5" {
+			t.Fatalf("after the restart: policy version %d %q, want 5", p.Version, p.ONNX)
+		}
+		t.Logf("the restarted learner's policy reached the watcher in %v", time.Since(published))
+	case <-time.After(3 * time.Second):
+		t.Fatal("the restarted learner's policy did not reach the watcher within 3 s")
+	}
 }
 
 // TestBackpressure fills a small stream while the learner does not consume: the publisher

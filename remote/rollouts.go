@@ -281,6 +281,7 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 		s.stats.Bytes += int64(d.Bytes)
 		s.stats.PerBatcher[key.batcher]++
 		s.mu.Unlock()
+		s.coord.delivered(key, d.Rollout.PolicyVersion)
 	case <-ctx.Done():
 		s.release(d) // not handed over
 	}

@@ -83,31 +83,35 @@ func (p BatcherProgress) StepsPerSec() float64 {
 
 // BatcherSummary is what RunBatcher did, as cmd/batcher prints it.
 type BatcherSummary struct {
-	BatcherID       string   `json:"batcher_id"`
-	Session         string   `json:"session"` // hex
-	URL             string   `json:"url"`
-	Env             string   `json:"env"`
-	Tasks           []string `json:"tasks"` // IDs of the tasks held, in order (a task lost and given again repeats)
-	Rollouts        int64    `json:"rollouts"`
-	Confirmed       int64    `json:"confirmed"`      // stored by the server
-	LastConfirmed   uint64   `json:"last_confirmed"` // sequence number of the newest of them
-	Steps           int64    `json:"steps"`
-	Episodes        int      `json:"episodes"`
-	ReturnMean      float64  `json:"return_mean"`
-	ReturnStd       float64  `json:"return_std"`
-	StepsPerSec     float64  `json:"steps_per_sec"`
-	RolloutsPerSec  float64  `json:"rollouts_per_sec"`
-	PolicyVersion   int64    `json:"policy_version"` // the last one collecting
-	PolicySwaps     int      `json:"policy_swaps"`   // hot swaps between rollouts
-	Bytes           int64    `json:"bytes"`          // wire bytes confirmed stored
-	RawBytes        int64    `json:"raw_bytes"`      // uncompressed column bytes published
-	BytesPerRollout float64  `json:"bytes_per_rollout"`
-	Retries         int64    `json:"retries"` // publishes sent again (backpressure, timeouts, reconnections)
-	Device          string   `json:"device"`
-	Workers         int      `json:"workers"`
-	EnvsPerWorker   int      `json:"envs_per_worker"`
-	Ended           string   `json:"ended"` // "run ended" (the learner's End) or "stopped" (BatcherConfig.Stop)
-	Seconds         float64  `json:"seconds"`
+	BatcherID      string   `json:"batcher_id"`
+	Session        string   `json:"session"` // hex
+	URL            string   `json:"url"`
+	Env            string   `json:"env"`
+	Tasks          []string `json:"tasks"` // IDs of the tasks held, in order (a task lost and given again repeats)
+	Rollouts       int64    `json:"rollouts"`
+	Confirmed      int64    `json:"confirmed"`      // stored by the server
+	LastConfirmed  uint64   `json:"last_confirmed"` // sequence number of the newest of them
+	Steps          int64    `json:"steps"`
+	Episodes       int      `json:"episodes"`
+	ReturnMean     float64  `json:"return_mean"`
+	ReturnStd      float64  `json:"return_std"`
+	StepsPerSec    float64  `json:"steps_per_sec"`
+	RolloutsPerSec float64  `json:"rollouts_per_sec"`
+	PolicyVersion  int64    `json:"policy_version"` // the last one collecting
+	PolicySwaps    int      `json:"policy_swaps"`   // hot swaps between rollouts
+	// PolicySwapsInPlace counts the swaps to a version that differs from the one collecting
+	// only in its weights: its weights were copied into the sessions (batcher.Batcher.Publish)
+	// instead of new sessions being built.
+	PolicySwapsInPlace int     `json:"policy_swaps_in_place"`
+	Bytes              int64   `json:"bytes"`     // wire bytes confirmed stored
+	RawBytes           int64   `json:"raw_bytes"` // uncompressed column bytes published
+	BytesPerRollout    float64 `json:"bytes_per_rollout"`
+	Retries            int64   `json:"retries"` // publishes sent again (backpressure, timeouts, reconnections)
+	Device             string  `json:"device"`
+	Workers            int     `json:"workers"`
+	EnvsPerWorker      int     `json:"envs_per_worker"`
+	Ended              string  `json:"ended"` // "run ended" (the learner's End) or "stopped" (BatcherConfig.Stop)
+	Seconds            float64 `json:"seconds"`
 	// CollectSeconds is the time spent collecting (batcher.Collect); HandoffSeconds the time
 	// collection waited on the transport (a copy of each rollout, and waits while the
 	// publishing goroutine is behind); PublishSeconds the time that goroutine spent encoding
@@ -116,6 +120,9 @@ type BatcherSummary struct {
 	CollectSeconds float64 `json:"collect_seconds"`
 	HandoffSeconds float64 `json:"handoff_seconds"`
 	PublishSeconds float64 `json:"publish_seconds"`
+	// CreditSeconds is the time spent waiting for the learner's credits (ServeConfig.Credits)
+	// and the policy versions they asked for: the learner was the bottleneck meanwhile.
+	CreditSeconds float64 `json:"credit_seconds"`
 }
 
 // TaskSeed is the seed a batcher collects a task with: Task.Seed for its first assignment,
@@ -179,11 +186,9 @@ func RunBatcher(ctx context.Context, url string, cfg BatcherConfig) (BatcherSumm
 		}
 	}
 	start := time.Now()
-	dctx, cancel := connectContext(ctx, cfg.ConnectTimeout)
-	c, err := Dial(dctx, url, cfg.Client)
-	cancel()
+	c, err := dialWithin(ctx, url, cfg.Client, cfg.ConnectTimeout)
 	if err != nil {
-		return sum, dialError(ctx, url, cfg.ConnectTimeout, err)
+		return sum, err
 	}
 	sum.BatcherID, sum.Session = c.ID(), strconv.FormatUint(c.Session(), 16)
 	cfg.Logger.Info("remote: connected to the learner", zap.String("url", url), zap.String("batcher", c.ID()))
@@ -212,12 +217,25 @@ func RunBatcher(ctx context.Context, url string, cfg BatcherConfig) (BatcherSumm
 	}
 	sum.Seconds = secs
 	sum.CollectSeconds, sum.HandoffSeconds, sum.PublishSeconds = r.collect.Seconds(), r.handoff.Seconds(), r.publish.Seconds()
+	sum.CreditSeconds = r.credit.Seconds()
 	if r.elapsed > 0 {
 		sum.StepsPerSec = float64(sum.Steps) / r.elapsed.Seconds()
 		sum.RolloutsPerSec = float64(sum.Rollouts) / r.elapsed.Seconds()
 	}
 	sum.Episodes, sum.ReturnMean, sum.ReturnStd = r.returns.N, r.returns.Mean(), r.returns.Std()
 	return sum, err
+}
+
+// dialWithin dials url, waiting at most wait for the learner's server to answer (negative:
+// forever); its errors say what to do (dialError).
+func dialWithin(ctx context.Context, url string, cfg ClientConfig, wait time.Duration) (*Client, error) {
+	dctx, cancel := connectContext(ctx, wait)
+	defer cancel()
+	c, err := Dial(dctx, url, cfg)
+	if err != nil {
+		return nil, dialError(ctx, url, wait, err)
+	}
+	return c, nil
 }
 
 func connectContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
@@ -264,6 +282,7 @@ type runner struct {
 	collect  time.Duration // in Collect
 	handoff  time.Duration // handing rollouts to the publisher (a copy, and a wait while it is behind)
 	publish  time.Duration // in PublishRollout (the publisher's goroutine)
+	credit   time.Duration // waiting for credits and their policy floors
 }
 
 // Ends of a task's collection other than an error.
@@ -419,27 +438,16 @@ func (r *runner) task(ctx context.Context) (err error) {
 	// A policy of at least the floor.
 	wctx, wcancel := withStop(ctx, r.c.Done(), r.cfg.Stop, a.Lost)
 	defer wcancel()
-	var waitLog time.Time
-	for r.drain(); r.latest.Version < a.PolicyFloor || r.latest.ONNX == nil; r.drain() {
-		if time.Since(waitLog) > 10*time.Second {
-			log.Info("remote: waiting for a policy", zap.Int64("floor", a.PolicyFloor), zap.Int64("have", r.latest.Version))
-			waitLog = time.Now()
-		}
-		select {
-		case <-wctx.Done():
-			return r.stopped(ctx, a.Lost)
-		case p, ok := <-r.policies:
-			if !ok {
-				if err := r.stopped(ctx, a.Lost); err != nil {
-					return err
-				}
-				return errEnded
-			}
-			r.latest = p
-		case <-time.After(time.Second):
-		}
+	if err := r.waitPolicy(ctx, wctx, a.PolicyFloor, a.Lost, log); err != nil {
+		return err
 	}
-	pol, err := batcher.NewPolicy(ctx, r.latest.ONNX, r.latest.Version, spec, r.cfg.Policy)
+	// A hot swap binds the same graph again: its notes (what was bound) were logged for the
+	// task's first policy; warnings still go out.
+	ps := &policies{spec: spec, cfg: r.cfg.Policy, quiet: r.cfg.Policy, log: log}
+	if l := ps.quiet.Session.Logger; l != nil {
+		ps.quiet.Session.Logger = l.WithOptions(zap.IncreaseLevel(zap.WarnLevel))
+	}
+	pol, err := ps.build(ctx, r.latest, ps.cfg)
 	if err != nil {
 		return fmt.Errorf("remote: the learner's policy version %d does not run here: %w", r.latest.Version, err)
 	}
@@ -474,19 +482,33 @@ func (r *runner) task(ctx context.Context) (err error) {
 		if err := r.stopped(ctx, a.Lost); err != nil {
 			return err
 		}
+		if a.Credited { // the learner's permission, and its policy floor
+			t0 := time.Now()
+			floor, err := r.c.Credit(wctx)
+			if err == nil {
+				err = r.waitPolicy(ctx, wctx, floor, a.Lost, log)
+			}
+			r.credit += time.Since(t0)
+			if err != nil {
+				if stop := r.stopped(ctx, a.Lost); stop != nil {
+					return stop
+				}
+				return err
+			}
+		}
 		r.drain()
 		if p := r.latest; p.Version != version {
-			next, err := batcher.NewPolicy(ctx, p.ONNX, p.Version, spec, r.cfg.Policy)
-			if err == nil {
-				err = b.UpdatePolicy(ctx, next)
-			}
+			inPlace, err := ps.swap(ctx, b, p)
 			if err != nil {
 				return fmt.Errorf("remote: swapping to the learner's policy version %d: %w", p.Version, err)
 			}
-			log.Debug("remote: policy swapped", zap.Int64("from", version), zap.Int64("to", p.Version))
+			log.Debug("remote: policy swapped", zap.Int64("from", version), zap.Int64("to", p.Version), zap.Bool("in_place", inPlace))
 			version = p.Version
 			r.sum.PolicyVersion = version
 			r.sum.PolicySwaps++
+			if inPlace {
+				r.sum.PolicySwapsInPlace++
+			}
 		}
 		if r.begin.IsZero() {
 			r.begin = time.Now()
@@ -501,6 +523,9 @@ func (r *runner) task(ctx context.Context) (err error) {
 				err = pub.send(m, roll, version)
 				r.handoff += time.Since(t1)
 				if err == nil {
+					if a.Credited {
+						r.c.spendCredit()
+					}
 					continue
 				}
 			}
@@ -510,6 +535,75 @@ func (r *runner) task(ctx context.Context) (err error) {
 		}
 		return err
 	}
+}
+
+// policies builds a task's policies: the first with its weights laid out for in-place
+// swaps (PolicyConfig.Publish) when the graph allows it, and each later version in place when
+// it differs from the one collecting only in its weights, else as new sessions.
+type policies struct {
+	spec       envs.Spec
+	cfg, quiet batcher.PolicyConfig // quiet: for swaps (the binding notes were logged once)
+	log        *zap.Logger
+	w          *modelWeights // the collecting policy's weights; nil: not published in place
+}
+
+// build makes p's policy with cfg, its weights laid out for Batcher.Publish when it can.
+func (ps *policies) build(ctx context.Context, p Policy, cfg batcher.PolicyConfig) (*batcher.Policy, error) {
+	ps.w = nil
+	if w, err := readWeights(p.ONNX); err == nil && len(w.names) > 0 && len(cfg.Publish) == 0 {
+		lcfg := cfg
+		lcfg.Publish = w.layout()
+		pol, err := batcher.NewPolicy(ctx, p.ONNX, p.Version, ps.spec, lcfg)
+		if err == nil {
+			ps.w = &w
+			return pol, nil
+		}
+		ps.log.Debug("remote: the policy's weights cannot be published in place; swaps build new sessions", zap.Error(err))
+	}
+	return batcher.NewPolicy(ctx, p.ONNX, p.Version, ps.spec, cfg)
+}
+
+// swap makes p the policy b collects with, in place when it can (inPlace).
+func (ps *policies) swap(ctx context.Context, b *batcher.Batcher, p Policy) (inPlace bool, err error) {
+	if ps.w != nil {
+		if w, err := readWeights(p.ONNX); err == nil && ps.w.sameLayout(w) {
+			return true, b.Publish(ctx, p.Version, w.flat)
+		}
+	}
+	next, err := ps.build(ctx, p, ps.quiet)
+	if err != nil {
+		return false, err
+	}
+	return false, b.UpdatePolicy(ctx, next)
+}
+
+// waitPolicy waits until the newest policy received is of at least version floor (taking
+// the policies and learn-info lines that arrive meanwhile), or wctx ends (then it returns why:
+// ctx, the run's end, Stop or the task lost).
+func (r *runner) waitPolicy(ctx, wctx context.Context, floor int64, lost <-chan struct{}, log *zap.Logger) error {
+	var waitLog time.Time
+	for r.drain(); r.latest.Version < floor || r.latest.ONNX == nil; r.drain() {
+		if time.Since(waitLog) > 10*time.Second {
+			if !waitLog.IsZero() {
+				log.Info("remote: waiting for a policy", zap.Int64("floor", floor), zap.Int64("have", r.latest.Version))
+			}
+			waitLog = time.Now()
+		}
+		select {
+		case <-wctx.Done():
+			return r.stopped(ctx, lost)
+		case p, ok := <-r.policies:
+			if !ok {
+				if err := r.stopped(ctx, lost); err != nil {
+					return err
+				}
+				return errEnded
+			}
+			r.latest = p
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
 }
 
 // publisher publishes a task's rollouts on a goroutine of its own, so that the next rollout

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/envs"
 )
 
 const (
@@ -177,8 +179,22 @@ func TestRunBatcherEndToEnd(t *testing.T) {
 			t.Fatalf("task %+v", task)
 		}
 		slices.SortFunc(rs, func(a, b *Received) int { return int(a.Seq) - int(b.Seq) })
+		// The reference's policies are built as RunBatcher builds them (weights laid out
+		// for in-place swaps, which ONNX Runtime may run with other kernels than constants).
+		spec, err := envs.Lookup(task.EnvID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps := &policies{spec: spec, log: zap.NewNop()}
+		build := func(v int64) *batcher.Policy {
+			p, err := ps.build(ctx, Policy{Version: v, ONNX: models[v]}, batcher.PolicyConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
 		ref := newBatcher(t, batcher.Config{Env: task.EnvID, Workers: sum.Workers, EnvsPerWorker: sum.EnvsPerWorker, Steps: task.RolloutLen, Seed: task.Seed},
-			loadPolicy(t, policyV1, task.EnvID, 1))
+			build(1))
 		version := int64(1)
 		for i, r := range rs {
 			if r.Seq != uint64(i+1) {
@@ -188,7 +204,7 @@ func TestRunBatcherEndToEnd(t *testing.T) {
 				if v != 2 {
 					t.Fatalf("%s rollout %d: version %d", id, r.Seq, v)
 				}
-				if err := ref.UpdatePolicy(ctx, loadPolicy(t, policyV2, task.EnvID, 2)); err != nil {
+				if err := ref.UpdatePolicy(ctx, build(2)); err != nil {
 					t.Fatal(err)
 				}
 				version = v

@@ -74,6 +74,18 @@ type ServeConfig struct {
 	// while publishing it) before its chunks are dropped (default 2 min).
 	ChunkTimeout time.Duration
 
+	// Credits, when > 0, is flow control: batchers collect a rollout only with a credit
+	// (Client.Credit; RunBatcher asks), and at most Credits rollouts are granted that the
+	// learner has not been handed yet, so that batchers collect what the learner can train
+	// instead of rollouts it would drop as too old. See credit.go. Default 0: batchers
+	// collect freely (StreamMaxBytes and StreamMaxMsgs still bound what is stored).
+	Credits int
+	// OnPolicy, with Credits, is for a learner that trains only rollouts of its newest
+	// policy version and then publishes the next (ppo): the credit freed by a rollout of
+	// the newest version is granted for the next version, so that the batcher waits for it
+	// instead of collecting a rollout the learner would drop.
+	OnPolicy bool
+
 	// HeartbeatInterval is how often batchers heartbeat (default 2 s); a batcher silent
 	// for HeartbeatTimeout (default 10 s) is presumed dead and its task reassigned.
 	HeartbeatInterval, HeartbeatTimeout time.Duration
@@ -154,6 +166,7 @@ func (c *ServeConfig) validate() error {
 		{"ChunkTimeout", c.ChunkTimeout < 0},
 		{"HeartbeatInterval", c.HeartbeatInterval < 0},
 		{"HeartbeatTimeout", c.HeartbeatTimeout <= c.HeartbeatInterval},
+		{"Credits", c.Credits < 0},
 	} {
 		if f.bad {
 			return fmt.Errorf("remote: ServeConfig.%s is out of range (StreamMaxBytes and PullBytes ≥ 1 MiB, HeartbeatTimeout > HeartbeatInterval, counts ≥ 1, durations ≥ 0)", f.name)
@@ -188,7 +201,9 @@ type Server struct {
 	coord  *coordinator
 	subs   []*nats.Subscription
 
-	pubMu sync.Mutex // serialises PublishPolicy (put, pointer move, prune)
+	pubMu  sync.Mutex // serialises PublishPolicy (put, pointer move, prune); guards stored and listed
+	stored []string   // the policies this Server stored, oldest first, not yet pruned
+	listed bool       // the store was listed and pruned once (policies of earlier learners)
 
 	mu        sync.Mutex // guards the fields below
 	consuming bool       // a Rollouts loop runs

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ type Source struct {
 	srv    *Server
 	ch     <-chan *Delivery
 	cancel context.CancelFunc
+	pub    *policyPublisher
 
 	mu        sync.Mutex // guards malformed
 	malformed int64
@@ -67,8 +69,21 @@ func NewSource(ctx context.Context, s *Server) (*Source, error) {
 		cancel()
 		return nil, err
 	}
-	return &Source{srv: s, ch: ch, cancel: cancel}, nil
+	return &Source{srv: s, ch: ch, cancel: cancel, pub: newPolicyPublisher(s)}, nil
 }
+
+// Publish hands policy version (ONNX bytes, copied) to a goroutine of the Source that
+// publishes it (Server.PublishPolicy), so that the trainer does not wait on the store. A
+// version still waiting when a newer one comes is skipped: batchers only ever take the
+// newest. It returns the error of an earlier publication, if one failed (then nothing more is
+// published), or ErrClosed after Close. Flush waits for the versions handed over.
+func (src *Source) Publish(ctx context.Context, version int64, model []byte) error {
+	return src.pub.publish(version, model)
+}
+
+// Flush waits until every version handed to Publish is published (or skipped for a newer
+// one), and returns the first publication error.
+func (src *Source) Flush(ctx context.Context) error { return src.pub.flush(ctx) }
 
 // Next returns the next rollout, waiting for one until ctx ends (ctx's error). It returns
 // ErrClosed once the Source or its Server is closed.
@@ -123,6 +138,7 @@ func (src *Source) Stats() SourceStats {
 // Close stops the Rollouts loop and waits until it has stopped; rollouts it had not handed
 // out go back to the stream for the next loop or learner. Idempotent.
 func (src *Source) Close() error {
+	src.pub.close()
 	src.cancel()
 	for d := range src.ch { // handed over as the loop stopped: give it back
 		src.srv.mu.Lock()
@@ -133,4 +149,120 @@ func (src *Source) Close() error {
 		src.srv.release(d)
 	}
 	return nil
+}
+
+// policyPublisher is Source.Publish's goroutine and its mailbox of one policy.
+type policyPublisher struct {
+	srv  *Server
+	wake chan struct{} // capacity 1: a version is waiting
+	quit chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
+
+	mu           sync.Mutex // guards the fields below
+	next         *policyJob // the newest version handed over and not taken yet
+	handed, done int64      // versions handed over; handed over and published or skipped
+	err          error      // the first publication error
+	closed       bool
+	changed      chan struct{} // closed (and replaced) when done, err or closed change
+}
+
+type policyJob struct {
+	n       int64 // its place among the versions handed over
+	version int64
+	model   []byte
+}
+
+func newPolicyPublisher(s *Server) *policyPublisher {
+	p := &policyPublisher{srv: s, wake: make(chan struct{}, 1), quit: make(chan struct{}), changed: make(chan struct{})}
+	p.wg.Add(1)
+	go p.run()
+	return p
+}
+
+func (p *policyPublisher) publish(version int64, model []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.err != nil:
+		return p.err
+	case p.closed:
+		return ErrClosed
+	}
+	p.handed++
+	p.next = &policyJob{n: p.handed, version: version, model: slices.Clone(model)}
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (p *policyPublisher) run() {
+	defer p.wg.Done()
+	ctx, cancel := withStop(context.Background(), p.quit)
+	defer cancel()
+	for {
+		select {
+		case <-p.quit:
+			return
+		case <-p.wake:
+		}
+		for {
+			p.mu.Lock()
+			job := p.next
+			p.next = nil
+			p.mu.Unlock()
+			if job == nil {
+				break
+			}
+			err := p.srv.PublishPolicy(ctx, job.version, job.model)
+			p.mu.Lock()
+			if err != nil && p.err == nil {
+				p.err = fmt.Errorf("remote: publishing policy version %d in the background: %w", job.version, err)
+			}
+			p.done = job.n
+			p.signal()
+			p.mu.Unlock()
+		}
+	}
+}
+
+// signal wakes the flushes waiting. It holds p.mu.
+func (p *policyPublisher) signal() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *policyPublisher) flush(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		err, pending, closed, ch := p.err, p.done < p.handed, p.closed, p.changed
+		p.mu.Unlock()
+		switch {
+		case err != nil:
+			return err
+		case !pending:
+			return nil
+		case closed:
+			return ErrClosed
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remote: waiting for policy publications: %w", ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+// close stops the goroutine; a version not published yet is dropped.
+func (p *policyPublisher) close() {
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.signal()
+		p.mu.Unlock()
+		close(p.quit)
+		p.wg.Wait()
+	})
 }

@@ -3,7 +3,9 @@
 # three batcher processes publish rollouts while they are SIGKILLed at random moments and
 # started again, and the learner is restarted twice on its store with rollouts handed out and
 # unacknowledged. At the end every rollout a batcher's server confirmed stored must have been
-# trained (acknowledged) once, and none twice; the counts are printed. Exits 1 on a loss or a
+# trained (acknowledged) once, and none twice; the counts are printed. Then the same with the
+# built binaries, the learner SIGKILLed and resumed too (scripts/remote_chaos_train.sh:
+# train --serve, train --resume on the same store, batcher --connect). Exits 1 on a loss or a
 # rollout trained twice.
 #   scripts/remote_chaos.sh [SECONDS [RUNS]]   chaos for SECONDS (default 20), RUNS times (default 1)
 set -euo pipefail
@@ -21,5 +23,8 @@ for ((i = 1; i <= runs; i++)); do
 		status=1
 	fi
 	grep -E '^(--- |PASS|FAIL)|chaos_test.go' "$tmp/out" || true
+	if ! GO="$GO" bash scripts/remote_chaos_train.sh "$seconds"; then
+		status=1
+	fi
 done
 exit "$status"

@@ -91,6 +91,16 @@
 // registration the learner refuses and a missing permission are errors that say what to do.
 // Once connected the batcher rides out a learner restart: it reconnects, registers again
 // and carries on.
+//
+// # Watching a learner
+//
+//	batcher --watch URL --creds FILE [--ca CA.pem] [--namespace NS] [--connect-timeout 1m]
+//
+// shows the learn-info lines a serving learner publishes (its metrics lines, one JSON object
+// an iteration) on the log without collecting: it neither registers nor takes a task. It runs
+// until the learner ends the run (a learner restart is ridden out) or the first SIGINT, then
+// prints one JSON object: url, lines, last (the newest line), ended, seconds. `--connect URL
+// --info` shows the same lines while collecting.
 package main
 
 import (
@@ -183,6 +193,9 @@ func main() {
 			defer func() { err = errors.Join(err, end()) }()
 		}
 		o.stop = stop
+		if o.set["watch"] {
+			return runWatch(ctx, os.Stdout, log, o)
+		}
 		if o.remote.connect != "" || o.remote.anySet(o.set) {
 			return runRemote(ctx, os.Stdout, log, o)
 		}

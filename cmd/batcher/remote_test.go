@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/towerrl/towerrl/remote"
 )
@@ -176,5 +178,109 @@ func TestRemoteRun(t *testing.T) {
 		if !strings.Contains(stdout.String(), `"`+k+`"`) {
 			t.Errorf("summary lacks %q", k)
 		}
+	}
+}
+
+// watchOpts are the options of `batcher --watch URL --creds FILE` and the flags named in set.
+func watchOpts(url, creds string, set ...string) options {
+	o := remoteOpts("", creds, set...)
+	delete(o.set, "connect")
+	o.set["watch"] = true
+	o.remote.watch = url
+	return o
+}
+
+// TestWatchFlags: a watcher takes the connection's flags only.
+func TestWatchFlags(t *testing.T) {
+	creds := filepath.Join(t.TempDir(), "batcher.creds")
+	if err := os.WriteFile(creds, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    options
+		want string
+	}{
+		{"no URL", watchOpts("", creds), "--watch needs the learner's NATS URL"},
+		{"with connect", func() options {
+			o := watchOpts("nats://127.0.0.1:1", creds, "connect")
+			o.remote.connect = "nats://127.0.0.1:1"
+			return o
+		}(), "give one of them"},
+		{"workers", watchOpts("nats://127.0.0.1:1", creds, "workers"), "--workers does not apply with --watch"},
+		{"info", watchOpts("nats://127.0.0.1:1", creds, "info"), "--info does not apply with --watch"},
+		{"no creds", func() options {
+			o := watchOpts("nats://127.0.0.1:1", "")
+			delete(o.set, "creds")
+			return o
+		}(), "--watch needs --creds FILE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout bytes.Buffer
+			err := runWatch(context.Background(), &stdout, zap.NewNop(), tc.o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("printed %q", stdout.String())
+			}
+		})
+	}
+}
+
+// TestWatch: batcher --watch logs the learner's learn-info lines without registering, and
+// prints its summary (the number of lines, the newest) when the learner ends the run.
+func TestWatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	core, logs := observer.New(zap.InfoLevel)
+	var stdout bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- runWatch(ctx, &stdout, zap.New(core), watchOpts(s.URL(), s.CredsFile())) }()
+	// Lines are not stored: publish until the watcher shows one, then three more.
+	learnerLines := func() int { return logs.FilterMessage("learner").Len() }
+	for i := 0; learnerLines() == 0; i++ {
+		if err := s.PublishInfo(fmt.Appendf(nil, `{"iteration":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the watcher ended early: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	seen := learnerLines()
+	for i := 100; i < 103; i++ {
+		if err := s.PublishInfo(fmt.Appendf(nil, `{"iteration":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for learnerLines() < seen+3 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if b := s.Batchers(); len(b) != 0 {
+		t.Errorf("the watcher registered: %+v", b)
+	}
+	if err := s.End(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var sum remote.WatchSummary
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatalf("stdout %q: %v", stdout.String(), err)
+	}
+	if sum.Lines != seen+3 || string(sum.Last) != `{"iteration":102}` || sum.Ended != "run ended" || sum.URL != s.URL() {
+		t.Errorf("summary %s; want %d lines, the last {\"iteration\":102}, ended by the run", stdout.String(), seen+3)
+	}
+	last := logs.FilterMessage("learner").All()
+	if got := last[len(last)-1].ContextMap()["info"]; got != `{"iteration":102}` {
+		t.Errorf("the last line logged: %v", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/towerrl/towerrl/learner/mpi"
 )
@@ -40,4 +41,26 @@ func joinJob(ddppo bool) (mpi.Group, func(context.Context) error, error) {
 		return nil, nil, fmt.Errorf("joining the MPI job: %w", err)
 	}
 	return w, w.Finalize, nil
+}
+
+// slowdownEnv is a test hook for measuring DD-PPO's straggler preemption: RANK:FACTOR makes
+// rank RANK's batchers collect FACTOR times slower (engine.Options.Slowdown).
+const slowdownEnv = "TOWERRL_TEST_SLOWDOWN"
+
+// testSlowdown is this rank's slowdown under slowdownEnv (0: none).
+func testSlowdown(rank int) (float64, error) {
+	v := os.Getenv(slowdownEnv)
+	if v == "" {
+		return 0, nil
+	}
+	rs, fs, ok := strings.Cut(v, ":")
+	r, err1 := strconv.Atoi(rs)
+	f, err2 := strconv.ParseFloat(fs, 64)
+	if !ok || err1 != nil || err2 != nil || r < 0 || !(f >= 1) {
+		return 0, fmt.Errorf("%s=%q: want RANK:FACTOR with FACTOR ≥ 1, e.g. 1:3 (rank 1 collects 3 times slower)", slowdownEnv, v)
+	}
+	if r != rank {
+		return 0, nil
+	}
+	return f, nil
 }

@@ -54,6 +54,7 @@ func main() {
 		maxLag     = fs.Int64("max-policy-lag", 0, "impala/appo: drop rollouts more policy versions behind than this (default 0: never)")
 		epochs     = fs.Int("epochs", 0, "passes over each rollout (num_sgd_iter; default 4 Discrete, 10 Box)")
 		minibatch  = fs.Int("minibatches", 0, "minibatches per pass (default 4 Discrete, 32 Box)")
+		syncFrac   = fs.Float64("sync-frac", 0, "ddppo: once this fraction of the ranks (rounded up) has finished collecting, the others stop early, keeping at least 25% of the rollout (default 0.6, which on 2 ranks never preempts: use 0.5; 1: off)")
 		resume     = fs.String("resume", "", "run directory to resume")
 		library    = fs.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
 		profile    = fs.String("profile", "", "folder to write a CPU profile (cpu.pprof) and a heap profile (heap.pprof) of the run into")
@@ -61,12 +62,14 @@ func main() {
 		lf         cli.LogFlags
 		hf         cli.HeadFlags
 	)
-	fs.StringVar(&sf.addr, "serve", "", "serve remote batchers (batcher --connect) on this host:port, with an embedded NATS server whose store is DIR/nats and whose batcher credential is DIR/batcher.creds; no local batchers")
+	fs.StringVar(&sf.addr, "serve", "", "serve remote batchers (batcher --connect) on this host:port, with an embedded NATS server whose store is DIR/nats and whose batcher credential is DIR/batcher.creds; no local batchers unless --local-workers")
 	fs.StringVar(&sf.nats, "nats", "", "serve remote batchers through this external NATS server (nats://host:port) instead of an embedded one")
 	fs.StringVar(&sf.natsCreds, "nats-creds", "", "the learner's credential for --nats")
 	fs.StringVar(&sf.tlsCert, "tls-cert", "", "with --serve: the server's TLS certificate (PEM); batchers then need its CA (batcher --ca)")
 	fs.StringVar(&sf.tlsKey, "tls-key", "", "with --serve: the TLS certificate's key (PEM)")
 	fs.IntVar(&sf.tasks, "tasks", 2, "with --serve or --nats: collect tasks handed to remote batchers, one per batcher (workers × envs envs of rollout_steps steps each)")
+	fs.IntVar(&sf.credits, "credits", -1, "with --serve or --nats: rollouts the batchers may collect ahead of the learner (flow control; 0: off, batchers collect freely; default 1 for ppo, queue_size for impala and appo)")
+	fs.IntVar(&sf.localWorkers, "local-workers", 0, "with --serve or --nats: batchers the learner runs itself, each with a collect task of its own (beside --tasks), publishing through the NATS server like remote ones")
 	lf.Register(fs)
 	hf.Register(fs)
 	flag.Parse()
@@ -92,6 +95,7 @@ func main() {
 			"init-policy": func(c *engine.Config) { c.InitPolicy = *initPolicy },
 			"epochs":      func(c *engine.Config) { c.Epochs = *epochs },
 			"minibatches": func(c *engine.Config) { c.Minibatches = *minibatch },
+			"sync-frac":   func(c *engine.Config) { c.SyncFrac = *syncFrac },
 			// Asynchronous algorithms (impala, appo).
 			"queue-size":         func(c *engine.Config) { c.QueueSize = *queue },
 			"broadcast-interval": func(c *engine.Config) { c.BroadcastInterval = *broadcast },
@@ -177,22 +181,29 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change, Plot: curve.Write,
 		Ranks: ranks}
 	if sf.on() {
-		srv, err := newServing(ctx, sf, cfg, dir, resume, log)
-		if err != nil {
-			return err
+		srv, serr := newServing(ctx, sf, cfg, dir, resume, library, log)
+		if serr != nil {
+			return serr
 		}
 		opts.Source = srv
 		if resume == "" && srv.cfg.Algo != ppo.Name && cfg.MaxPolicyLag == 0 {
-			// Remote batchers never wait for the learner: without a bound on the lag it
-			// trains on ever older rollouts when they collect faster than it learns.
-			cfg.MaxPolicyLag = 2
+			// Remote batchers collect ahead of the learner by the credits (or freely without
+			// them): without a bound on the lag it would train on ever older rollouts when
+			// they collect faster than it learns. A rollout collected with a credit is at most
+			// credits + 1 versions behind when its turn comes.
+			cfg.MaxPolicyLag = int64(max(2, srv.credits()+1))
 			log.Info(fmt.Sprintf("serving: max_policy_lag %d (rollouts more versions behind are dropped; set --max-policy-lag to change it)", cfg.MaxPolicyLag))
 		}
 		opts.Progress = func(m engine.Metrics) { progress(m); srv.info(m) }
-		defer func() { err = errors.Join(err, srv.end(context.WithoutCancel(ctx))) }()
+		defer func() { err = errors.Join(err, srv.end(context.WithoutCancel(ctx), err == nil)) }()
+	} else if sf.localWorkers != 0 {
+		return errors.New("--local-workers N runs batchers beside remote ones: it needs --serve ADDR or --nats URL (without them the learner collects with its own batchers: --workers)")
 	}
 	if ranks != nil {
 		log = log.With(zap.Int("rank", ranks.Rank()))
+		if opts.Slowdown, err = testSlowdown(ranks.Rank()); err != nil {
+			return err
+		}
 	}
 	var res engine.Result
 	if resume != "" {

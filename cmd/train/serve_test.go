@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,6 +32,23 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// startServing runs a serving learner (run with cfg, flags f, into dir) on a goroutine,
+// waits until it wrote the batcher credential and returns it with the run's outcome.
+func startServing(t *testing.T, ctx context.Context, out io.Writer, log *zap.Logger, stop <-chan struct{}, cfg engine.Config, dir string, f serveFlags) (string, <-chan error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, out, log, stop, cfg, nil, dir, "", "", nil, f) }()
+	creds := filepath.Join(dir, "batcher.creds")
+	for _, err := os.Stat(creds); err != nil; _, err = os.Stat(creds) {
+		select {
+		case err := <-done:
+			t.Fatalf("the run ended before serving: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return creds, done
+}
+
 // TestServeRemoteBatchers: train --serve trains APPO and PPO on rollouts from two remote
 // batchers (remote.RunBatcher, as batcher --connect runs it) that take the credential the
 // run wrote, and end with the run (RunBatcher returns nil).
@@ -42,19 +60,8 @@ func TestServeRemoteBatchers(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			var out bytes.Buffer
-			done := make(chan error, 1)
 			cfg := engine.Config{Env: "CartPole-v1", Algo: name, TotalSteps: 512 * 40, EvalEpisodes: 3, Seed: 2}
-			go func() {
-				done <- run(ctx, &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{addr: addr, tasks: 2})
-			}()
-			creds := filepath.Join(dir, "batcher.creds")
-			for _, err := os.Stat(creds); err != nil; _, err = os.Stat(creds) {
-				select {
-				case err := <-done:
-					t.Fatalf("the run ended before serving: %v", err)
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
+			creds, done := startServing(t, ctx, &out, zap.NewNop(), nil, cfg, dir, serveFlags{addr: addr, tasks: 2, credits: -1})
 			var wg sync.WaitGroup
 			sums := make([]remote.BatcherSummary, 2)
 			errs := make([]error, 2)
@@ -109,6 +116,8 @@ func TestServeFlags(t *testing.T) {
 		{serveFlags{addr: "127.0.0.1:1", tlsCert: "c", tasks: 1}, "", "go together"},
 		{serveFlags{addr: "127.0.0.1:1", tasks: 0}, "", "--tasks 0"},
 		{serveFlags{addr: "127.0.0.1:1", tasks: 1}, "ddppo", "ddppo"},
+		{serveFlags{addr: "127.0.0.1:1", tasks: 1, localWorkers: -1}, "", "--local-workers -1"},
+		{serveFlags{localWorkers: 1}, "", "--local-workers N"},
 	} {
 		c := cfg
 		c.Algo = tc.algo
@@ -119,5 +128,91 @@ func TestServeFlags(t *testing.T) {
 		if errors.Is(err, context.Canceled) {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestServeLocalWorkers: with --local-workers and no remote batcher the serving learner
+// collects with batchers of its own, whose rollouts go through its NATS server and its
+// accounting like remote ones.
+func TestServeLocalWorkers(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cfg := engine.Config{Env: "CartPole-v1", Algo: "appo", TotalSteps: 512 * 20, EvalEpisodes: -1, Seed: 3}
+	if err := run(ctx, &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{addr: freeAddr(t), localWorkers: 2, credits: -1}); err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		engine.Result
+		Remote *remote.SourceStats `json:"remote"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || sum.EnvSteps != 512*20 || sum.Remote == nil {
+		t.Fatalf("summary %s (%v)", out.String(), err)
+	}
+	if sum.RolloutsTrained != 20 || sum.Remote.Delivered != sum.RolloutsTrained+sum.RolloutsDropped || sum.Remote.Acked != sum.Remote.Delivered {
+		t.Errorf("trained %d, dropped %d; the server delivered %d, acked %d", sum.RolloutsTrained, sum.RolloutsDropped,
+			sum.Remote.Delivered, sum.Remote.Acked)
+	}
+	if len(sum.Remote.PerBatcher) != 2 || sum.Remote.PerBatcher["local-0"] == 0 || sum.Remote.PerBatcher["local-1"] == 0 {
+		t.Errorf("per batcher %v, want local-0 and local-1", sum.Remote.PerBatcher)
+	}
+}
+
+// TestServeStopResume: a serving learner stopped gracefully does not end the run, so its
+// remote batcher waits (reconnecting) instead of exiting; the learner resumed on the same
+// store and address finishes the run, and the batcher ends with it.
+func TestServeStopResume(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	addr := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg := engine.Config{Env: "CartPole-v1", Algo: "appo", TotalSteps: 512 * 30, EvalEpisodes: -1, Seed: 4}
+	stop := make(chan struct{})
+	creds, done := startServing(t, ctx, io.Discard, zap.NewNop(), stop, cfg, dir, serveFlags{addr: addr, tasks: 1})
+	type result struct {
+		sum remote.BatcherSummary
+		err error
+	}
+	bdone := make(chan result, 1)
+	go func() {
+		sum, err := remote.RunBatcher(ctx, "nats://"+addr, remote.BatcherConfig{Client: remote.ClientConfig{Creds: creds, BatcherID: "b"}})
+		bdone <- result{sum, err}
+	}()
+	for { // a few iterations, then the first SIGINT
+		b, _ := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+		if bytes.Count(b, []byte("\n")) >= 5 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the run ended early: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	close(stop)
+	if err := <-done; !errors.Is(err, engine.ErrStopped) {
+		t.Fatalf("stopped run: %v, want engine.ErrStopped", err)
+	}
+	select {
+	case r := <-bdone:
+		t.Fatalf("the batcher ended with the stopped learner (%v, ended %q): the run was not over", r.err, r.sum.Ended)
+	case <-time.After(time.Second):
+	}
+	var out bytes.Buffer
+	if err := run(ctx, &out, zap.NewNop(), nil, engine.Config{}, nil, "", dir, "", nil, serveFlags{addr: addr, tasks: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var sum engine.Result
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || sum.EnvSteps != 512*30 {
+		t.Fatalf("resumed run's summary %s (%v)", out.String(), err)
+	}
+	select {
+	case r := <-bdone:
+		if r.err != nil || r.sum.Ended != "run ended" {
+			t.Errorf("batcher: %v, ended %q; want the run's end", r.err, r.sum.Ended)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the batcher did not end with the resumed run")
 	}
 }
