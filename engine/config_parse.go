@@ -37,13 +37,20 @@ func ParseConfig(data []byte) (Config, error) {
 	if dec.More() {
 		return c, fmt.Errorf("%w: more than one JSON value; a config is one object", ErrConfig)
 	}
+	explicitZeros(data, &c)
+	return c, nil
+}
+
+// explicitZeros applies to c, decoded from data, what a zero written in the JSON means where
+// it differs from "the default": an "ent_coef" of 0 is no entropy bonus (-1). Every config
+// read back (config.json, a checkpoint's) goes through it, so a run and its resume agree.
+func explicitZeros(data []byte, c *Config) {
 	var given struct {
 		EntCoef *float64 `json:"ent_coef"`
 	}
 	if err := json.Unmarshal(data, &given); err == nil && given.EntCoef != nil && *given.EntCoef == 0 {
 		c.EntCoef = -1
 	}
-	return c, nil
 }
 
 // configAliases maps Stable-Baselines3's and CleanRL's names for PPO settings to Config's.

@@ -173,6 +173,7 @@ func checkCheckpoint(c *models.Checkpoint, stored Config) error {
 	if err := json.Unmarshal(c.Bytes["config"], &was); err != nil {
 		return fmt.Errorf("%w: the checkpoint's config: %v", ErrRunDir, err)
 	}
+	explicitZeros(c.Bytes["config"], &was)
 	if err := resumeChanges(was, stored); err != nil {
 		return fmt.Errorf("config.json was edited since the checkpoint: %w", err)
 	}
