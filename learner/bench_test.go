@@ -17,13 +17,14 @@ import (
 
 // BenchmarkTowersUpdate times one PPO update (forward, backward, averaging over towers, global
 // norm clipping, Adam) of the 64×64 tanh MLP actor-critic with CartPole shapes at minibatch 512,
-// for 1 and 2 towers, and reports samples/s (also at minibatch 4096, where the towers' fixed
-// per-graph cost matters less). The scaling figure is towers=2 against towers=1, both at the
-// default GOMAXPROCS (one tower runs as fast with -cpu 1). Two towers need both CPUs at once,
+// for 1 and 2 towers, and reports samples/s; also at minibatch 128 (`make demo`'s: 4 envs × 128
+// steps in 4 minibatches, where the fixed cost per update matters most) and 4096 (where it
+// matters least). The scaling figure is towers=2 against towers=1, both at the default
+// GOMAXPROCS (one tower runs as fast with -cpu 1). Two towers need both CPUs at once,
 // so anything else running on the machine slows them more than one tower: compare figures
 // taken on a quiet machine, with -count 5, or see BenchmarkTowersScaling.
 func BenchmarkTowersUpdate(b *testing.B) {
-	for _, c := range []struct{ n, mb int }{{1, 512}, {2, 512}, {1, 4096}, {2, 4096}} {
+	for _, c := range []struct{ n, mb int }{{1, 512}, {2, 512}, {1, 128}, {2, 128}, {1, 4096}, {2, 4096}} {
 		n, mb := c.n, c.mb
 		name := fmt.Sprintf("towers=%d", n)
 		if mb != 512 {
@@ -83,7 +84,7 @@ func BenchmarkTowersScaling(b *testing.B) {
 
 // ppoTowers makes n towers of PPO's loss over a fresh 64×64 actor-critic for CartPole and a
 // minibatch of mb random rows for them.
-func ppoTowers(b *testing.B, n, mb int) (*learner.Towers, *learner.SampleBatch) {
+func ppoTowers(b testing.TB, n, mb int) (*learner.Towers, *learner.SampleBatch) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	params, err := models.NewParams(models.Config{Spec: head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}}, rng)
 	if err != nil {

@@ -226,26 +226,16 @@ func span(length, parts, i int) (lo, hi int) {
 // squareSums writes into sums[k] the square sum of block k of grads (blockSquares), for the
 // blocks of grads[lo:hi] (lo a multiple of normBlock).
 func squareSums(grads []float32, lo, hi int, sums []float64) {
-	for b := lo; b < hi; b += normBlock {
-		sums[b/normBlock] = blockSquares(grads[b:min(b+normBlock, hi)])
-	}
+	kernels.SquareSums(grads[lo:hi], normBlock, sums[lo/normBlock:])
 }
 
-// blockSquares is the sum of the squares of g in float64: value j goes to partial sum j mod 4
-// (four additions in flight at once), and the sum is (s0+s1)+(s2+s3). The conversions of the
-// products keep the compiler from fusing them with the additions, so the bits do not depend
-// on the target's FMA support.
+// blockSquares is the sum of the squares of g (at most normBlock values) in float64: value
+// j goes to partial sum j mod 4, and the sum is (s0+s1)+(s2+s3) (kernels.SquareSums, which
+// gives these bits on every target).
 func blockSquares(g []float32) float64 {
-	var s0, s1, s2, s3 float64
-	j := 0
-	for ; j+4 <= len(g); j += 4 {
-		q := g[j : j+4 : j+4]
-		s0 += float64(float64(q[0]) * float64(q[0]))
-		s1 += float64(float64(q[1]) * float64(q[1]))
-		s2 += float64(float64(q[2]) * float64(q[2]))
-		s3 += float64(float64(q[3]) * float64(q[3]))
-	}
-	return tailSquares(g[j:], s0, s1, s2, s3)
+	var s [1]float64
+	kernels.SquareSums(g, normBlock, s[:])
+	return s[0]
 }
 
 // tailSquares adds the squares of the last len(t) < 4 values of a block to the partial sums

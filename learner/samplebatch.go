@@ -117,6 +117,43 @@ func (b *SampleBatch) copyRows(at int, src *SampleBatch, lo, n int) {
 	copy(b.Version[at:at+n], src.Version[lo:lo+n])
 }
 
+// gatherRows writes row perm[i] of src to row i of b, column by column (one tight loop per
+// column, not a copy call per row and column).
+func (b *SampleBatch) gatherRows(src *SampleBatch, perm []int) {
+	gather(b.Obs, src.Obs, perm, b.ObsDim)
+	gather(b.Actions, src.Actions, perm, b.ActDim)
+	for _, c := range [][2][]float32{{b.Rewards, src.Rewards}, {b.Terminated, src.Terminated}, {b.Truncated, src.Truncated},
+		{b.LogP, src.LogP}, {b.Values, src.Values}, {b.Advantages, src.Advantages}, {b.Returns, src.Returns},
+		{b.NextValues, src.NextValues}} {
+		gather(c[0], c[1], perm, 1)
+	}
+	gather(b.Version, src.Version, perm, 1)
+}
+
+// gather writes the d values of row perm[i] of src to row i of dst.
+func gather[T any](dst, src []T, perm []int, d int) {
+	switch d {
+	case 0:
+	case 1:
+		dst = dst[:len(perm)]
+		for i, p := range perm {
+			dst[i] = src[p]
+		}
+	case 2, 3, 4, 5, 6, 7, 8:
+		// Short rows (CartPole's 4 observations): a loop beats a copy call per row.
+		for i, p := range perm {
+			to, from := dst[i*d:(i+1)*d], src[p*d:(p+1)*d]
+			for k := range to {
+				to[k] = from[k]
+			}
+		}
+	default:
+		for i, p := range perm {
+			copy(dst[i*d:(i+1)*d], src[p*d:(p+1)*d])
+		}
+	}
+}
+
 // Append copies src's rows (and sequences) after b's. Both must hold rows, or both sequences
 // (make b with src's NewLike). It allocates nothing.
 func (b *SampleBatch) Append(src *SampleBatch) error {
@@ -213,9 +250,7 @@ func (s *Shuffler) Shuffle(rng *rand.Rand, b *SampleBatch) error {
 	}
 	rng.Shuffle(units, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 	if !b.Recurrent() {
-		for i, p := range perm {
-			s.scratch.copyRows(i, b, p, 1)
-		}
+		s.scratch.gatherRows(b, perm)
 		b.copyRows(0, s.scratch, 0, b.n)
 		return nil
 	}

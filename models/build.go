@@ -42,11 +42,23 @@ type Policy struct {
 	logp    *G.Node
 	logSM   *G.Node
 	watched map[*G.Node]*G.Value // nodes copied out by Read nodes, for Read
+	reads   map[*G.Node]*G.Value // the Read statement nodes Watch added, and what they fill
 	entropy *G.Node
 	grads   bool // Backward was called
+	// gradNodes are the parameters' gradient nodes (Backward), in Params order. At Compile,
+	// those of this package's ops that nothing reads write straight into gradBuf (direct[i]);
+	// the others (bound) are accumulated by the tape machine into the parameters' dual values.
+	gradNodes G.Nodes
+	gradBuf   []float32
+	direct    []bool
+	bound     G.Nodes
+	ran       bool // the last Run succeeded: the gradients are this run's
 	// reference: built from gorgonia's own ops, not the fused ones (tests only; see build)
 	reference bool
-	vm        *tape.Machine
+	vm        *tape.Machine // the tape machine running the graph, when plan cannot
+	plan      *plan         // runs the graph (see exec.go), or nil
+	tapeOnly  bool          // run on the tape machine even where a plan could (tests)
+	unfused   bool          // Backward makes ActGrad ops, no GemmActGrad ones (tests)
 	closed    bool
 }
 

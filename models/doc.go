@@ -39,7 +39,8 @@
 //  3. Optionally grow the graph for learning: LogProb and Entropy (head-specific nodes of shape
 //     [batch]), Input for the loss's own data (advantages, returns), any gorgonia ops for the
 //     loss (engine/ owns the losses), Watch for nodes to Read, and Backward(loss).
-//  4. Compile: the tape machine. The graph is frozen.
+//  4. Compile: the graph is frozen, and made runnable: as a plan (below) when it can be, else
+//     as gorgonia's tape machine.
 //  5. Per minibatch: write ObsData (and SetActions/SetBoxActions, the Input buffers), Run, then
 //     Read outputs and Grads(flat) (gradients of this run, in the layout of Params.Data).
 //  6. Close.
@@ -48,7 +49,23 @@
 // op per layer, act(x·W + b), whose gradient ops (activation derivative, the two products, the
 // bias's column sum) run the float32 kernels of internal/kernels (cgo, with SSE2, AVX2 and
 // AVX-512 copies picked at start-up). The first layer makes no gradient for the observations.
-// These ops, and the categorical head's log softmax, keep their output memory between runs.
+// Where a hidden layer's output feeds only the next dense layer, that layer's input gradient is
+// made with the hidden activation's derivative applied in the same kernel (no separate pass).
+// These ops, and the categorical head's log softmax, keep their output memory between runs, and
+// a parameter's gradient op that nothing else reads writes straight into the policy's flat
+// gradient buffer, which Grads copies out.
+//
+// # Plans
+//
+// gorgonia's tape machine interprets a program whose bookkeeping (log-argument boxing, map
+// lookups, value binding, a dozen allocations per run) costs more than the arithmetic of the
+// 64×64 MLP at a PPO minibatch. Compile therefore runs a graph made only of this package's
+// ops, ops of other packages that neither overwrite an input nor call external code (the
+// engine's fused losses), inputs, constants and Watch's reads on a plan instead (exec.go): the
+// same nodes in the same order, each op's Do called on its inputs' values, nothing allocated.
+// A graph with any of gorgonia's own ops (the reference layers, LogProb and Entropy, a Gaussian
+// head's broadcast log std, a convolution) takes the tape machine. Results are the same bits
+// either way; a plan does not bind values to the nodes, so read them with Read and Grads.
 //
 // [Export] (or [ExportModel]) writes the current parameters as an ONNX model for the batchers:
 // input "obs" [batch, obs_shape...], outputs "logits" and "value" (categorical) or "mean",
@@ -68,10 +85,10 @@
 // Backward, Compile) behind one lock; towers may be built from their own goroutines, and the
 // caller's own loss ops on different graphs have shown no race in tests, but building all towers
 // before starting them is the safest. gorgonia's tape machine reuses memory between nodes,
-// so read node values only through Read on watched nodes. Run executes the tape on the calling
-// goroutine (package internal/tape: gorgonia's own RunAll would hand every run to a new
-// goroutine on another OS thread, two thread switches per run); Build, Compile and Run turn
-// gorgonia panics into errors wrapping [ErrGraph]. Shapes are still checked when the graph is
+// so read node values only through Read on watched nodes. Run executes the plan, or the tape,
+// on the calling goroutine (package internal/tape: gorgonia's own RunAll would hand every run
+// to a new goroutine on another OS thread, two thread switches per run); Build, Compile and
+// Run turn gorgonia panics into errors wrapping [ErrGraph]. Shapes are still checked when the graph is
 // built, since a graph that takes RunAll's path (a CUDA build) cannot recover panics inside its
 // run goroutine.
 //

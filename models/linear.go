@@ -19,18 +19,37 @@ import (
 // may reuse that memory for other nodes' values later in the same run, as it does with its own
 // registers, which is harmless because every op rewrites its output when it runs.
 
-// output is an op's own result tensor: allocated on the first run, reset to its shape if a
-// later op of the run reshaped it in place.
-type output struct{ t *tensor.Dense }
+// output is an op's own result tensor: allocated on the first run (in the memory given to
+// writeInto, if any), reset to its shape if a later op of the run reshaped it in place.
+type output struct {
+	t   *tensor.Dense
+	dst []float32 // the memory to write the result into (writeInto), or nil: the op's own
+}
 
 func (o *output) get(shape ...int) (*tensor.Dense, []float32) {
 	if o.t == nil {
-		o.t = tensor.New(tensor.WithShape(shape...), tensor.Of(tensor.Float32))
+		if o.dst != nil && len(o.dst) == product(shape) {
+			o.t = tensor.New(tensor.WithShape(shape...), tensor.WithBacking(o.dst))
+		} else {
+			o.t = tensor.New(tensor.WithShape(shape...), tensor.Of(tensor.Float32))
+		}
 	} else if s := o.t.Shape(); len(s) != len(shape) || o.t.IsMaterializable() || !s.Eq(tensor.Shape(shape)) {
 		o.t = tensor.New(tensor.WithShape(shape...), tensor.WithBacking(o.t.Float32s()[:product(shape)]))
 	}
 	return o.t, o.t.Float32s()
 }
+
+// writeInto makes the op write its result, of n values, into dst from the next run on: a
+// parameter's gradient straight into the policy's flat gradient buffer (see Policy.Backward).
+func (o *output) writeInto(dst []float32) {
+	o.t, o.dst = nil, dst
+}
+
+// writer is an op whose result can be written into memory of the caller's (output.writeInto).
+type writer interface{ outputOf() *output }
+
+func (op *gemmOp) outputOf() *output   { return &op.out }
+func (op *colSumOp) outputOf() *output { return &op.out }
 
 // matrix returns v's values as a contiguous row-major float32 matrix of the given shape.
 func matrix(v G.Value, rows, cols int, what string) ([]float32, error) {
@@ -70,6 +89,14 @@ type linearOp struct {
 	// data marks an input that is data (the observations): no gradient is made for it.
 	data bool
 	out  output
+	// Set by fuseActGrads before differentiation, for a layer whose input x is the output of
+	// another Linear with an activation that nothing else reads: this layer's input gradient
+	// is made already multiplied by that activation's derivative (dxAct, one product kernel
+	// instead of a product and a pass of ActGrad), and the other layer (dyFused) takes the
+	// gradient it receives as its dz.
+	dxFused bool
+	dxAct   kernels.Act
+	dyFused bool
 }
 
 // linear adds act(x·w + b) to x's graph; data says x is the observations (or a reshaping of
@@ -160,7 +187,14 @@ func (op *linearOp) SymDiff(in G.Nodes, y, dy *G.Node) (G.Nodes, error) {
 	x, w := in[0], in[1]
 	dz := dy
 	var err error
-	if op.act != kernels.None {
+	switch {
+	case op.act == kernels.None:
+	case op.dyFused:
+		// dy is the next layer's input gradient, made with act'(y) applied (fuseActGrads).
+		if g, ok := dy.Op().(*gemmOp); !ok || !g.withY || g.dact != op.act || nthChild(dy, 2) != y {
+			return nil, fmt.Errorf("%w: the gradient of %s's output is %v, not the next layer's product with act'", ErrGraph, op, dy.Op())
+		}
+	default:
 		if dz, err = G.ApplyOp(&actGradOp{act: op.act}, y, dy); err != nil {
 			return nil, err
 		}
@@ -174,7 +208,13 @@ func (op *linearOp) SymDiff(in G.Nodes, y, dy *G.Node) (G.Nodes, error) {
 		return nil, err
 	}
 	var dx *G.Node
-	if !op.data {
+	switch {
+	case op.data:
+	case op.dxFused:
+		if dx, err = G.ApplyOp(&gemmOp{transB: true, withY: true, dact: op.dxAct}, dz, w, x); err != nil {
+			return nil, err
+		}
+	default:
 		if dx, err = G.ApplyOp(&gemmOp{transB: true}, dz, w); err != nil {
 			return nil, err
 		}
@@ -182,18 +222,65 @@ func (op *linearOp) SymDiff(in G.Nodes, y, dy *G.Node) (G.Nodes, error) {
 	return G.Nodes{dx, dw, db}, nil
 }
 
-// gemmOp is op(A)·op(B) (the products of a Linear's gradient).
+// nthChild is node n's input i, or nil.
+func nthChild(n *G.Node, i int) *G.Node {
+	it := n.Graph().From(n.ID())
+	for k := 0; it.Next(); k++ {
+		if k == i {
+			return it.Node().(*G.Node)
+		}
+	}
+	return nil
+}
+
+// fuseActGrads prepares the differentiation of g's dense layers: for each Linear with an
+// activation whose output only one node reads, a Linear taking it as its input x (not data),
+// the reader's input gradient will be made with the activation's derivative applied by the
+// product kernel (kernels.GemmActGrad), and the first layer will take it as its dz, saving
+// ActGrad's pass and buffer. The values are the bits of the separate ops. Call it before G.Grad.
+func fuseActGrads(g *G.ExprGraph) {
+	for _, n := range g.AllNodes() {
+		op, ok := n.Op().(*linearOp)
+		if !ok || op.act == kernels.None {
+			continue
+		}
+		readers := g.To(n.ID())
+		if readers.Len() != 1 || !readers.Next() {
+			continue
+		}
+		r := readers.Node().(*G.Node)
+		rop, ok := r.Op().(*linearOp)
+		if !ok || rop.data || nthChild(r, 0) != n || nthChild(r, 1) == n || nthChild(r, 2) == n {
+			continue
+		}
+		rop.dxFused, rop.dxAct, op.dyFused = true, op.act, true
+	}
+}
+
+// gemmOp is op(A)·op(B) (the products of a Linear's gradient); withY, it takes a third input
+// Y, an activation's output of the product's shape, and multiplies the product by dact'(Y)
+// (kernels.GemmActGrad).
 type gemmOp struct {
 	transA, transB bool
+	withY          bool
+	dact           kernels.Act
 	out            output
 }
 
-func (op *gemmOp) Arity() int           { return 2 }
-func (op *gemmOp) Type() hm.Type        { return matrixType(2) }
+func (op *gemmOp) Arity() int {
+	if op.withY {
+		return 3
+	}
+	return 2
+}
+func (op *gemmOp) Type() hm.Type        { return matrixType(op.Arity()) }
 func (op *gemmOp) ReturnsPtr() bool     { return true }
 func (op *gemmOp) CallsExtern() bool    { return false }
 func (op *gemmOp) OverwritesInput() int { return -1 }
 func (op *gemmOp) String() string {
+	if op.withY {
+		return fmt.Sprintf("Gemm{transA=%t,transB=%t,dact=%d}", op.transA, op.transB, op.dact)
+	}
 	return fmt.Sprintf("Gemm{transA=%t,transB=%t}", op.transA, op.transB)
 }
 func (op *gemmOp) WriteHash(h hash.Hash) { fmt.Fprint(h, "towerrl.", op.String()) }
@@ -216,8 +303,8 @@ func (op *gemmOp) dims(ar, ac, br, bc int) (m, n, k int, err error) {
 }
 
 func (op *gemmOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("%w: Gemm takes 2 inputs, got %d", ErrShape, len(in))
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("%w: %s takes %d inputs, got %d", ErrShape, op, op.Arity(), len(in))
 	}
 	ar, ac, err := shape2(in[0], "Gemm A")
 	if err != nil {
@@ -228,12 +315,17 @@ func (op *gemmOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
 		return nil, err
 	}
 	m, n, _, err := op.dims(ar, ac, br, bc)
+	if err == nil && op.withY {
+		if yr, yc, yerr := shape2(in[2], "Gemm Y"); yerr != nil || yr != m || yc != n {
+			return nil, fmt.Errorf("%w: %s of [%d %d] with Y %v", ErrShape, op, m, n, in[2])
+		}
+	}
 	return tensor.Shape{m, n}, err
 }
 
 func (op *gemmOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("%w: Gemm takes 2 inputs, got %d", ErrShape, len(in))
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("%w: %s takes %d inputs, got %d", ErrShape, op, op.Arity(), len(in))
 	}
 	as, bs := in[0].Shape(), in[1].Shape()
 	if len(as) != 2 || len(bs) != 2 {
@@ -252,6 +344,14 @@ func (op *gemmOp) Do(in ...G.Value) (G.Value, error) {
 		return nil, err
 	}
 	t, c := op.out.get(m, n)
+	if op.withY {
+		y, err := matrix(in[2], m, n, "Gemm Y")
+		if err != nil {
+			return nil, err
+		}
+		kernels.GemmActGrad(op.transA, op.transB, m, n, k, a, max(as[1], 1), b, max(bs[1], 1), c, max(n, 1), y, max(n, 1), op.dact)
+		return t, nil
+	}
 	kernels.Gemm(op.transA, op.transB, m, n, k, a, max(as[1], 1), b, max(bs[1], 1), c, max(n, 1), false, nil, kernels.None)
 	return t, nil
 }

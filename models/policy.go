@@ -29,7 +29,7 @@ func (p *Policy) ObsData() []float32 { return p.obs }
 // for the loss, such as advantages or returns, and returns it with its memory, which the
 // caller fills before each Run. Only before Compile.
 func (p *Policy) Input(name string, shape ...int) (n *G.Node, data []float32, err error) {
-	if p.vm != nil {
+	if p.compiled() {
 		return nil, nil, fmt.Errorf("%w: Input %q after Compile", ErrState, name)
 	}
 	if len(shape) == 0 || product(shape) < 1 {
@@ -64,7 +64,7 @@ func (p *Policy) LogProb() (logp *G.Node, err error) {
 	if p.logp != nil {
 		return p.logp, nil
 	}
-	if p.vm != nil {
+	if p.compiled() {
 		return nil, fmt.Errorf("%w: LogProb after Compile", ErrState)
 	}
 	if err := p.actionInput(); err != nil {
@@ -93,7 +93,7 @@ func (p *Policy) Entropy() (ent *G.Node, err error) {
 	if p.entropy != nil {
 		return p.entropy, nil
 	}
-	if p.vm != nil {
+	if p.compiled() {
 		return nil, fmt.Errorf("%w: Entropy after Compile", ErrState)
 	}
 	graphMu.Lock()
@@ -164,10 +164,10 @@ func (p *Policy) SetBoxActions(actions []float32) error {
 }
 
 // Backward adds the gradient of the scalar loss with respect to every parameter to the graph;
-// after Compile, each Run leaves d loss/d param in the parameter nodes (node.Grad(), or all of
-// them flat through Grads). The loss itself is the caller's (engine/). Only before Compile.
+// after Compile, each Run leaves d loss/d param for Grads to copy out. The loss itself is the
+// caller's (engine/). Only before Compile.
 func (p *Policy) Backward(loss *G.Node) (err error) {
-	if p.vm != nil {
+	if p.compiled() {
 		return fmt.Errorf("%w: Backward after Compile", ErrState)
 	}
 	if p.grads {
@@ -179,45 +179,102 @@ func (p *Policy) Backward(loss *G.Node) (err error) {
 	graphMu.Lock()
 	defer graphMu.Unlock()
 	defer guard(&err, "differentiating the loss")
-	if _, err := G.Grad(loss, p.Params...); err != nil {
+	if !p.unfused {
+		fuseActGrads(p.Graph)
+	}
+	gs, err := G.Grad(loss, p.Params...)
+	if err != nil {
 		return fmt.Errorf("%w: differentiating the loss: %w", ErrGraph, err)
 	}
-	p.grads = true
+	if len(gs) != len(p.Params) {
+		return fmt.Errorf("%w: %d gradients for %d parameters", ErrGraph, len(gs), len(p.Params))
+	}
+	p.grads, p.gradNodes = true, gs
 	return nil
 }
 
-// Compile freezes the graph and makes its tape machine. After it the graph cannot grow.
+// placeGrads decides, once the graph is final (Compile), where each parameter's gradient is
+// read from. A gradient computed by one of this package's ops (a weight's product, a bias's
+// column sum) of the parameter's shape, which no other node reads and which is no other
+// parameter's, is written by that op straight into gradBuf at the parameter's offset: no
+// zeroing, no accumulation into a dual value, no copy out of it. gorgonia's register
+// allocation gives such a node a register of its own that no later instruction of the run
+// writes (registers are shared only with an input an op overwrites, and nothing reads this
+// node), so the values stay until the next run. Any other gradient (a parameter used twice,
+// whose gradients gorgonia sums; one reduced from a broadcast) is accumulated by the tape
+// machine into the parameter's dual value, as before: those parameters are bound.
+func (p *Policy) placeGrads() {
+	p.gradBuf = make([]float32, p.params.Size())
+	p.direct = make([]bool, len(p.Params))
+	p.bound = nil
+	seen := map[*G.Node]bool{}
+	for i, gn := range p.gradNodes {
+		w, ok := gn.Op().(writer)
+		n := p.params.offs[i+1] - p.params.offs[i]
+		if ok && !seen[gn] && gn.Shape().TotalSize() == n && gn.Shape().Eq(p.Params[i].Shape()) &&
+			p.Graph.To(gn.ID()).Len() == 0 {
+			w.outputOf().writeInto(p.gradBuf[p.params.offs[i]:p.params.offs[i+1]])
+			p.direct[i] = true
+		} else {
+			p.bound = append(p.bound, p.Params[i])
+		}
+		seen[gn] = true
+	}
+}
+
+// Compile freezes the graph and makes it runnable: as a plan where it can be, else on
+// gorgonia's tape machine (see the package documentation). After it the graph cannot grow.
 func (p *Policy) Compile() (err error) {
 	if p.closed {
 		return fmt.Errorf("%w: Compile after Close", ErrState)
 	}
-	if p.vm != nil {
+	if p.compiled() {
 		return fmt.Errorf("%w: Compile called twice", ErrState)
 	}
 	graphMu.Lock()
 	defer graphMu.Unlock()
 	defer guard(&err, "compiling the graph")
-	var opts []G.VMOpt
 	if p.grads {
-		opts = append(opts, G.BindDualValues(p.Params...))
+		p.placeGrads()
+	}
+	if !p.tapeOnly {
+		if p.plan, _ = newPlan(p); p.plan != nil {
+			return nil
+		}
+	}
+	var opts []G.VMOpt
+	if len(p.bound) > 0 {
+		opts = append(opts, G.BindDualValues(p.bound...))
 	}
 	p.vm = tape.New(p.Graph, opts...)
 	return nil
 }
 
+// compiled reports whether Compile has run: the graph is frozen.
+func (p *Policy) compiled() bool { return p.plan != nil || p.vm != nil }
+
 // Run executes the graph once on the current inputs: the forward outputs, and with Backward
 // the parameter gradients of this run (not accumulated across runs).
 func (p *Policy) Run() (err error) {
-	if p.vm == nil {
+	if !p.compiled() {
 		return fmt.Errorf("%w: Run before Compile", ErrState)
 	}
 	if p.closed {
 		return fmt.Errorf("%w: Run after Close", ErrState)
 	}
 	defer guard(&err, "running the graph")
+	p.ran = false
+	if p.plan != nil {
+		if err := p.plan.run(); err != nil {
+			return fmt.Errorf("%w: %w", ErrGraph, err)
+		}
+		p.ran = true
+		return nil
+	}
 	if p.grads {
-		// gorgonia accumulates into the parameters' gradients; start each run from zero.
-		for _, n := range p.Params {
+		// gorgonia accumulates into the bound parameters' gradients; start each run from zero.
+		// (The others are written whole by their ops; see placeGrads.)
+		for _, n := range p.bound {
 			if g, err := n.Grad(); err == nil {
 				if t, ok := g.(tensor.Tensor); ok {
 					t.Zero()
@@ -229,6 +286,7 @@ func (p *Policy) Run() (err error) {
 	if err := p.vm.Run(); err != nil {
 		return fmt.Errorf("%w: %w", ErrGraph, err)
 	}
+	p.ran = true
 	return nil
 }
 
@@ -253,7 +311,7 @@ func (p *Policy) Watch(n *G.Node) error {
 
 // watch is Watch with graphMu held.
 func (p *Policy) watch(n *G.Node) (err error) {
-	if p.vm != nil {
+	if p.compiled() {
 		return fmt.Errorf("%w: Watch after Compile", ErrState)
 	}
 	if n == nil {
@@ -264,11 +322,11 @@ func (p *Policy) watch(n *G.Node) (err error) {
 	}
 	defer guard(&err, "watching "+n.Name())
 	v := new(G.Value)
-	G.Read(n, v)
+	r := G.Read(n, v)
 	if p.watched == nil {
-		p.watched = map[*G.Node]*G.Value{}
+		p.watched, p.reads = map[*G.Node]*G.Value{}, map[*G.Node]*G.Value{}
 	}
-	p.watched[n] = v
+	p.watched[n], p.reads[r] = v, v
 	return nil
 }
 
@@ -302,7 +360,19 @@ func (p *Policy) Grads(dst []float32) error {
 	if len(dst) != p.params.Size() {
 		return fmt.Errorf("%w: gradient buffer of %d values, the parameters hold %d", ErrShape, len(dst), p.params.Size())
 	}
+	if !p.ran {
+		return fmt.Errorf("%w: Grads before a successful Run", ErrState)
+	}
+	if len(p.bound) == 0 || p.plan != nil {
+		// The plan copies the bound parameters' gradients into gradBuf too.
+		copy(dst, p.gradBuf)
+		return nil
+	}
 	for i, n := range p.Params {
+		if p.direct[i] {
+			copy(dst[p.params.offs[i]:p.params.offs[i+1]], p.gradBuf[p.params.offs[i]:p.params.offs[i+1]])
+			continue
+		}
 		g, err := n.Grad()
 		if err != nil {
 			return fmt.Errorf("%w: gradient of %q: run first (%w)", ErrState, n.Name(), err)
@@ -316,7 +386,7 @@ func (p *Policy) Grads(dst []float32) error {
 	return nil
 }
 
-// Close releases the tape machine. It is idempotent.
+// Close releases the tape machine (a plan holds nothing to release). It is idempotent.
 func (p *Policy) Close() (err error) {
 	if p.closed {
 		return nil

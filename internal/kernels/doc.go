@@ -1,6 +1,7 @@
 // Package kernels holds the float32 compute kernels of the policy graphs: a matrix product with
-// optional transposes and a fused bias and activation, the activation's derivative, column
-// sums and Adam's update.
+// optional transposes and a fused bias and activation (or, GemmActGrad, times an activation's
+// derivative), the activation's derivative, column sums, Adam's update and the block square
+// sums of a gradient's norm.
 //
 // # Two implementations
 //
@@ -16,7 +17,9 @@
 //
 // Products, sums and tanh agree between the implementations to float32 rounding (the order of
 // the additions differs, and tanh is the same rational approximation in both). Adam gives the
-// same bits in every implementation: element by element in float32, no fused multiply-adds.
+// same bits in every implementation: element by element in float32, no fused multiply-adds; so
+// do SquareSums (float64 sums of exact squares in a fixed order). Within one implementation,
+// GemmActGrad gives the bits of Gemm followed by ActGrad.
 //
 // # Use
 //

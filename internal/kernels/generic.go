@@ -52,9 +52,14 @@ func actGo(x float32, act Act) float32 {
 
 // gemmGo is Gemm row by row: with B untransposed each row of C accumulates rows of B scaled by
 // op(A)'s entries (contiguous inner loops); with B transposed each entry is a dot product of a
-// row of op(A) with a row of B.
+// row of op(A) with a row of B. With y (GemmActGrad), each row is then multiplied by act' at
+// Y's row, as actGradGo does.
 func gemmGo(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
-	c []float32, ldc int, acc bool, bias []float32, act Act) {
+	c []float32, ldc int, acc bool, bias []float32, act Act, y []float32, ldy int) {
+	dact := None
+	if y != nil {
+		act, dact = None, act
+	}
 	// A[i][p] = a[i·rsa + p·csa].
 	rsa, csa := lda, 1
 	if transA {
@@ -95,6 +100,9 @@ func gemmGo(transA, transB bool, m, n, k int, a []float32, lda int, b []float32,
 				}
 				row[j] = actGo(s, act)
 			}
+		}
+		if y != nil {
+			actGradGo(dact, y[i*ldy:i*ldy+n], row, row)
 		}
 	}
 }
@@ -185,5 +193,17 @@ func adamGo(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 		vi := float32(b2*v[i]) + float32(float32(c2*g[i])*g[i])
 		m[i], v[i] = mi, vi
 		p[i] -= float32(step*mi) / (float32(float32(math.Sqrt(float64(vi)))/sbc2) + eps)
+	}
+}
+
+// squareSumsGo is SquareSums block by block, each with four partial sums.
+func squareSumsGo(g []float32, block int, sums []float64) {
+	for b := range sums {
+		x := g[b*block : min((b+1)*block, len(g))]
+		var s [4]float64
+		for j, v := range x {
+			s[j&3] += float64(float64(v) * float64(v)) // exact: fused or not, the same bits
+		}
+		sums[b] = (s[0] + s[1]) + (s[2] + s[3])
 	}
 }

@@ -18,7 +18,7 @@ INLINE V CAT(ld_, SFX)(const float *p) {
 
 INLINE void CAT(st_, SFX)(float *p, V v) { __builtin_memcpy(p, &v, sizeof v); }
 
-INLINE V CAT(splat_, SFX)(float f) { return (V){0} + f; }
+INLINE V CAT(splat_, SFX)(float f) { return f - (V){0}; }
 
 // select: m ? a : b lane by lane (m all ones or all zeros).
 INLINE V CAT(sel_, SFX)(VI m, V a, V b) { return (V)(((VI)a & m) | ((VI)b & ~m)); }
@@ -45,13 +45,37 @@ INLINE V CAT(act_, SFX)(V x, int act) {
 	}
 }
 
+// dact_v is x·act'(y) from the activation's output y: act_grad's body, the same expression,
+// so that a product's values times the derivative have act_grad's bits.
+INLINE V CAT(dact_, SFX)(V x, V y, int act) {
+	switch (act) {
+	case ACT_TANH:
+		return x * (1.0f - y * y);
+	case ACT_RELU:
+		return CAT(sel_, SFX)(y > 0, x, (V){0});
+	default:
+		return x;
+	}
+}
+
+static TGT void CAT(act_grad_, SFX)(long n, const float *y, const float *dy, float *dz, int act);
+
+// act_grad_rows multiplies the m×n block of C (rows ldc apart) by act'(Y) (rows ldy apart),
+// row by row with act_grad: the derivative where a product's path did not apply it.
+static TGT void CAT(act_grad_rows_, SFX)(long m, long n, float *c, long ldc, const float *y, long ldy,
+					  int act) {
+	for (long i = 0; i < m; i++)
+		CAT(act_grad_, SFX)(n, y + i * ldy, c + i * ldc, c + i * ldc, act);
+}
+
 // tile computes one mr×(nv·VL) block of C = A·B over k, where A[r][p] = a[r·rsa + p·csa],
 // B[p][j] = b[p·rsb + j] and C[r][j] = c[r·rsc + j·csc]: C is overwritten (acc 0) or added to
-// (acc 1), then bias (per column, may be NULL) is added and act applied. mr and nv are
-// compile-time constants at every call site, so the accumulators live in registers.
+// (acc 1), then bias (per column, may be NULL) is added and act applied; or, when y is not
+// NULL (then csc is 1), the result is multiplied by dact'(Y) for Y[r][j] = y[r·rsy + j]. mr
+// and nv are compile-time constants at every call site, so the accumulators live in registers.
 INLINE void CAT(tile_, SFX)(const int mr, const int nv, long k, const float *a, long rsa,
 			    long csa, const float *b, long rsb, float *c, long rsc, long csc,
-			    int acc, const float *bias, int act) {
+			    int acc, const float *bias, int act, const float *y, long rsy, int dact) {
 	V s[MR][NV];
 #pragma GCC unroll 8
 	for (int r = 0; r < mr; r++)
@@ -82,7 +106,11 @@ INLINE void CAT(tile_, SFX)(const int mr, const int nv, long k, const float *a, 
 					x += CAT(ld_, SFX)(cp);
 				if (bias)
 					x += CAT(ld_, SFX)(bias + v * VL);
-				CAT(st_, SFX)(cp, CAT(act_, SFX)(x, act));
+				if (y)
+					x = CAT(dact_, SFX)(x, CAT(ld_, SFX)(y + r * rsy + v * VL), dact);
+				else
+					x = CAT(act_, SFX)(x, act);
+				CAT(st_, SFX)(cp, x);
 			} else {
 				for (int l = 0; l < VL; l++) {
 					float y = x[l];
@@ -101,49 +129,52 @@ INLINE void CAT(tile_, SFX)(const int mr, const int nv, long k, const float *a, 
 // remainder to constant-size instances.
 INLINE void CAT(tiles_, SFX)(const int nv, long m, long k, const float *a, long rsa, long csa,
 			     const float *b, long rsb, float *c, long rsc, long csc, int acc,
-			     const float *bias, int act) {
+			     const float *bias, int act, const float *y, long rsy, int dact) {
 	long i = 0;
 	for (; i + MR <= m; i += MR)
-		CAT(tile_, SFX)(MR, nv, k, a + i * rsa, rsa, csa, b, rsb, c + i * rsc, rsc, csc, acc, bias, act);
+		CAT(tile_, SFX)(MR, nv, k, a + i * rsa, rsa, csa, b, rsb, c + i * rsc, rsc, csc, acc, bias, act,
+				y ? y + i * rsy : NULL, rsy, dact);
 	const float *ai = a + i * rsa;
 	float *ci = c + i * rsc;
+	const float *yi = y ? y + i * rsy : NULL;
 	switch (m - i) {
 #if MR > 7
 #error "MR > 7 needs more cases"
 #endif
 #if MR > 6
 	case 6:
-		CAT(tile_, SFX)(6, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act);
+		CAT(tile_, SFX)(6, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act, yi, rsy, dact);
 		break;
 #endif
 #if MR > 5
 	case 5:
-		CAT(tile_, SFX)(5, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act);
+		CAT(tile_, SFX)(5, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act, yi, rsy, dact);
 		break;
 #endif
 #if MR > 4
 	case 4:
-		CAT(tile_, SFX)(4, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act);
+		CAT(tile_, SFX)(4, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act, yi, rsy, dact);
 		break;
 #endif
 	case 3:
-		CAT(tile_, SFX)(3, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act);
+		CAT(tile_, SFX)(3, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act, yi, rsy, dact);
 		break;
 	case 2:
-		CAT(tile_, SFX)(2, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act);
+		CAT(tile_, SFX)(2, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act, yi, rsy, dact);
 		break;
 	case 1:
-		CAT(tile_, SFX)(1, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act);
+		CAT(tile_, SFX)(1, nv, k, ai, rsa, csa, b, rsb, ci, rsc, csc, acc, bias, act, yi, rsy, dact);
 		break;
 	}
 }
 
 // bcast is C = A·B (+C) with the strided A, row-contiguous B and general C of tile, for
 // all n columns: whole vectors in tiles, the last n % VL columns by scalar code. Blocks of KC
-// along k keep the panel of B in cache.
+// along k keep the panel of B in cache. With y (rows ldy apart; csc must be 1), C is then
+// multiplied by dact'(Y) instead of taking act (which must be ACT_NONE).
 static TGT void CAT(bcast_, SFX)(long m, long n, long k, const float *a, long rsa, long csa,
 				 const float *b, long rsb, float *c, long rsc, long csc, int acc,
-				 const float *bias, int act) {
+				 const float *bias, int act, const float *y, long ldy, int dact) {
 	long nfull = n - n % VL;
 	for (long j = 0; j < nfull; j += NV * VL) {
 		long nv = (nfull - j) / VL;
@@ -155,6 +186,7 @@ static TGT void CAT(bcast_, SFX)(long m, long n, long k, const float *a, long rs
 			int ac = acc || p > 0;
 			const float *bi = last && bias ? bias + j : NULL;
 			int ai = last ? act : 0;
+			const float *yj = last && y ? y + j : NULL;
 			const float *ap = a + p * csa;
 			const float *bp = b + p * rsb + j;
 			float *cp = c + j * csc;
@@ -164,26 +196,29 @@ static TGT void CAT(bcast_, SFX)(long m, long n, long k, const float *a, long rs
 #endif
 #if NV > 3
 			case 4:
-				CAT(tiles_, SFX)(4, m, kc, ap, rsa, csa, bp, rsb, cp, rsc, csc, ac, bi, ai);
+				CAT(tiles_, SFX)(4, m, kc, ap, rsa, csa, bp, rsb, cp, rsc, csc, ac, bi, ai, yj, ldy, dact);
 				break;
 #endif
 #if NV > 2
 			case 3:
-				CAT(tiles_, SFX)(3, m, kc, ap, rsa, csa, bp, rsb, cp, rsc, csc, ac, bi, ai);
+				CAT(tiles_, SFX)(3, m, kc, ap, rsa, csa, bp, rsb, cp, rsc, csc, ac, bi, ai, yj, ldy, dact);
 				break;
 #endif
 			case 2:
-				CAT(tiles_, SFX)(2, m, kc, ap, rsa, csa, bp, rsb, cp, rsc, csc, ac, bi, ai);
+				CAT(tiles_, SFX)(2, m, kc, ap, rsa, csa, bp, rsb, cp, rsc, csc, ac, bi, ai, yj, ldy, dact);
 				break;
 			default:
-				CAT(tiles_, SFX)(1, m, kc, ap, rsa, csa, bp, rsb, cp, rsc, csc, ac, bi, ai);
+				CAT(tiles_, SFX)(1, m, kc, ap, rsa, csa, bp, rsb, cp, rsc, csc, ac, bi, ai, yj, ldy, dact);
 				break;
 			}
 		}
 	}
-	if (nfull < n)
+	if (nfull < n) {
 		ref_gemm(m, n - nfull, k, a, rsa, csa, b + nfull, rsb, 1, c + nfull * csc, rsc, csc, acc,
 			 bias ? bias + nfull : NULL, act);
+		if (y)
+			CAT(act_grad_rows_, SFX)(m, n - nfull, c + nfull, rsc, y + nfull, ldy, dact);
+	}
 }
 
 // hsum is the sum of v's lanes, by halving.
@@ -237,60 +272,112 @@ static TGT void CAT(dot_, SFX)(long m, long n, long k, const float *a, long lda,
 	}
 }
 
-// gemm is C = op(A)·op(B) (+C when acc), then + bias (per column, may be NULL) and act, for
-// row-major A, B, C with leading dimensions lda, ldb, ldc. It returns 0, or -1 when a
-// scratch allocation failed (C is then untouched).
-static TGT int CAT(gemm_, SFX)(int ta, int tb, long m, long n, long k, const float *a, long lda,
-			       const float *b, long ldb, float *c, long ldc, int acc,
-			       const float *bias, int act) {
-	if (m == 0 || n == 0)
-		return 0;
-	if (k == 0) {
-		ref_gemm(m, n, 0, a, 0, 0, b, 0, 1, c, ldc, 1, acc, bias, act);
-		return 0;
+#if VL >= 8
+typedef float CAT(v8_, SFX) __attribute__((vector_size(32)));
+typedef int CAT(vi8_, SFX) __attribute__((vector_size(32)));
+#define V8 CAT(v8_, SFX)
+#define VI8 CAT(vi8_, SFX)
+
+// tr8 writes the transpose of the 8×8 block at s (rows ls apart) to d (rows ld apart): three
+// rounds of two-vector shuffles (unpack, then pairs, then halves).
+INLINE void CAT(tr8_, SFX)(const float *s, long ls, float *d, long ld) {
+	V8 r[8], t[8], u[8];
+#pragma GCC unroll 8
+	for (int i = 0; i < 8; i++)
+		__builtin_memcpy(&r[i], s + i * ls, sizeof r[i]);
+#pragma GCC unroll 4
+	for (int i = 0; i < 8; i += 2) {
+		t[i] = __builtin_shuffle(r[i], r[i + 1], (VI8){0, 8, 1, 9, 4, 12, 5, 13});
+		t[i + 1] = __builtin_shuffle(r[i], r[i + 1], (VI8){2, 10, 3, 11, 6, 14, 7, 15});
 	}
-	long rsa = ta ? 1 : lda, csa = ta ? lda : 1;
-	if (n < VL && m >= VL) {
-		if (!ta && (tb || (n == 1 && ldb == 1))) {
-			// Rows of op(B)ᵀ are rows of B (or B itself when it is one column).
-			CAT(dot_, SFX)(m, n, k, a, lda, b, tb ? ldb : k, c, ldc, acc, bias, act);
-			return 0;
-		}
-		if (!ta) {
-			float *bt = malloc(sizeof(float) * n * k);
-			if (!bt)
-				return -1;
-			for (long p = 0; p < k; p++)
-				for (long j = 0; j < n; j++)
-					bt[j * k + p] = b[p * ldb + j];
-			CAT(dot_, SFX)(m, n, k, a, lda, bt, k, c, ldc, acc, bias, act);
-			free(bt);
-			return 0;
-		}
-		if (!bias && !act) {
-			// Cᵀ = op(B)ᵀ·op(A)ᵀ, whose right operand op(A)ᵀ = A has contiguous rows.
-			CAT(bcast_, SFX)(n, m, k, b, tb ? ldb : 1, tb ? 1 : ldb, a, lda, c, 1, ldc, acc,
-					 NULL, 0);
-			return 0;
-		}
+#pragma GCC unroll 2
+	for (int i = 0; i < 8; i += 4) {
+		u[i] = __builtin_shuffle(t[i], t[i + 2], (VI8){0, 1, 8, 9, 4, 5, 12, 13});
+		u[i + 1] = __builtin_shuffle(t[i], t[i + 2], (VI8){2, 3, 10, 11, 6, 7, 14, 15});
+		u[i + 2] = __builtin_shuffle(t[i + 1], t[i + 3], (VI8){0, 1, 8, 9, 4, 5, 12, 13});
+		u[i + 3] = __builtin_shuffle(t[i + 1], t[i + 3], (VI8){2, 3, 10, 11, 6, 7, 14, 15});
 	}
-	if (!tb) {
-		CAT(bcast_, SFX)(m, n, k, a, rsa, csa, b, ldb, c, ldc, 1, acc, bias, act);
-		return 0;
+#pragma GCC unroll 4
+	for (int i = 0; i < 4; i++) {
+		V8 lo = __builtin_shuffle(u[i], u[i + 4], (VI8){0, 1, 2, 3, 8, 9, 10, 11});
+		V8 hi = __builtin_shuffle(u[i], u[i + 4], (VI8){4, 5, 6, 7, 12, 13, 14, 15});
+		__builtin_memcpy(d + i * ld, &lo, sizeof lo);
+		__builtin_memcpy(d + (i + 4) * ld, &hi, sizeof hi);
 	}
-	if (!ta && m < 4 * MR) {
-		// Few rows: packing op(B) would cost more than the product.
-		CAT(dot_, SFX)(m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act);
-		return 0;
+}
+#undef V8
+#undef VI8
+#endif
+
+// pack_t writes B [n, k] (rows ldb apart) transposed into bp [k, n]: bp[p·n + j] = b[j·ldb + p].
+static TGT void CAT(pack_t_, SFX)(long n, long k, const float *b, long ldb, float *bp) {
+	long j0 = 0;
+#if VL >= 8
+	for (; j0 + 8 <= n; j0 += 8) {
+		long p = 0;
+		for (; p + 8 <= k; p += 8)
+			CAT(tr8_, SFX)(b + j0 * ldb + p, ldb, bp + p * n + j0, n);
+		for (; p < k; p++)
+			for (long j = j0; j < j0 + 8; j++)
+				bp[p * n + j] = b[j * ldb + p];
 	}
-	float *bp = malloc(sizeof(float) * n * k);
-	if (!bp)
-		return -1;
-	for (long j = 0; j < n; j++)
+#endif
+	for (long j = j0; j < n; j++)
 		for (long p = 0; p < k; p++)
 			bp[p * n + j] = b[j * ldb + p];
-	CAT(bcast_, SFX)(m, n, k, a, rsa, csa, bp, n, c, ldc, 1, acc, bias, act);
-	free(bp);
+}
+
+// gemm is C = op(A)·op(B) (+C when acc), then + bias (per column, may be NULL) and act, for
+// row-major A, B, C with leading dimensions lda, ldb, ldc; or, when y is not NULL (then acc
+// is 0 and bias NULL), C = op(A)·op(B) times act'(Y) element by element, Y [m, n] the
+// activation's output with rows ldy apart: the product is the one act ACT_NONE would give and
+// the derivative act_grad's, bit for bit. It returns 0, or -1 when a scratch allocation
+// failed (C is then untouched).
+static TGT int CAT(gemm_, SFX)(int ta, int tb, long m, long n, long k, const float *a, long lda,
+			       const float *b, long ldb, float *c, long ldc, int acc,
+			       const float *bias, int act, const float *y, long ldy) {
+	if (m == 0 || n == 0)
+		return 0;
+	int dact = y ? act : ACT_NONE;
+	if (y)
+		act = ACT_NONE;
+	int fused = 0; // the derivative was applied with the product
+	long rsa = ta ? 1 : lda, csa = ta ? lda : 1;
+	if (k == 0) {
+		ref_gemm(m, n, 0, a, 0, 0, b, 0, 1, c, ldc, 1, acc, bias, act);
+	} else if (n < VL && m >= VL && !ta && (tb || (n == 1 && ldb == 1))) {
+		// Rows of op(B)ᵀ are rows of B (or B itself when it is one column).
+		CAT(dot_, SFX)(m, n, k, a, lda, b, tb ? ldb : k, c, ldc, acc, bias, act);
+	} else if (n < VL && m >= VL && !ta) {
+		float *bt = malloc(sizeof(float) * n * k);
+		if (!bt)
+			return -1;
+		for (long p = 0; p < k; p++)
+			for (long j = 0; j < n; j++)
+				bt[j * k + p] = b[p * ldb + j];
+		CAT(dot_, SFX)(m, n, k, a, lda, bt, k, c, ldc, acc, bias, act);
+		free(bt);
+	} else if (n < VL && m >= VL && !bias && !act) {
+		// Cᵀ = op(B)ᵀ·op(A)ᵀ, whose right operand op(A)ᵀ = A has contiguous rows.
+		CAT(bcast_, SFX)(n, m, k, b, tb ? ldb : 1, tb ? 1 : ldb, a, lda, c, 1, ldc, acc, NULL, 0,
+				 NULL, 0, 0);
+	} else if (!tb) {
+		CAT(bcast_, SFX)(m, n, k, a, rsa, csa, b, ldb, c, ldc, 1, acc, bias, act, y, ldy, dact);
+		fused = 1;
+	} else if (!ta && m < 4 * MR) {
+		// Few rows: packing op(B) would cost more than the product.
+		CAT(dot_, SFX)(m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act);
+	} else {
+		float *bp = malloc(sizeof(float) * n * k);
+		if (!bp)
+			return -1;
+		CAT(pack_t_, SFX)(n, k, b, ldb, bp);
+		CAT(bcast_, SFX)(m, n, k, a, rsa, csa, bp, n, c, ldc, 1, acc, bias, act, y, ldy, dact);
+		free(bp);
+		fused = 1;
+	}
+	if (y && !fused)
+		CAT(act_grad_rows_, SFX)(m, n, c, ldc, y, ldy, dact);
 	return 0;
 }
 
@@ -365,6 +452,61 @@ static TGT void CAT(adam_, SFX)(long n, float *p, const float *g, float *m, floa
 }
 #pragma GCC pop_options
 
+// square_sums is SquareSums: per block, four partial sums in the lanes of a vector of four
+// doubles (value j of the block in lane j mod 4), four blocks side by side so that their
+// additions overlap. The squares of floats are exact in double, and nothing is fused.
+typedef double CAT(d4_, SFX) __attribute__((vector_size(32)));
+typedef float CAT(f4_, SFX) __attribute__((vector_size(16)));
+#define D4 CAT(d4_, SFX)
+#define F4 CAT(f4_, SFX)
+
+// SQ4 adds the squares of the four floats at p to the lanes of s (macros, not functions: a
+// 32-byte vector passed by value would change the SSE2 copy's ABI).
+#define SQ4(s, p)                                               \
+	do {                                                    \
+		F4 f_;                                          \
+		__builtin_memcpy(&f_, (p), sizeof f_);          \
+		D4 x_ = __builtin_convertvector(f_, D4);        \
+		(s) += x_ * x_;                                 \
+	} while (0)
+#define FOLD4(s) (((s)[0] + (s)[1]) + ((s)[2] + (s)[3]))
+
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+static TGT void CAT(square_sums_, SFX)(long n, const float *g, long block, double *sums) {
+	long blocks = (n + block - 1) / block, b = 0;
+	for (; b + 4 <= blocks && (b + 4) * block <= n; b += 4) {
+		const float *g0 = g + b * block;
+		D4 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+		for (long j = 0; j < block; j += 4) {
+			SQ4(s0, g0 + j);
+			SQ4(s1, g0 + block + j);
+			SQ4(s2, g0 + 2 * block + j);
+			SQ4(s3, g0 + 3 * block + j);
+		}
+		sums[b] = FOLD4(s0);
+		sums[b + 1] = FOLD4(s1);
+		sums[b + 2] = FOLD4(s2);
+		sums[b + 3] = FOLD4(s3);
+	}
+	for (; b < blocks; b++) {
+		long lo = b * block, hi = lo + block < n ? lo + block : n, j = lo;
+		D4 s = {0};
+		for (; j + 4 <= hi; j += 4)
+			SQ4(s, g + j);
+		for (int k = 0; j < hi; j++, k++) {
+			double x = g[j];
+			s[k] += x * x;
+		}
+		sums[b] = FOLD4(s);
+	}
+}
+#pragma GCC pop_options
+
+#undef SQ4
+#undef FOLD4
+#undef D4
+#undef F4
 #undef V
 #undef VI
 #undef INLINE

@@ -129,17 +129,20 @@ int twk_cpu_level(void) {
 }
 
 int twk_gemm(int level, int ta, int tb, long m, long n, long k, const float *a, long lda,
-	     const float *b, long ldb, float *c, long ldc, int acc, const float *bias, int act) {
+	     const float *b, long ldb, float *c, long ldc, int acc, const float *bias, int act,
+	     const float *y, long ldy) {
 	switch (level) {
 	case LEVEL_AVX512:
-		return gemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act);
+		return gemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act, y, ldy);
 	case LEVEL_AVX2:
-		return gemm_avx2(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act);
+		return gemm_avx2(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act, y, ldy);
 	case LEVEL_SSE2:
-		return gemm_sse2(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act);
+		return gemm_sse2(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act, y, ldy);
 	default:
 		ref_gemm(m, n, k, a, ta ? 1 : lda, ta ? lda : 1, b, tb ? 1 : ldb, tb ? ldb : 1, c,
-			 ldc, 1, acc, bias, act);
+			 ldc, 1, acc, bias, y ? ACT_NONE : act);
+		if (y) // the derivative as twk_act_grad gives it at this level
+			act_grad_rows_sse2(m, n, c, ldc, y, ldy, act);
 		return 0;
 	}
 }
@@ -183,6 +186,20 @@ void twk_adam(int level, long n, float *p, const float *g, float *m, float *v, f
 		return;
 	default:
 		adam_sse2(n, p, g, m, v, b1, b2, c1, c2, step, sbc2, eps);
+		return;
+	}
+}
+
+void twk_square_sums(int level, long n, const float *g, long block, double *sums) {
+	switch (level) {
+	case LEVEL_AVX512:
+		square_sums_avx512(n, g, block, sums);
+		return;
+	case LEVEL_AVX2:
+		square_sums_avx2(n, g, block, sums);
+		return;
+	default:
+		square_sums_sse2(n, g, block, sums);
 		return;
 	}
 }

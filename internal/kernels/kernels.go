@@ -32,27 +32,45 @@ func need(name string, s []float32, rows, cols, ld int) {
 // [n, k] with transB). C is [m, n]. bias, when not nil, holds n values added to every row.
 func Gemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
 	c []float32, ldc int, acc bool, bias []float32, act Act) {
-	ar, ac := m, k
-	if transA {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if transB {
-		br, bc = n, k
-	}
-	need("A", a, ar, ac, lda)
-	need("B", b, br, bc, ldb)
-	need("C", c, m, n, ldc)
 	if bias != nil && len(bias) < n {
 		panic(fmt.Sprintf("kernels: bias holds %d values for %d columns", len(bias), n))
 	}
+	product(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act, nil, 0)
+}
+
+// GemmActGrad is C = op(A)·op(B) ⊙ act'(Y): the product times the derivative of act at the
+// activation's output Y ([m, n], leading dimension ldy), 1−y² for Tanh, [y > 0] for ReLU, 1 for
+// None. It is a layer's input gradient carried through the previous layer's activation in one
+// pass: the values have the bits of Gemm (no bias, no act) followed by ActGrad on its result.
+func GemmActGrad(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
+	c []float32, ldc int, y []float32, ldy int, act Act) {
+	need("Y", y, m, n, ldy)
+	product(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, false, nil, act, y, ldy)
+}
+
+// opShape is the stored shape of A (or B) whose op is [rows, cols] (with transpose t).
+func opShape(t bool, rows, cols int) (r, c int) {
+	if t {
+		return cols, rows
+	}
+	return rows, cols
+}
+
+// product checks the operands of Gemm and GemmActGrad and runs the kernel.
+func product(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
+	c []float32, ldc int, acc bool, bias []float32, act Act, y []float32, ldy int) {
+	ar, ac := opShape(transA, m, k)
+	br, bc := opShape(transB, k, n)
+	need("A", a, ar, ac, lda)
+	need("B", b, br, bc, ldb)
+	need("C", c, m, n, ldc)
 	if m == 0 || n == 0 {
 		return
 	}
 	if k == 0 {
 		a, b = nil, nil
 	}
-	gemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act)
+	gemm(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act, y, ldy)
 }
 
 // Linear is y = act(x·w + bias) for x [m, k], w [k, n], y [m, n] (all contiguous) and
@@ -105,4 +123,24 @@ func Adam(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 		return
 	}
 	adam(p, g, m, v, b1, b2, c1, c2, step, sbc2, eps)
+}
+
+// SquareSums writes into sums[b] the sum of the squares of block b of g (blocks of block
+// values, the last one shorter when len(g) is not a multiple of block), in float64: value j of
+// a block goes to partial sum j mod 4, and the block's sum is (s0+s1)+(s2+s3). The squares of
+// float32 values are exact in float64, so every implementation gives the same bits: a
+// gradient's norm does not depend on the CPU. block must be a positive multiple of 4, and sums
+// hold a value per block.
+func SquareSums(g []float32, block int, sums []float64) {
+	if block <= 0 || block%4 != 0 {
+		panic(fmt.Sprintf("kernels: SquareSums over blocks of %d values, want a positive multiple of 4", block))
+	}
+	blocks := (len(g) + block - 1) / block
+	if len(sums) < blocks {
+		panic(fmt.Sprintf("kernels: SquareSums of %d blocks into %d sums", blocks, len(sums)))
+	}
+	if blocks == 0 {
+		return
+	}
+	squareSums(g, block, sums[:blocks])
 }

@@ -80,41 +80,90 @@ func TestGemm(t *testing.T) {
 		{64, 2, 512}, {64, 1, 512}, {512, 64, 2}, {512, 64, 1}, {33, 7, 300}, {7, 19, 0}, {5, 3, 600},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
+	eachProduct(t, shapes, func(l, m, n, k int, ta, tb bool, ci int, act Act) {
+		acc := ci == 0 && rng.IntN(2) == 0
+		pad := rng.IntN(3)
+		ar, ac := opShape(ta, m, k)
+		br, bc := opShape(tb, k, n)
+		lda, ldb, ldc := max(ac, 1)+pad, max(bc, 1)+pad, max(n, 1)+pad
+		a := randSlice(rng, ar*lda)
+		b := randSlice(rng, br*ldb)
+		c := randSlice(rng, m*ldc)
+		var bias []float32
+		if rng.IntN(2) == 0 {
+			bias = randSlice(rng, n)
+		}
+		want := gemmRef(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act)
+		name := fmt.Sprintf("level %d %dx%dx%d ta=%v tb=%v act=%d acc=%v bias=%v pad=%d",
+			l, m, n, k, ta, tb, act, acc, bias != nil, pad)
+		before := append([]float32(nil), c...)
+		withLevel(l, func() { Gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act) })
+		checkMatrix(t, name, c, before, want, m, n, ldc, k)
+	})
+}
+
+// eachProduct calls f for every level, shape (m, n, k), transpose of A and B and activation
+// (ci its index among None, Tanh and ReLU).
+func eachProduct(t *testing.T, shapes [][3]int, f func(l, m, n, k int, ta, tb bool, ci int, act Act)) {
 	for _, l := range levels(t) {
 		for _, s := range shapes {
-			m, n, k := s[0], s[1], s[2]
 			for _, ta := range []bool{false, true} {
 				for _, tb := range []bool{false, true} {
 					for ci, act := range []Act{None, Tanh, ReLU} {
-						acc := ci == 0 && rng.IntN(2) == 0
-						pad := rng.IntN(3)
-						ar, ac := m, k
-						if ta {
-							ar, ac = k, m
-						}
-						br, bc := k, n
-						if tb {
-							br, bc = n, k
-						}
-						lda, ldb, ldc := max(ac, 1)+pad, max(bc, 1)+pad, max(n, 1)+pad
-						a := randSlice(rng, ar*lda)
-						b := randSlice(rng, br*ldb)
-						c := randSlice(rng, m*ldc)
-						var bias []float32
-						if rng.IntN(2) == 0 {
-							bias = randSlice(rng, n)
-						}
-						want := gemmRef(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act)
-						name := fmt.Sprintf("level %d %dx%dx%d ta=%v tb=%v act=%d acc=%v bias=%v pad=%d",
-							l, m, n, k, ta, tb, act, acc, bias != nil, pad)
-						before := append([]float32(nil), c...)
-						withLevel(l, func() { Gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act) })
-						checkMatrix(t, name, c, before, want, m, n, ldc, k)
+						f(l, s[0], s[1], s[2], ta, tb, ci, act)
 					}
 				}
 			}
 		}
 	}
+}
+
+// TestGemmActGrad: at every level, the fused product times the activation's derivative has
+// the bits of Gemm (no bias, no act) followed by ActGrad, for every transpose and activation,
+// over the shapes of TestGemm (the dot, packed and transposed paths and their edges), with Y
+// and C padded differently; and the padding of C is left alone.
+func TestGemmActGrad(t *testing.T) {
+	shapes := [][3]int{
+		{1, 1, 1}, {3, 3, 3}, {1, 257, 3}, {257, 1, 3}, {3, 1, 257}, {257, 257, 1}, {17, 33, 65},
+		{128, 64, 64}, {128, 64, 2}, {128, 64, 1}, {64, 64, 512}, {33, 7, 300}, {7, 19, 0}, {128, 48, 64},
+	}
+	rng := rand.New(rand.NewPCG(11, 12))
+	eachProduct(t, shapes, func(l, m, n, k int, ta, tb bool, _ int, act Act) {
+		ar, ac := opShape(ta, m, k)
+		br, bc := opShape(tb, k, n)
+		lda, ldb, ldc, ldy := max(ac, 1)+rng.IntN(2), max(bc, 1)+rng.IntN(2), n+rng.IntN(3), n+rng.IntN(3)
+		a, b, y := randSlice(rng, ar*lda), randSlice(rng, br*ldb), randSlice(rng, m*ldy)
+		for i := range y {
+			y[i] = float32(math.Tanh(float64(y[i])))
+		}
+		want := make([]float32, m*n)
+		withLevel(l, func() {
+			Gemm(ta, tb, m, n, k, a, lda, b, ldb, want, max(n, 1), false, nil, None)
+			yc := make([]float32, m*n)
+			for i := range m {
+				copy(yc[i*n:(i+1)*n], y[i*ldy:])
+			}
+			ActGrad(act, yc, want, want)
+		})
+		c := randSlice(rng, m*ldc)
+		before := append([]float32(nil), c...)
+		withLevel(l, func() { GemmActGrad(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, y, ldy, act) })
+		for i := range m {
+			for j := range ldc {
+				got := c[i*ldc+j]
+				if j >= n {
+					if got != before[i*ldc+j] {
+						t.Fatalf("level %d %dx%dx%d: padding C[%d][%d] changed", l, m, n, k, i, j)
+					}
+					continue
+				}
+				if math.Float32bits(got) != math.Float32bits(want[i*n+j]) {
+					t.Fatalf("level %d %dx%dx%d ta=%v tb=%v act=%d: C[%d][%d] = %v, Gemm then ActGrad %v",
+						l, m, n, k, ta, tb, act, i, j, got, want[i*n+j])
+				}
+			}
+		}
+	})
 }
 
 // checkMatrix compares C with the reference to 1e-5 relative (against the size of the terms
@@ -241,6 +290,11 @@ func TestShapePanics(t *testing.T) {
 		"adam": func() {
 			Adam(make([]float32, 3), make([]float32, 2), make([]float32, 3), make([]float32, 3), 0, 0, 0, 0, 0, 1, 1)
 		},
+		"square sums block": func() { SquareSums(make([]float32, 8), 6, make([]float64, 2)) },
+		"short Y": func() {
+			GemmActGrad(false, false, 2, 2, 2, make([]float32, 4), 2, make([]float32, 4), 2, make([]float32, 4), 2, make([]float32, 3), 2, Tanh)
+		},
+		"square sums short": func() { SquareSums(make([]float32, 9), 4, make([]float64, 2)) },
 	} {
 		func() {
 			defer func() {
@@ -303,23 +357,29 @@ func adamLoop(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 	}
 }
 
+// spread makes g span magnitudes: of every `every` values, the first becomes 0, the second is
+// scaled by 1e-30 and the third by big.
+func spread(g []float32, every int, big float32) []float32 {
+	for i := range g {
+		switch i % every {
+		case 0:
+			g[i] = 0
+		case 1:
+			g[i] *= 1e-30
+		case 2:
+			g[i] *= big
+		}
+	}
+	return g
+}
+
 // TestAdamBitIdentical: every copy of the Adam kernel gives the plain loop's bits, over
 // lengths that exercise the vector body and the tail and over values from 0 to 1e10.
 func TestAdamBitIdentical(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, l := range levels(t) {
 		for _, n := range []int{0, 1, 15, 16, 17, 33, 9155} {
-			p, g := randSlice(rng, n), randSlice(rng, n)
-			for i := range g {
-				switch i % 7 {
-				case 0:
-					g[i] = 0
-				case 1:
-					g[i] *= 1e-30
-				case 2:
-					g[i] *= 1e10
-				}
-			}
+			p, g := randSlice(rng, n), spread(randSlice(rng, n), 7, 1e10)
 			m, v := make([]float32, n), make([]float32, n)
 			wp, wm, wv := append([]float32(nil), p...), make([]float32, n), make([]float32, n)
 			const b1, b2, eps = 0.9, 0.999, 1e-5
@@ -334,6 +394,37 @@ func TestAdamBitIdentical(t *testing.T) {
 						t.Fatalf("level %d n %d step %d [%d]: p, m, v = %g, %g, %g; the loop gives %g, %g, %g",
 							l, n, step, i, p[i], m[i], v[i], wp[i], wm[i], wv[i])
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestSquareSums: every implementation gives each block's square sum with the bits of the
+// definition (value j of the block to partial sum j mod 4, then (s0+s1)+(s2+s3), in float64),
+// over lengths that leave whole groups of four blocks, single blocks, short last blocks and
+// tails within a group of four, and values from 0 to 1e±30.
+func TestSquareSums(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, l := range levels(t) {
+		for _, block := range []int{4, 8, 512} {
+			for _, n := range []int{0, 1, 3, 5, block - 1, block, block + 3, 4 * block, 5*block + 2, 9218} {
+				g := spread(randSlice(rng, n), 5, 1e30)
+				blocks := (n + block - 1) / block
+				got := make([]float64, blocks+1)
+				got[blocks] = -1
+				withLevel(l, func() { SquareSums(g, block, got) })
+				for b := range blocks {
+					var s [4]float64
+					for j := b * block; j < min((b+1)*block, n); j++ {
+						s[(j-b*block)%4] += float64(g[j]) * float64(g[j])
+					}
+					if want := (s[0] + s[1]) + (s[2] + s[3]); math.Float64bits(got[b]) != math.Float64bits(want) {
+						t.Fatalf("level %d block %d n %d: sum %d = %v, want %v", l, block, n, b, got[b], want)
+					}
+				}
+				if got[blocks] != -1 {
+					t.Fatalf("level %d block %d n %d: wrote past the last block", l, block, n)
 				}
 			}
 		}
@@ -364,6 +455,7 @@ func TestNoAllocs(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	a, b, c, bias := randSlice(rng, 64*64), randSlice(rng, 64*64), randSlice(rng, 64*64), randSlice(rng, 64)
 	m, v := make([]float32, 64*64), make([]float32, 64*64)
+	sums := make([]float64, 8)
 	for _, l := range levels(t) {
 		withLevel(l, func() {
 			n := testing.AllocsPerRun(5, func() {
@@ -371,11 +463,14 @@ func TestNoAllocs(t *testing.T) {
 					for _, tb := range []bool{false, true} {
 						Gemm(ta, tb, 64, 64, 64, a, 64, b, 64, c, 64, true, bias, Tanh)
 						Gemm(ta, tb, 64, 2, 64, a, 64, b, 64, c, 64, false, nil, None)
+						GemmActGrad(ta, tb, 64, 64, 64, a, 64, b, 64, c, 64, m, 64, Tanh)
+						GemmActGrad(ta, tb, 64, 2, 64, a, 64, b, 64, c, 64, m, 64, ReLU)
 					}
 				}
 				ActGrad(ReLU, a, b, c)
 				ColSum(64, 64, a, c, true)
 				Adam(c, a, m, v, 0.9, 0.999, 0.1, 0.001, 1e-3, 1, 1e-8)
+				SquareSums(a, 512, sums)
 			})
 			if n != 0 {
 				t.Errorf("%s: %v allocations per run", levelName(l), n)

@@ -73,13 +73,13 @@ func b2i(b bool) C.int {
 }
 
 func gemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
-	c []float32, ldc int, acc bool, bias []float32, act Act) {
+	c []float32, ldc int, acc bool, bias []float32, act Act, y []float32, ldy int) {
 	if level == levelGo {
-		gemmGo(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act)
+		gemmGo(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act, y, ldy)
 		return
 	}
 	if C.twk_gemm(C.int(level), b2i(transA), b2i(transB), C.long(m), C.long(n), C.long(k), ptr(a), C.long(lda),
-		ptr(b), C.long(ldb), ptr(c), C.long(ldc), b2i(acc), ptr(bias), C.int(act)) != 0 {
+		ptr(b), C.long(ldb), ptr(c), C.long(ldc), b2i(acc), ptr(bias), C.int(act), ptr(y), C.long(ldy)) != 0 {
 		panic("kernels: out of C memory for a packing buffer")
 	}
 }
@@ -107,4 +107,12 @@ func adam(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 	}
 	C.twk_adam(C.int(level), C.long(len(p)), ptr(p), ptr(g), ptr(m), ptr(v), C.float(b1), C.float(b2),
 		C.float(c1), C.float(c2), C.float(step), C.float(sbc2), C.float(eps))
+}
+
+func squareSums(g []float32, block int, sums []float64) {
+	if level == levelGo {
+		squareSumsGo(g, block, sums)
+		return
+	}
+	C.twk_square_sums(C.int(level), C.long(len(g)), ptr(g), C.long(block), (*C.double)(unsafe.Pointer(&sums[0])))
 }

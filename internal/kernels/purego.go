@@ -11,8 +11,8 @@ func testLevels() []int { return []int{levelGo} }
 func levelName(int) string { return "go" }
 
 func gemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int,
-	c []float32, ldc int, acc bool, bias []float32, act Act) {
-	gemmGo(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act)
+	c []float32, ldc int, acc bool, bias []float32, act Act, y []float32, ldy int) {
+	gemmGo(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act, y, ldy)
 }
 
 func actGrad(act Act, y, dy, dz []float32) { actGradGo(act, y, dy, dz) }
@@ -22,3 +22,5 @@ func colSum(m, n int, a, dst []float32, acc bool) { colSumGo(m, n, a, dst, acc) 
 func adam(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 	adamGo(p, g, m, v, b1, b2, c1, c2, step, sbc2, eps)
 }
+
+func squareSums(g []float32, block int, sums []float64) { squareSumsGo(g, block, sums) }

@@ -82,3 +82,33 @@ func BenchmarkGaussianSampleRows(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCategoricalForward is a PPO loss's categorical head over one minibatch of the demo
+// (128 rows of 2 logits): CategoricalForward row by row ("rows=each"), and
+// CategoricalForwardRows ("rows=all").
+//
+//	go test ./models/head -run '^$' -bench CategoricalForward -cpu 1
+func BenchmarkCategoricalForward(b *testing.B) {
+	const rows, n = 128, 2
+	logits := normals(rows*n, 1)
+	acts := make([]int32, rows)
+	for i := range acts {
+		acts[i] = int32(i % n)
+	}
+	ls, p := make([]float64, rows*n), make([]float64, rows*n)
+	logp, ent := make([]float64, rows), make([]float64, rows)
+	b.Run("rows=each", func(b *testing.B) {
+		for b.Loop() {
+			for i, a := range acts {
+				logp[i], ent[i] = CategoricalForward(logits[i*n:(i+1)*n], int(a), ls[i*n:(i+1)*n], p[i*n:(i+1)*n])
+			}
+		}
+		reportRows(b, rows)
+	})
+	b.Run("rows=all", func(b *testing.B) {
+		for b.Loop() {
+			CategoricalForwardRows(n, logits, acts, ls, p, logp, ent)
+		}
+		reportRows(b, rows)
+	})
+}

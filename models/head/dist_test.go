@@ -3,6 +3,7 @@ package head
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -29,6 +30,72 @@ func TestLogSumExp(t *testing.T) {
 		got := LogSumExp(tc.x)
 		if !(near(got, tc.want, 1e-9) || got == tc.want || (math.IsNaN(got) && math.IsNaN(tc.want))) {
 			t.Errorf("%s: LogSumExp %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLogSumExpSkipsTheMaximum: LogSumExp, which takes the maximum's term as 1 without an
+// exp, has every bit of the formula worked out in full (exp(0) is exactly 1), over random rows
+// with ties, wide and narrow ranges and ±0.
+func TestLogSumExpSkipsTheMaximum(t *testing.T) {
+	full := func(x []float32) float64 { // every term through exp, as LogSumExp was written
+		m := float64(slices.Max(x))
+		terms := make([]float64, len(x))
+		for j, v := range x {
+			terms[j] = math.Exp(float64(v) - m)
+		}
+		sum := 0.0
+		for _, e := range terms {
+			sum += e
+		}
+		return m + math.Log(sum)
+	}
+	rng := rand.New(rand.NewPCG(8, 9))
+	for i := range 20000 {
+		x := make([]float32, 1+i%7)
+		for j := range x {
+			switch rng.IntN(6) {
+			case 0:
+				x[j] = x[rng.IntN(len(x))] // a tie (or 0)
+			case 1:
+				x[j] = float32(math.Copysign(0, rng.NormFloat64()))
+			default:
+				x[j] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(5)-2)))
+			}
+		}
+		if got, want := LogSumExp(x), full(x); math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("LogSumExp(%v) = %v, the full formula %v", x, got, want)
+		}
+	}
+}
+
+// TestCategoricalForwardRows: the two-pass rows give CategoricalForward's bits row by row.
+func TestCategoricalForwardRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 11))
+	for _, n := range []int{1, 2, 3, 18} {
+		const rows = 67
+		logits := make([]float32, rows*n)
+		for i := range logits {
+			logits[i] = float32(3 * rng.NormFloat64())
+		}
+		acts := make([]int32, rows)
+		for i := range acts {
+			acts[i] = int32(rng.IntN(n))
+		}
+		ls, ps := make([]float64, rows*n), make([]float64, rows*n)
+		logp, ent := make([]float64, rows), make([]float64, rows)
+		CategoricalForwardRows(n, logits, acts, ls, ps, logp, ent)
+		wls, wps := make([]float64, n), make([]float64, n)
+		for i, a := range acts {
+			wlp, went := CategoricalForward(logits[i*n:(i+1)*n], int(a), wls, wps)
+			same := math.Float64bits(logp[i]) == math.Float64bits(wlp) && math.Float64bits(ent[i]) == math.Float64bits(went)
+			for j := range n {
+				same = same && math.Float64bits(ls[i*n+j]) == math.Float64bits(wls[j]) && math.Float64bits(ps[i*n+j]) == math.Float64bits(wps[j])
+			}
+			if !same {
+				t.Fatalf("n %d row %d: logp %v entropy %v log-softmax %v probs %v; by row %v %v %v %v",
+					n, i, logp[i], ent[i], ls[i*n:(i+1)*n], ps[i*n:(i+1)*n], wlp, went, wls, wps)
+			}
 		}
 	}
 }
