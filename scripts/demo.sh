@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 out="${DEMO_OUT:-out/demo}"
 seed="${DEMO_SEED:-0}"
 steps="${DEMO_STEPS:-500000}"
+towers="${DEMO_TOWERS:-2}" # the learner splits each minibatch over both cores (same bits as 1 tower)
 mkdir -p bin "$(dirname "$out")"
 if [[ -e "$out" ]]; then
 	# Keep the previous demo run (one generation) instead of refusing or deleting it.
@@ -15,8 +16,8 @@ if [[ -e "$out" ]]; then
 fi
 go build -o bin/train ./cmd/train
 go build -o bin/eval ./cmd/eval
-echo "demo: training PPO on CartPole-v1 for ${steps} env steps (seed ${seed}) into ${out}" >&2
-bin/train --env CartPole-v1 --total-steps "$steps" --seed "$seed" --out "$out" --log-level warn > "$out.train.json"
+echo "demo: training PPO on CartPole-v1 for ${steps} env steps (seed ${seed}, ${towers} towers) into ${out}" >&2
+bin/train --env CartPole-v1 --total-steps "$steps" --seed "$seed" --towers "$towers" --out "$out" --log-level warn > "$out.train.json"
 echo "demo: training summary: $(cat "$out.train.json")" >&2
 echo "demo: evaluating ${out}/policy.onnx over 100 episodes" >&2
 bin/eval --policy "$out/policy.onnx" --env CartPole-v1 --episodes 100 --seed 12345 --log-level warn > "$out.eval.json"
