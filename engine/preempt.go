@@ -216,9 +216,7 @@ func (p *preemption) learn(ctx context.Context, coll weighted, b *learner.Sample
 			return res, err
 		}
 	}
-	for k := range res.Stats {
-		res.Stats[k] /= float64(max(res.Updates, 1))
-	}
+	res.Mean()
 	res.Version = p.towers.Version()
 	return res, nil
 }
@@ -244,13 +242,8 @@ func minibatchUpdates(ctx context.Context, tw *learner.Towers, coll weighted, b,
 		if err != nil {
 			return err
 		}
-		if w == 0 {
-			continue
-		}
-		res.Trained += st.Rows
-		res.Updates++
-		for i, v := range st.Stats {
-			res.Stats[i] += v
+		if w > 0 {
+			res.Add(st)
 		}
 	}
 	return nil

@@ -52,6 +52,22 @@ type Result struct {
 	Err     error     // a failure that stopped training this batch
 }
 
+// Add counts one update's statistics into r (its Stats summed until Mean).
+func (r *Result) Add(st UpdateStats) {
+	r.Trained += st.Rows
+	r.Updates++
+	for k, v := range st.Stats {
+		r.Stats[k] += v
+	}
+}
+
+// Mean turns r's summed Stats into their means over its updates.
+func (r *Result) Mean() {
+	for k := range r.Stats {
+		r.Stats[k] /= float64(max(r.Updates, 1))
+	}
+}
+
 // Learner is the asynchronous learner of RLlib's MultiGPULearnerThread: Submit puts sample
 // batches on a bounded inqueue; loader goroutines take a batch and an idle tower stack and load
 // it; the learner goroutine takes loaded stacks, runs SGDIters shuffled passes of minibatches
@@ -238,16 +254,10 @@ func (l *Learner) learn(ctx context.Context) {
 					break passes
 				}
 				l.grad.Add(int64(st.Grad))
-				res.Trained += st.Rows
-				res.Updates++
-				for k, v := range st.Stats {
-					res.Stats[k] += v
-				}
+				res.Add(st)
 			}
 		}
-		for k := range res.Stats {
-			res.Stats[k] /= float64(max(res.Updates, 1))
-		}
+		res.Mean()
 		res.Version = l.towers.Version()
 		l.idle <- s
 		l.post(res)
