@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,8 +15,6 @@ import (
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/models"
-	"github.com/towerrl/towerrl/models/head"
-	"github.com/towerrl/towerrl/models/layout"
 	"github.com/towerrl/towerrl/onnx"
 )
 
@@ -149,22 +146,9 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 	if err != nil {
 		return res, err
 	}
-	var pm policyModel
-	if cfg.InitPolicy != "" {
-		f, err := loadForeign(ctx, initData, hs, layout.Overrides{Names: names, Head: head.Kind(cfg.Head)}, opts.Session,
-			rand.New(rand.NewPCG(cfg.Seed, 0x63726974696373)))
-		if err != nil {
-			return res, fmt.Errorf("engine: fine-tuning %s: %w", cfg.InitPolicy, err)
-		}
-		f.source = initData
-		pm = f
-	} else {
-		mcfg := models.Config{Spec: hs, Hidden: cfg.Hidden, Activation: models.Activation(cfg.Activation), Shared: cfg.Shared, LogStdInit: cfg.LogStdInit}
-		params, err := models.NewParams(mcfg, rand.New(rand.NewPCG(cfg.Seed, 0x706172616d73)))
-		if err != nil {
-			return res, err
-		}
-		pm = native{params}
+	pm, err := newPolicyModel(ctx, cfg, hs, names, initData, opts.Session)
+	if err != nil {
+		return res, err
 	}
 	t := newTrainer(cfg, spec, pm, opts.Session)
 	defer func() { err = errors.Join(err, t.close()) }()

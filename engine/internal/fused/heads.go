@@ -21,7 +21,7 @@ type Head interface {
 	Backward(dLogp []float32, dEnt float64, dIn [][]float32)
 }
 
-// Categorical is the categorical head over logits [rows, n] (head.CategoricalForward and
+// Categorical is the categorical head over logits [rows, n] (head.CategoricalForwardRows, and
 // CategoricalBackward per row).
 type Categorical struct {
 	// Acts are the rows' actions, 0 ≤ a < n, written by the loss before each run.
@@ -29,26 +29,28 @@ type Categorical struct {
 	n     int
 	p, ls []float64 // [rows, n] softmax and log-softmax of the last forward
 	h     []float64 // [rows] entropy of the last forward
+	lp    []float64 // [rows] log-probabilities of the last forward
 }
 
 // NewCategorical makes the categorical head of n actions over rows rows.
 func NewCategorical(n, rows int) *Categorical {
-	return &Categorical{n: n, Acts: make([]int32, rows), p: make([]float64, rows*n), ls: make([]float64, rows*n), h: make([]float64, rows)}
+	return &Categorical{n: n, Acts: make([]int32, rows), p: make([]float64, rows*n), ls: make([]float64, rows*n),
+		h: make([]float64, rows), lp: make([]float64, rows)}
 }
 
 func (c *Categorical) Inputs() []string { return []string{"logits"} }
 func (c *Categorical) Width() int       { return c.n }
 
 func (c *Categorical) Forward(in [][]float32, logp, ent []float32) error {
-	logits, n := in[0], c.n
-	for i := range logp {
-		a := int(c.Acts[i])
-		if a < 0 || a >= n {
+	rows, n := len(logp), c.n
+	for i, a := range c.Acts[:rows] {
+		if a < 0 || int(a) >= n {
 			return fmt.Errorf("action %d of row %d is outside [0, %d)", a, i, n)
 		}
-		lp, e := head.CategoricalForward(logits[i*n:(i+1)*n], a, c.ls[i*n:(i+1)*n], c.p[i*n:(i+1)*n])
-		c.h[i] = e
-		logp[i], ent[i] = float32(lp), float32(e)
+	}
+	head.CategoricalForwardRows(n, in[0], c.Acts[:rows], c.ls, c.p, c.lp, c.h)
+	for i := range rows {
+		logp[i], ent[i] = float32(c.lp[i]), float32(c.h[i])
 	}
 	return nil
 }
