@@ -66,10 +66,14 @@ func TestNormalizeAcross(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, split := range []int{1, 37, 64, 100} {
+	for _, c := range []struct {
+		split     int
+		mean, std float64
+	}{{0, 1, 3}, {1, 1, 3}, {37, 1, 3}, {64, 1, 3}, {100, 1, 3}, {37, 100, 1}, {64, -5e3, 40}, {64, 0, 1e-3}} {
+		split := c.split
 		x := make([]float32, 128)
 		for i := range x {
-			x[i] = float32(rng.NormFloat64()*3 + 1)
+			x[i] = float32(rng.NormFloat64()*c.std + c.mean)
 		}
 		want := append([]float32(nil), x...)
 		Standardize(want)
@@ -87,7 +91,7 @@ func TestNormalizeAcross(t *testing.T) {
 		}
 		for i := range x {
 			if math.Abs(float64(x[i]-want[i])) > 1e-6 {
-				t.Fatalf("split %d: row %d = %v across two processes, %v in one", split, i, x[i], want[i])
+				t.Fatalf("split %d, mean %v, std %v: row %d = %v across two processes, %v in one", split, c.mean, c.std, i, x[i], want[i])
 			}
 		}
 	}

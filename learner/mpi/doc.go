@@ -35,6 +35,10 @@
 //
 // Collective calls are non-blocking MPI operations polled until they complete, so each call
 // honours its context's deadline, bounded further by Config.Timeout (10 minutes by default).
+// The all-reduces are the exception that keeps the rule: the ranks meet first in a polled
+// barrier (the deadline applies there, where a late rank is waited for) and then make
+// Open MPI's blocking all-reduce, which every rank has by then reached and which is about
+// twice as fast as the polled MPI_Iallreduce.
 // A rank that gives up tells the others, listens for up to Config.Grace (250 ms) for where they are,
 // and returns a [*StallError] naming the ranks that never arrived (busy or hung outside MPI, or
 // dead), the ranks waiting elsewhere (out of step), and its own operation and call number.

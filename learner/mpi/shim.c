@@ -81,6 +81,12 @@ int tmpi_iallreduce_f64(double *buf, int n, int op, MPI_Request *req) {
 	return MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, op_of(op), MPI_COMM_WORLD, req);
 }
 
+// tmpi_allreduce_f64 is the blocking MPI_Allreduce (in place) of tmpi_iallreduce_f64, called
+// only once every rank is known to have reached the same call (after a polled barrier).
+int tmpi_allreduce_f64(double *buf, int n, int op) {
+	return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, op_of(op), MPI_COMM_WORLD);
+}
+
 int tmpi_ibcast(void *buf, int n, int root, MPI_Request *req) {
 	return MPI_Ibcast(buf, n, MPI_BYTE, root, MPI_COMM_WORLD, req);
 }

@@ -19,6 +19,7 @@ void tmpi_abort(int code);
 void tmpi_error_string(int code, char *out, int len);
 
 int tmpi_iallreduce_f64(double *buf, int n, int op, MPI_Request *req);
+int tmpi_allreduce_f64(double *buf, int n, int op);
 int tmpi_ibcast(void *buf, int n, int root, MPI_Request *req);
 int tmpi_iallgather(const void *send, int n, void *recv, MPI_Request *req);
 int tmpi_igatherv(const void *send, int n, void *recv, const int *counts, const int *displs,

@@ -169,8 +169,7 @@ func (w *World) AllReduceWeighted(ctx context.Context, buf []float32, weight flo
 	sc := unsafe.Slice((*float64)(p), n)
 	packWeighted(sc, buf, weight, seq)
 	if w.size > 1 {
-		rc := C.tmpi_iallreduce_f64((*C.double)(unsafe.Pointer(&sc[0])), C.int(n), C.TMPI_SUM, &w.req)
-		if err := w.wait(ctx, callWeighted, seq, rc); err != nil {
+		if err := w.allReduce(ctx, callWeighted, seq, sc, Sum); err != nil {
 			return err
 		}
 	}
@@ -199,9 +198,27 @@ func (w *World) AllReduceFloat64(ctx context.Context, op Op, buf []float64) erro
 	if w.size == 1 {
 		return nil
 	}
-	p := (*C.double)(w.pinned(unsafe.Pointer(unsafe.SliceData(buf)), len(buf)))
-	rc := C.tmpi_iallreduce_f64(p, C.int(len(buf)), C.int(op), &w.req)
-	return w.unpinAfter(w.wait(ctx, callReduce, w.seq, rc))
+	p := w.pinned(unsafe.Pointer(unsafe.SliceData(buf)), len(buf))
+	return w.unpinAfter(w.allReduce(ctx, callReduce, w.seq, unsafe.Slice((*float64)(p), len(buf)), op))
+}
+
+// allReduce sums (or takes the Max or Min of) buf, which C may read (MPI's scratch or pinned),
+// over the ranks for call c #seq. The ranks first meet in a polled MPI_Ibarrier, which honours
+// ctx and Config.Timeout and names a rank that never comes (w.wait); only then do they make
+// the blocking MPI_Allreduce, which every rank has by then reached: the deadline's guarantee
+// at the barrier's price (about 1.4 µs), for Open MPI's tuned blocking all-reduce instead of
+// libnbc's schedule behind MPI_Iallreduce, which moves data only as MPI_Test is polled (10k
+// float64, 2 ranks of this machine: 53.6 µs polled, against 34.6 µs through the barrier and the blocking call).
+// A rank killed between the two ends the job as any killed rank does (mpirun aborts it).
+func (w *World) allReduce(ctx context.Context, c call, seq uint64, buf []float64, op Op) error {
+	if err := w.wait(ctx, c, seq, C.tmpi_ibarrier(&w.req)); err != nil {
+		return err
+	}
+	if rc := C.tmpi_allreduce_f64((*C.double)(unsafe.Pointer(unsafe.SliceData(buf))), C.int(len(buf)), C.int(op)); rc != C.MPI_SUCCESS {
+		w.broken = fmt.Errorf("%v #%d: %w", c, seq, mpiError(rc))
+		return w.broken
+	}
+	return nil
 }
 
 // Bcast copies root's buf into every other rank's buf; every rank passes a buf of the same
