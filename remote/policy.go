@@ -299,19 +299,8 @@ func newest(ctx context.Context, updates <-chan jetstream.KeyValueEntry) (e jets
 	case <-ctx.Done():
 		return nil, false
 	}
-	for {
-		select {
-		case next, more := <-updates:
-			if !more {
-				return e, true
-			}
-			if next != nil {
-				e = next
-			}
-		default:
-			return e, true
-		}
-	}
+	e, _ = newerOf(e, updates) // a close after e: the next call says so
+	return e, true
 }
 
 // offerDropOldest puts v on out, dropping the oldest value waiting when out is full (for a

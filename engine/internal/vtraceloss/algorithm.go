@@ -187,7 +187,7 @@ func (l *Loss) Fill(mb *learner.SampleBatch, rowOf func(k int) int) error {
 	op := l.op
 	err := l.pol.Fill(mb, l.rows, rowOf, func(k, r int) {
 		op.bLogp[k], op.rew[k], op.term[k], op.trunc[k] = mb.LogP[r], mb.Rewards[r], mb.Terminated[r], mb.Truncated[r]
-		op.next[k], op.ret[k], op.adv[k] = mb.NextValues[r], mb.Returns[r], mb.Advantages[r]
+		op.next[k], op.ret[k], op.adv[k], op.bVal[k] = mb.NextValues[r], mb.Returns[r], mb.Advantages[r], mb.Values[r]
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", l.op.kind, err)
