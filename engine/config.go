@@ -20,7 +20,7 @@ type Config struct {
 	Env string `json:"env"` // Gymnasium id (required)
 	// Algo is a registered algorithm (engine/algo): "ppo" (default), "appo", "impala" or
 	// "ddppo". An algorithm may have its own defaults for Epochs, Minibatches, LR and Lambda
-	// (algo.Defaulter: appo makes 1 pass; impala 2 passes at 1e-4 with λ = 1).
+	// (algo.Defaulter: appo makes 4 passes; impala 2 passes at 1e-4 with λ = 1).
 	Algo string `json:"algo"`
 
 	TotalSteps   int64 `json:"total_steps"`   // env steps; default 500k (Discrete), 1M (Box)

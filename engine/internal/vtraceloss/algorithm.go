@@ -69,16 +69,26 @@ func (a *Algorithm) StatNames() []string { return a.kind.StatNames() }
 // Sequences implements algo.Sequential: V-trace runs over whole time-ordered sequences.
 func (a *Algorithm) Sequences() bool { return true }
 
-// Defaults implements algo.Defaulter. APPO: 1 pass over each rollout (RLlib's num_sgd_iter),
-// GAE's λ = 0.95. IMPALA, whose loss has no trust region: 2 passes at a learning rate of 1e-4
-// (discrete actions), λ = 1 (the paper's). Measured on CartPole-v1 (100-episode evaluations,
-// advantages standardised, 2 cores, where ppo's 500k steps take 4.3–4.5 s and reach 500):
-//   - APPO, 1 pass of 4 minibatches: 351–497 after 600k steps on seeds 0–9, 8 of them ≥ 475,
-//     in 1.8–2.1 s (2.9× ppo's steps/s); 3 passes of 8: 500 on 8 of 10 seeds after 400k,
-//     209 and 388 on the others, in 2.6–2.8 s (1.3×); with λ = 1 the critic's noisy targets
-//     collapse some seeds (70–223 on 3 of seeds 5–9, value loss ×20).
-//   - IMPALA, 2 passes at 1e-4 after 400k steps: 437–492 (seeds 0–4); at 2.5e-4: 318–500;
-//     1 pass: 408–491; 3 passes: 162–500; 4 passes: 42 after 300k.
+// Defaults implements algo.Defaulter. APPO: 4 passes over each rollout (PPO's epochs), GAE's
+// λ = 0.95. IMPALA, whose loss has no trust region: 2 passes at a learning rate of 1e-4
+// (discrete actions), λ = 1 (the paper's). Measured on CartPole-v1 (100-episode deterministic
+// evaluations, advantages standardised, 4 envs × 128 steps in sequences of 32, 4 minibatches,
+// 2 cores at load 1.2–1.8, where ppo's 500k steps take 3.1–3.5 s and reach 500); an
+// asynchronous run is not reproducible, so a seed's result varies between runs:
+//   - APPO, 4 passes, 500k steps: 500 on seeds 0–19 and again on 0–9, in 2.1–2.4 s (1.4–1.6×
+//     ppo's env steps/s: the learner, which does ppo's work per row, is the bottleneck).
+//     On a quiet machine (load < 1), where the batchers run the full queue of 2 versions
+//     ahead, 11 of 15 runs (seeds 0–14) reached ≥ 475 and the others 158–316.
+//     3 passes (1.8× ppo's steps/s), 600k: ≥ 475 on 9, then 6, of seeds 0–9 and 8 of 10–19
+//     (the others 143–296), in 2.0–2.3 s; 700k and 1M: 8 of 10 each. 4 passes after 400k:
+//     7 of 10. 2 passes, 600k: 4 of 10. 1 pass (RLlib's num_sgd_iter), 600k: 5 of 10, as
+//     ppo with 1 epoch (6 of 10): too few updates per row, not a fault of the loss.
+//     Minibatches hold whole sequences (4 of 32 steps), so many hold no episode end; standardised,
+//     their advantages (nearly all positive while the critic lags) become noise, which costs
+//     the runs with few passes most: with sequences of 8, 2 passes reach ≥ 475 on 15 of 20.
+//   - IMPALA, 2 passes at 1e-4 after 400k steps: 460–484 on seeds 0–9 (4 of them ≥ 475); after
+//     600k 391–492 (6); 3 passes after 600k 421–497 (7); 4 passes after 500k 257–500 (8),
+//     after 600k 153–500 (7); 4 passes at λ = 0.95: 132–500 (5).
 func (a *Algorithm) Defaults(discrete bool) algo.Defaults {
 	if a.kind == IMPALA {
 		d := algo.Defaults{Lambda: 1, Epochs: 2}
@@ -87,7 +97,7 @@ func (a *Algorithm) Defaults(discrete bool) algo.Defaults {
 		}
 		return d
 	}
-	return algo.Defaults{Epochs: 1}
+	return algo.Defaults{Epochs: 4}
 }
 
 // Targets implements algo.Algorithm: V-trace over the behaviour policy's own values with
@@ -187,7 +197,7 @@ func (l *Loss) Fill(mb *learner.SampleBatch, rowOf func(k int) int) error {
 	op := l.op
 	err := l.pol.Fill(mb, l.rows, rowOf, func(k, r int) {
 		op.bLogp[k], op.rew[k], op.term[k], op.trunc[k] = mb.LogP[r], mb.Rewards[r], mb.Terminated[r], mb.Truncated[r]
-		op.next[k], op.ret[k], op.adv[k], op.bVal[k] = mb.NextValues[r], mb.Returns[r], mb.Advantages[r], mb.Values[r]
+		op.next[k], op.ret[k], op.adv[k] = mb.NextValues[r], mb.Returns[r], mb.Advantages[r]
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", l.op.kind, err)

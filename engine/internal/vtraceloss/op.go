@@ -3,7 +3,6 @@ package vtraceloss
 import (
 	"fmt"
 	"math"
-	"os"
 	"strings"
 
 	G "gorgonia.org/gorgonia"
@@ -80,8 +79,6 @@ type lossOp struct {
 
 	// Fill's per-row data, in loss-row order.
 	bLogp, rew, term, trunc, next, ret, adv []float32
-	bVal                                    []float32
-	em1, em2, emaN                          float64
 
 	// The last Do's results, per loss row.
 	logp, ent, vs, pgAdv []float32
@@ -99,7 +96,7 @@ type lossOp struct {
 func newLossOp(kind Kind, c Coefs, rows, seqLen int, timeMajor bool, valueDims int, h fused.Head) *lossOp {
 	buf := func() []float32 { return make([]float32, rows) }
 	op := &lossOp{kind: kind, c: c, rows: rows, seqLen: seqLen, timeMajor: timeMajor, valueDims: valueDims, head: h, k: len(h.Inputs()),
-		bLogp: buf(), bVal: buf(), rew: buf(), term: buf(), trunc: buf(), next: buf(), ret: buf(), adv: buf(),
+		bLogp: buf(), rew: buf(), term: buf(), trunc: buf(), next: buf(), ret: buf(), adv: buf(),
 		logp: buf(), ent: buf(), vs: buf(), pgAdv: buf(), dLogp: buf(), dValue: buf(),
 		stats: make([]float64, len(kind.StatNames()))}
 	var in []fused.Input
@@ -160,7 +157,7 @@ func (op *lossOp) forward(headIn [][]float32, v []float32) (float64, error) {
 // (NextValues), at a termination 0. For rows in no order, v_s is the row's Returns and A_s
 // its Advantages scaled by min(ρ̄, ρ_s).
 func (op *lossOp) targets(v []float32) error {
-	if op.seqLen == 0 || debugFallback {
+	if op.seqLen == 0 {
 		copy(op.vs, op.ret)
 		for k := range op.rows {
 			rho := math.Exp(float64(op.logp[k]) - float64(op.bLogp[k]))
@@ -172,25 +169,8 @@ func (op *lossOp) targets(v []float32) error {
 		return nil
 	}
 	seqs := op.rows / op.seqLen
-	if debugBVal2 {
-		debugCalls++
-		if debugCalls%500 == 1 {
-			var d, mv, mb, dl float64
-			for k := range op.rows {
-				d += math.Abs(float64(v[k] - op.bVal[k]))
-				mv += float64(v[k])
-				mb += float64(op.bVal[k])
-				dl += math.Abs(float64(op.logp[k] - op.bLogp[k]))
-			}
-			n := float64(op.rows)
-			fmt.Fprintf(os.Stderr, "call %d: mean|v-bv| %.4f mean v %.3f mean bv %.3f mean|dlogp| %.5f\n", debugCalls, d/n, mv/n, mb/n, dl/n)
-		}
-	}
 	for j, r := range op.order {
 		op.tbLogp[j], op.tLogp[j], op.tRew[j], op.tVal[j] = op.bLogp[r], op.logp[r], op.rew[r], v[r]
-		if debugBVal {
-			op.tVal[j] = op.bVal[r]
-		}
 		op.tTerm[j], op.tTrun[j], op.tNext[j] = op.term[r], op.trunc[r], op.next[r]
 	}
 	copy(op.tLast, op.tNext[(op.seqLen-1)*seqs:])
@@ -204,30 +184,7 @@ func (op *lossOp) targets(v []float32) error {
 		op.vs[r], op.pgAdv[r] = op.tVS[j], op.tAdv[j]
 	}
 	if op.c.NormAdv {
-		switch debugNorm {
-		case "ema", "emascale":
-			var m1, m2 float64
-			for _, a := range op.pgAdv {
-				m1 += float64(a)
-				m2 += float64(a) * float64(a)
-			}
-			m1 /= float64(op.rows)
-			m2 /= float64(op.rows)
-			op.emaN++
-			op.em1 = debugDecay*op.em1 + (1-debugDecay)*m1
-			op.em2 = debugDecay*op.em2 + (1-debugDecay)*m2
-			corr := 1 - math.Pow(debugDecay, op.emaN)
-			mean, sq := op.em1/corr, op.em2/corr
-			std := math.Sqrt(max(sq-mean*mean, 0))
-			if debugNorm == "emascale" {
-				mean = 0
-			}
-			for i, a := range op.pgAdv {
-				op.pgAdv[i] = float32((float64(a) - mean) / (std + 1e-8))
-			}
-		default:
-			learner.Standardize(op.pgAdv)
-		}
+		learner.Standardize(op.pgAdv)
 	}
 	return nil
 }
@@ -286,18 +243,3 @@ func (op *lossOp) terms(v []float32) float64 {
 	}
 	return loss
 }
-
-var debugBVal = os.Getenv("H16_BVAL") != ""
-var debugBVal2 = os.Getenv("H16_DBG") != ""
-var debugCalls int
-
-var debugNorm = os.Getenv("H16_NORM")
-var debugDecay = func() float64 {
-	var d float64 = 0.9
-	if s := os.Getenv("H16_DECAY"); s != "" {
-		fmt.Sscan(s, &d)
-	}
-	return d
-}()
-
-var debugFallback = os.Getenv("H16_FALLBACK") != ""
