@@ -208,8 +208,9 @@ func (w *World) AllReduceFloat64(ctx context.Context, op Op, buf []float64) erro
 // the blocking MPI_Allreduce, which every rank has by then reached: the deadline's guarantee
 // at the barrier's price (about 1.4 µs), for Open MPI's tuned blocking all-reduce instead of
 // libnbc's schedule behind MPI_Iallreduce, which moves data only as MPI_Test is polled (10k
-// float64, 2 ranks of this machine: 53.6 µs polled, against 34.6 µs through the barrier and the blocking call).
-// A rank killed between the two ends the job as any killed rank does (mpirun aborts it).
+// float64 on 2 ranks of this machine: 53.6 µs polled, 34.6 µs through the barrier and the
+// blocking call). A rank killed between the two ends the job as any killed rank does (mpirun
+// aborts it).
 func (w *World) allReduce(ctx context.Context, c call, seq uint64, buf []float64, op Op) error {
 	if err := w.wait(ctx, c, seq, C.tmpi_ibarrier(&w.req)); err != nil {
 		return err
