@@ -68,10 +68,9 @@ func TestFineTuneWeakPolicies(t *testing.T) {
 // 461, 487; the feed-forward MLP, also without the bonus, 41–43. After 300k steps the LSTM
 // reached 500 on seeds 0–9 but seed 2 (346) and the GRU 432–500 on all ten; after 500k (the
 // default budget, train with no flags) the LSTM 500 on all ten, the GRU 432–500 and the
-// feed-forward MLP 42.5–43.2 (seeds 0–2). When the critic
-// read the features alone, 200k steps gave the LSTM 496, 498, 335, 346, 257 and the GRU 455,
-// 448, 445, 299, 492; the failing runs' deterministic policy fails every episode after 230–350
-// steps. Tried before the observations were added, on seeds 0–4 unless said: RL Zoo's
+// feed-forward MLP 42.5–43.2 (seeds 0–2). When the critic read the features alone, 200k steps
+// gave the LSTM 496, 498, 335, 346, 257 and the GRU 455, 448, 445, 299, 492; the failing runs'
+// deterministic policy fails every episode after 230–350 steps. Tried before the observations were added, on seeds 0–4 unless said: RL Zoo's
 // CartPoleNoVel settings (γ = λ = 0.98: LSTM 500, 412, 254 on seeds 2–4, GRU 200 and 205 on
 // seeds 1–2; with its 8 envs × 32 steps, one minibatch, 10 epochs, lr 1e-3 and sequences of
 // 32: LSTM 396, GRU 402 on seed 0), 10 epochs (LSTM 500, 244, 410 on seeds 2–4, 2.5× the

@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -129,8 +130,8 @@ func TestAddCritic(t *testing.T) {
 			for i := range batch {
 				h := tc.row(i)
 				for l := range len(widths) - 1 {
-					w := initializer(t, m, CriticPrefix+"."+string(rune('0'+l))+".weight")
-					b := initializer(t, m, CriticPrefix+"."+string(rune('0'+l))+".bias")
+					layer := fmt.Sprintf("%s.%d", CriticPrefix, l)
+					w, b := initializer(t, m, layer+".weight"), initializer(t, m, layer+".bias")
 					next := make([]float64, widths[l+1])
 					for o := range next {
 						next[o] = float64(b[o])
