@@ -120,9 +120,10 @@ func (c Categorical) sample(rngs []*rand.Rand, perRow bool, logits []float32, ac
 // sampleBinary is sample over two logits, rowScratch rows at a time: first each row's one
 // exp, e = exp(−|l₁ − l₀|) (the larger logit's e_k is 1), in one pass over the rows; then
 // each row's draw and log. It is the general inverse CDF written out for two actions: the
-// same sums in the same order, so the same actions from the same numbers.
+// same sums in the same order, so the same actions from the same numbers (binaryRow).
 func sampleBinary(rngs []*rand.Rand, perRow bool, logits []float32, actions []int32, logp []float32) error {
 	var neg, e [rowScratch]float32
+	var logp1 float32
 	rng := rngs[0]
 	for r0 := 0; r0 < len(actions); r0 += rowScratch {
 		k := min(rowScratch, len(actions)-r0)
@@ -140,27 +141,32 @@ func sampleBinary(rngs []*rand.Rand, perRow bool, logits []float32, actions []in
 			if perRow {
 				rng = rngs[r]
 			}
-			l0, l1 := float64(logits[2*r]), float64(logits[2*r+1])
-			sum := 1 + float64(x)
-			e0, e1, km := float32(1), x, int32(0) // the first maximum's e_k is 1
-			if l1 > l0 {
-				e0, e1, km = x, 1, 1
-			}
-			a := int32(0)
-			if rng.Float64()*sum >= float64(e0) && e1 > 0 {
-				a = 1
-			}
-			actions[r] = a
+			actions[r], logp1 = binaryRow(logits[2*r], logits[2*r+1], x, rng.Float64())
 			if logp != nil {
-				off := 0.0 // l_a − max(l₀, l₁)
-				if a != km {
-					off = -math.Abs(l1 - l0)
-				}
-				logp[r] = float32(off - logAtLeast1(sum))
+				logp[r] = logp1
 			}
 		}
 	}
 	return nil
+}
+
+// binaryRow draws one row of two logits l₀, l₁ with x = exp(−|l₁ − l₀|) from one uniform u,
+// and gives the action's log-probability. The first maximum's e_k is 1 and the other's x;
+// action 1 is drawn when u·(1 + x) ≥ e₀ and e₁ > 0. Every choice is made on bits, not by
+// branching: which logit is larger and which action is drawn are coin tosses, and a
+// mispredicted branch costs more than the row's arithmetic.
+func binaryRow(l0, l1, x float32, u float64) (int32, float32) {
+	sum := 1 + float64(x)
+	km := math.Float32bits(l0-l1) >> 31 // 1 when l₁ > l₀: equal logits give +0, l₀ the maximum
+	sel := -km                          // all ones when l₁ is the maximum
+	xb, one := math.Float32bits(x), math.Float32bits(1)
+	e0 := math.Float32frombits(one ^ (one^xb)&sel)                    // x when l₁ > l₀, else 1
+	e1b := xb ^ (xb^one)&sel                                          // 1 when l₁ > l₀, else x
+	tb, e0b := math.Float64bits(u*sum), math.Float64bits(float64(e0)) // both ≥ 0: bits order as values
+	a := uint32((e0b-tb-1)>>63) & (uint32(-int32(e1b)) >> 31)         // t ≥ e₀, and e₁ > 0
+	// l_a − max(l₀, l₁): 0 for the maximum, −|l₁ − l₀| for the other; +0 as before.
+	off := math.Float64frombits(math.Float64bits(-math.Abs(float64(l1)-float64(l0))) & -uint64(a^km))
+	return int32(a), float32(off - logAtLeast1(sum))
 }
 
 // draw is the inverse CDF over a row's unnormalised e_k: the first action whose running sum

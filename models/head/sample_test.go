@@ -353,7 +353,7 @@ func TestBinaryMatchesGeneral(t *testing.T) {
 	const rows = 5000
 	logits := normals(2*rows, 3)
 	ninf := float32(math.Inf(-1))
-	copy(logits, []float32{1, 1, ninf, 0, 0, ninf, 40, -40, -1e4, -1e4 + 0.5})
+	copy(logits, []float32{1, 1, ninf, 0, 0, ninf, 40, -40, -1e4, -1e4 + 0.5, 0, 200, 200, 0, -3, -3})
 	acts, logp := make([]int32, rows), make([]float32, rows)
 	if err := (Categorical{N: 2}).SampleRows(rowStreams(rows), logits, acts, logp); err != nil {
 		t.Fatal(err)
