@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/onnx"
 )
 
 // TestCollectAllocatesNothing: after warm-up, a whole rollout allocates nothing, with
@@ -46,16 +47,68 @@ func TestCollectAllocatesNothing(t *testing.T) {
 
 // BenchmarkBatcher collects CartPole-v1 with the 64×64 tanh MLP actor-critic, sampled, two
 // workers of 1024 envs each (the setting), and reports env steps/s and the split of
-// the workers' time.
+// the workers' time. In the same run it then times ONNX Runtime alone on that model, two
+// goroutines each running a session of batch 1024 as many times as each worker ran its
+// policy, and reports those rows/s ("ort-rows/s", the batcher's bound) and the batcher's
+// share of it ("%of-ort").
+//
+//	go test ./batcher -run '^$' -bench 'Batcher$' -count 5
 func BenchmarkBatcher(b *testing.B) {
+	const workers, envs, steps = 2, 1024, 64
 	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
-	bt := newBatcher(b, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 1024, Steps: 64}, p)
-	before, t := benchCollect(b, bt, 64)
+	bt := newBatcher(b, Config{Env: "CartPole-v1", Workers: workers, EnvsPerWorker: envs, Steps: steps}, p)
+	before, t := benchCollect(b, bt, steps)
+	rate := float64(t.Steps-before.Steps) / b.Elapsed().Seconds()
+	calls := int(t.Steps-before.Steps) / (workers * envs)
+	ort := ortAlone(b, "../testdata/mlp_tanh.onnx", workers, envs, calls)
+	b.ReportMetric(ort, "ort-rows/s")
+	b.ReportMetric(100*rate/ort, "%of-ort")
 	busy := (t.Env + t.Inference + t.Sampling + t.Buffers - before.Env - before.Inference - before.Sampling - before.Buffers).Seconds()
 	b.ReportMetric(100*(t.Env-before.Env).Seconds()/busy, "%env")
 	b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/busy, "%inference")
 	b.ReportMetric(100*(t.Sampling-before.Sampling).Seconds()/busy, "%sampling")
 	b.ReportMetric(100*(t.Buffers-before.Buffers).Seconds()/busy, "%buffers")
+}
+
+// ortAlone runs the model at path in workers sessions at once (one goroutine each, ONNX
+// Runtime's default single thread per session, as batcher workers run it), calls runs of
+// batch rows each, and returns the rows per second of them all.
+func ortAlone(b *testing.B, path string, workers, batch, calls int) float64 {
+	sessions := make([]*onnx.Session, workers)
+	for w := range sessions {
+		s, err := onnx.Open(context.Background(), path, onnx.Config{MaxBatch: batch})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		in, err := onnx.Input[float32](s, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range in {
+			in[i] = float32(i%13)*0.05 - 0.3
+		}
+		sessions[w] = s
+	}
+	errs := make(chan error, workers)
+	start := time.Now()
+	for _, s := range sessions {
+		go func() {
+			for range calls {
+				if err := s.Run(batch); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	return float64(workers*batch*calls) / time.Since(start).Seconds()
 }
 
 // BenchmarkForeignTwins collects with each fixed-batch fixture (its batch freed at load) and
