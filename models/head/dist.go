@@ -70,6 +70,11 @@ func LogSoftmaxBackward(dx, y, dy []float32) {
 // logSoftmax[a], and the entropy H = −Σ_j p_j·log p_j. a must be in [0, len(logits)):
 // callers check the actions and name the bad row.
 func CategoricalForward(logits []float32, a int, logSoftmax, probs []float64) (logp, entropy float64) {
+	if len(logits) == 2 {
+		if logp, entropy, ok := categoricalForward2(logits[0], logits[1], a, logSoftmax[:2], probs[:2]); ok {
+			return logp, entropy
+		}
+	}
 	lse := LogSumExp(logits)
 	logSoftmax, probs = logSoftmax[:len(logits)], probs[:len(logits)]
 	for j, v := range logits {
@@ -91,6 +96,16 @@ func CategoricalForwardRows(n int, logits []float32, acts []int32, logSoftmax, p
 	rows := len(acts)
 	logits, logSoftmax, probs = logits[:rows*n], logSoftmax[:rows*n], probs[:rows*n]
 	logp, entropy = logp[:rows], entropy[:rows]
+	if n == 2 {
+		for i, a := range acts {
+			r := 2 * i
+			var ok bool
+			if logp[i], entropy[i], ok = categoricalForward2(logits[r], logits[r+1], int(a), logSoftmax[r:r+2], probs[r:r+2]); !ok {
+				logp[i], entropy[i] = CategoricalForward(logits[r:r+2], int(a), logSoftmax[r:r+2], probs[r:r+2])
+			}
+		}
+		return
+	}
 	for i := range rows {
 		logp[i] = LogSumExp(logits[i*n : (i+1)*n])
 	}
@@ -106,6 +121,30 @@ func CategoricalForwardRows(n int, logits []float32, acts []int32, logSoftmax, p
 		}
 		logp[i], entropy[i] = ls[a], e
 	}
+}
+
+// categoricalForward2 is CategoricalForward over two finite logits l₀, l₁, with one exp and one
+// log where the general row takes three and one: with e = exp(−|l₁ − l₀|), the log-sum-exp
+// is max(l₀, l₁) + log1p(e) and the probabilities are 1/(1 + e) for the larger logit and
+// e/(1 + e) for the other (TestCategoricalForward2: as exact as the general row's, or more). ok is false, and nothing written, when a logit is ±Inf or NaN:
+// the general row then says what the distribution is.
+func categoricalForward2(l0, l1 float32, a int, logSoftmax, probs []float64) (logp, entropy float64, ok bool) {
+	x0, x1 := float64(l0), float64(l1)
+	m := max(x0, x1)
+	if m-m != 0 || x0-x0 != 0 || x1-x1 != 0 {
+		return 0, 0, false
+	}
+	e := math.Exp(-math.Abs(x1 - x0))
+	lse := m + math.Log1p(e)
+	inv := 1 / (1 + e)
+	pMax, pOther := math.Float64bits(inv), math.Float64bits(e*inv)
+	// Which logit is larger is a coin toss row by row: choose on bits, not by a branch.
+	swap := -(math.Float64bits(x0-x1) >> 63) // all ones when l₁ > l₀ (equal logits give +0)
+	p0 := math.Float64frombits(pMax ^ (pMax^pOther)&swap)
+	p1 := math.Float64frombits(pOther ^ (pMax^pOther)&swap)
+	ls0, ls1 := x0-lse, x1-lse
+	logSoftmax[0], logSoftmax[1], probs[0], probs[1] = ls0, ls1, p0, p1
+	return logSoftmax[a], -(p0*ls0 + p1*ls1), true
 }
 
 // CategoricalBackward writes ∂loss/∂logits of one row into dLogits from the row's

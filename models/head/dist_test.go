@@ -100,6 +100,46 @@ func TestCategoricalForwardRows(t *testing.T) {
 	}
 }
 
+// TestCategoricalForward2: the two-logit path against the general row's formulas in float64,
+// for logits from equal to 200 apart and around ±1e4; non-finite logits take the general row.
+// The reference shifts the logits by their maximum m first (exact for float32 logits), so its
+// probabilities are exact to rounding; the log-softmax l_j − lse, of either, carries lse's
+// rounding, an ulp of m, and so does the entropy: each value is compared to within 4 ulp of
+// 1 + |m| + |value|.
+func TestCategoricalForward2(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 13))
+	cases := [][2]float32{{0, 0}, {1, 1}, {-3, 2}, {2, -3}, {0, 200}, {200, 0}, {-1e4, -1e4 + 0.5}, {1e4, 1e4 - 30}, {0, 1e-7}}
+	for range 2000 {
+		cases = append(cases, [2]float32{float32(5 * rng.NormFloat64()), float32(5 * rng.NormFloat64())})
+	}
+	for _, c := range cases {
+		x0, x1 := float64(c[0]), float64(c[1])
+		m := max(x0, x1)
+		close := func(got, want float64) bool {
+			return math.Abs(got-want) <= 4*0x1p-52*(max(1, math.Abs(m))+math.Abs(want))
+		}
+		d0, d1 := x0-m, x1-m
+		lse0 := math.Log(math.Exp(d0) + math.Exp(d1))
+		wls := []float64{d0 - lse0, d1 - lse0}
+		wp := []float64{math.Exp(wls[0]), math.Exp(wls[1])}
+		wh := -(wp[0]*wls[0] + wp[1]*wls[1])
+		for a := range 2 {
+			ls, p := make([]float64, 2), make([]float64, 2)
+			lp, h, ok := categoricalForward2(c[0], c[1], a, ls, p)
+			if !ok || !close(lp, wls[a]) || !close(h, wh) || !close(ls[0], wls[0]) || !close(ls[1], wls[1]) || !close(p[0], wp[0]) || !close(p[1], wp[1]) {
+				t.Fatalf("logits %v action %d: logp %v entropy %v log-softmax %v probs %v (ok %v); want %v %v %v %v",
+					c, a, lp, h, ls, p, ok, wls[a], wh, wls, wp)
+			}
+		}
+	}
+	inf := float32(math.Inf(1))
+	for _, c := range [][2]float32{{-inf, 0}, {0, inf}, {float32(math.NaN()), 0}} {
+		if _, _, ok := categoricalForward2(c[0], c[1], 0, make([]float64, 2), make([]float64, 2)); ok {
+			t.Errorf("logits %v: the two-logit path took a non-finite row", c)
+		}
+	}
+}
+
 // LogSoftmax of (0, log 2, log 7) is log(0.1, 0.2, 0.7); its backward matches central
 // differences of L = Σ_j w_j·y_j.
 func TestLogSoftmax(t *testing.T) {
