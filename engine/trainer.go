@@ -36,6 +36,7 @@ type trainer struct {
 	steps    int64
 	eps      int64
 	ckpt     chan error // the checkpoint being written, if any
+	polW     chan error // policy.onnx being written, if any
 	async    *asyncRun  // set for an asynchronous algorithm (impala, appo)
 	rs       *rankState // set for a rank of a DD-PPO job of several
 	source   *sourceRun // set when the rollouts come from Options.Source, not own batchers
@@ -161,8 +162,12 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	return err
 }
 
-// writePolicy exports the current parameters (t.model) and writes them to the run directory
-// as policy.onnx (and policy_with_critic.onnx when the graph trained differs).
+// writePolicy exports the current parameters (t.model) and hands them to a goroutine that
+// writes them to the run directory as policy.onnx (and policy_with_critic.onnx when the graph
+// trained differs), once the previous write has finished: the learner does not wait on the
+// disk (each atomic write syncs the file and its folder: about 1 ms here, more on a busy
+// disk), two writes never overlap, and waitPolicy gives a write's error. The bytes are the
+// export's own: later updates do not touch them.
 func (t *trainer) writePolicy(run *runDir) error {
 	if err := t.export(); err != nil {
 		return err
@@ -171,7 +176,24 @@ func (t *trainer) writePolicy(run *runDir) error {
 	if err != nil {
 		return err
 	}
-	return run.Policy(art, t.pm.trained(t.model))
+	trained := t.pm.trained(t.model)
+	if err := t.waitPolicy(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- run.Policy(art, trained) }()
+	t.polW = done
+	return nil
+}
+
+// waitPolicy waits for the policy.onnx being written, if any, and returns its error.
+func (t *trainer) waitPolicy() error {
+	if t.polW == nil {
+		return nil
+	}
+	err := <-t.polW
+	t.polW = nil
+	return err
 }
 
 // export makes t.model: the current parameters exported as policy version t.version.
@@ -192,7 +214,7 @@ func (t *trainer) publish(ctx context.Context) error {
 }
 
 func (t *trainer) close() error {
-	errs := []error{t.waitCheckpoint(), t.stopStream()}
+	errs := []error{t.waitCheckpoint(), t.waitPolicy(), t.stopStream()}
 	if t.l != nil {
 		errs = append(errs, t.l.Close())
 	}
