@@ -46,20 +46,8 @@ trap cleanup EXIT
 echo '{"eval_episodes": -1}' >"$tmp/config.json"
 common=(--algo "$algo" --env "$env" --config "$tmp/config.json" --total-steps "$steps" --workers "$workers" --envs "$envs" --no-spin "${extra[@]}")
 
-# field LINE NAME: the number after "NAME": in LINE (the first occurrence).
-field() {
-	sed -n "s/.*\"$2\":\(-\{0,1\}[0-9.eE+-]*\).*/\1/p" <<<"$1" | head -n 1
-}
-
-# rate RUNDIR: env steps/s between the first and last metrics lines.
-rate() {
-	local first last
-	first="$(head -n 1 "$1/metrics.jsonl")"
-	last="$(tail -n 1 "$1/metrics.jsonl")"
-	awk -v s0="$(field "$first" env_steps)" -v s1="$(field "$last" env_steps)" \
-		-v w0="$(field "$first" wall_seconds)" -v w1="$(field "$last" wall_seconds)" \
-		'BEGIN { if (w1 > w0) printf "%.0f", (s1 - s0) / (w1 - w0); else print 0 }'
-}
+# field, rate, median
+source scripts/metrics_lib.sh
 
 # split RUNDIR: the learner's median time per iteration waiting for a rollout, learning and
 # publishing.
@@ -69,11 +57,6 @@ split() {
 		sed -n "s/.*\"${f}_seconds\":\([0-9.eE+-]*\).*/\1/p" "$1/metrics.jsonl" | sort -g |
 			awk -v f="$f" '{ v[NR] = $1 } END { printf "%s %.2f ms%s", f, 1000 * v[int((NR + 1) / 2)], (f == "publish" ? "" : ", ") }'
 	done
-}
-
-# median of the arguments.
-median() {
-	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
 
 # run_local N: the in-process run number N; prints its steps/s.
