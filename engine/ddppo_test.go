@@ -67,6 +67,24 @@ func TestDDPPORanks(t *testing.T) {
 	if len(ms) != 8 || ms[0]["env_steps"].(float64) != 1024 {
 		t.Fatalf("%d metrics lines, the first %v", len(ms), ms[0])
 	}
+	// Each iteration's all-reduce time, and per update: 4 epochs × 4 minibatches.
+	data, err := os.ReadFile(filepath.Join(full, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range bytes.Lines(data) {
+		var m struct {
+			Iter  int     `json:"iteration"`
+			Total float64 `json:"allreduce_seconds"`
+			Per   float64 `json:"allreduce_us_per_update"`
+		}
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatal(err)
+		}
+		if want := 1e6 * m.Total / 16; !(m.Total > 0) || math.Abs(m.Per-want) > 1e-9*want {
+			t.Errorf("iteration %d: allreduce_seconds %v, allreduce_us_per_update %v (want %v)", m.Iter, m.Total, m.Per, want)
+		}
+	}
 	ck, err := models.LoadCheckpoint(context.Background(), filepath.Join(full, checkpointFile))
 	if err != nil {
 		matches, _ := filepath.Glob(filepath.Join(full, "checkpoint*"))

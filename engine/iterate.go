@@ -122,6 +122,9 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	}
 	if t.rs != nil {
 		m.Preemption = t.rs.pre.metrics()
+		if res.Updates > 0 {
+			m.AllReducePerUpdate = Float(1e6 * allreduce.Seconds() / float64(res.Updates))
+		}
 	}
 	episodeStats(&m, r.Episodes)
 	if t.rs != nil {

@@ -39,9 +39,12 @@ type Metrics struct {
 	LearnSeconds   Float `json:"learn_seconds"`
 	// AllReduceSeconds (DD-PPO only) is the part of LearnSeconds this rank spent in the
 	// cross-rank all-reduces of its updates, waiting for the other ranks included.
-	AllReduceSeconds  Float `json:"allreduce_seconds,omitempty"`
-	PublishSeconds    Float `json:"publish_seconds"`
-	CheckpointSeconds Float `json:"checkpoint_seconds"`
+	AllReduceSeconds Float `json:"allreduce_seconds,omitempty"`
+	// AllReducePerUpdate (DD-PPO only) is AllReduceSeconds over the iteration's minibatch
+	// updates, in µs: the cost each update pays for training across the ranks.
+	AllReducePerUpdate Float `json:"allreduce_us_per_update,omitempty"`
+	PublishSeconds     Float `json:"publish_seconds"`
+	CheckpointSeconds  Float `json:"checkpoint_seconds"`
 
 	// Async holds what an asynchronous algorithm's iteration adds (nil for ppo).
 	Async *AsyncMetrics `json:"async,omitempty"`

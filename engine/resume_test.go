@@ -24,7 +24,7 @@ func metricsWithoutTimings(t *testing.T, dir string) []map[string]any {
 		if err := json.Unmarshal(line, &m); err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"wall_seconds", "collect_steps_per_sec", "learn_samples_per_sec", "collect_seconds", "learn_seconds", "publish_seconds", "checkpoint_seconds", "allreduce_seconds"} {
+		for _, k := range []string{"wall_seconds", "collect_steps_per_sec", "learn_samples_per_sec", "collect_seconds", "learn_seconds", "publish_seconds", "checkpoint_seconds", "allreduce_seconds", "allreduce_us_per_update"} {
 			delete(m, k)
 		}
 		out = append(out, m)
