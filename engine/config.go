@@ -23,7 +23,7 @@ type Config struct {
 	// (algo.Defaulter: appo makes 4 passes; impala 2 passes at 1e-4 with λ = 1).
 	Algo string `json:"algo"`
 
-	TotalSteps   int64 `json:"total_steps"`   // env steps; default 500k (Discrete), 1M (Box)
+	TotalSteps   int64 `json:"total_steps"`   // env steps; default 500k (Discrete), 1M (Box; impala 1M either way)
 	Workers      int   `json:"workers"`       // batcher workers; default 1
 	Envs         int   `json:"envs"`          // envs per worker; default 4 (Discrete), 1 (Box)
 	RolloutSteps int   `json:"rollout_steps"` // steps per env per iteration; default 128 (Discrete), 2048 (Box)
@@ -138,14 +138,17 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Algo == "" {
 		c.Algo = "ppo"
 	}
-	if c.TotalSteps == 0 {
-		c.TotalSteps = int64(pick(500_000, 1_000_000))
-	}
 	if d, ok := algoDefaults(c.Algo, discrete); ok { // the algorithm's own, before PPO's
+		if c.TotalSteps == 0 {
+			c.TotalSteps = d.TotalSteps
+		}
 		setInt(&c.Epochs, d.Epochs)
 		setInt(&c.Minibatches, d.Minibatches)
 		setF(&c.LR, d.LR)
 		setF(&c.Lambda, d.Lambda)
+	}
+	if c.TotalSteps == 0 {
+		c.TotalSteps = int64(pick(500_000, 1_000_000))
 	}
 	setInt(&c.Workers, 1)
 	setInt(&c.Envs, pick(4, 1))

@@ -45,7 +45,7 @@ func main() {
 		towers     = fs.Int("towers", 0, "learner towers (default 1)")
 		workers    = fs.Int("workers", 0, "batcher workers (default 1)")
 		envs       = fs.Int("envs", 0, "envs per worker (default 4 for Discrete actions, 1 for Box)")
-		total      = fs.Int64("total-steps", 0, "env steps to train for (default 500000 Discrete, 1000000 Box)")
+		total      = fs.Int64("total-steps", 0, "env steps to train for (default 500000 Discrete, 1000000 Box; impala 1000000)")
 		seed       = fs.Uint64("seed", 0, "seed")
 		noSpin     = fs.Bool("no-spin", false, "towers park at once instead of spinning while they wait for each other (machines shared with other work; same results)")
 		initPolicy = fs.String("init-policy", "", "pretrained ONNX policy to fine-tune")

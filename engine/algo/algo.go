@@ -91,6 +91,7 @@ type Sequential interface {
 // Defaults are an algorithm's own defaults for the run's hyper-parameters that are not
 // PPO's (CleanRL's, the engine's defaults); zero fields keep the engine's.
 type Defaults struct {
+	TotalSteps          int64   // env steps of a run
 	Epochs, Minibatches int     // passes over each rollout and minibatches per pass
 	LR, Lambda          float64 // learning rate; GAE's or V-trace's λ
 }

@@ -71,10 +71,11 @@ func (a *Algorithm) Sequences() bool { return true }
 
 // Defaults implements algo.Defaulter. APPO: 4 passes over each rollout (PPO's epochs), GAE's
 // λ = 0.95. IMPALA, whose loss has no trust region: 2 passes at a learning rate of 1e-4
-// (discrete actions), λ = 1 (the paper's). Measured on CartPole-v1 (100-episode deterministic
-// evaluations, advantages standardised, 4 envs × 128 steps in sequences of 32, 4 minibatches,
-// 2 cores at load 1.2–1.8, where ppo's 500k steps take 3.1–3.5 s and reach 500); an
-// asynchronous run is not reproducible, so a seed's result varies between runs:
+// (discrete actions), λ = 1 (the paper's), over 1M steps. Measured on CartPole-v1
+// (100-episode deterministic evaluations, advantages standardised, 4 envs × 128 steps in
+// sequences of 32, 4 minibatches, 2 cores at load 1.2–1.8, where ppo's 500k steps take
+// 3.1–3.5 s and reach 500); an asynchronous run is not reproducible, so a seed's result varies
+// between runs:
 //   - APPO, 4 passes, 500k steps: 500 on seeds 0–19 and again on 0–9, in 2.1–2.4 s (1.4–1.6×
 //     ppo's env steps/s: the learner, which does ppo's work per row, is the bottleneck).
 //     On a quiet machine (load < 1), where the batchers run the full queue of 2 versions
@@ -88,10 +89,12 @@ func (a *Algorithm) Sequences() bool { return true }
 //     the runs with few passes most: with sequences of 8, 2 passes reach ≥ 475 on 15 of 20.
 //   - IMPALA, 2 passes at 1e-4 after 400k steps: 460–484 on seeds 0–9 (4 of them ≥ 475); after
 //     600k 391–492 (6); 3 passes after 600k 421–497 (7); 4 passes after 500k 257–500 (8),
-//     after 600k 153–500 (7); 4 passes at λ = 0.95: 132–500 (5).
+//     after 600k 153–500 (7); 4 passes at λ = 0.95: 132–500 (5). Hence IMPALA's budget of 1M
+//     steps: 2 passes at 1e-4 reach ≥ 475 on 11 of seeds 0–19 and 392–473 on the others
+//     (2.8–3.3 s each); at 500k on 3 of 10. At 2e-4, 1M: 14 of 20, the others 176–443.
 func (a *Algorithm) Defaults(discrete bool) algo.Defaults {
 	if a.kind == IMPALA {
-		d := algo.Defaults{Lambda: 1, Epochs: 2}
+		d := algo.Defaults{TotalSteps: 1_000_000, Lambda: 1, Epochs: 2}
 		if discrete {
 			d.LR = 1e-4
 		}
