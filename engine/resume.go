@@ -275,14 +275,7 @@ func (t *trainer) save(ctx context.Context, path string, c *models.Checkpoint) e
 }
 
 // waitCheckpoint waits for the checkpoint being written, if any, and returns its error.
-func (t *trainer) waitCheckpoint() error {
-	if t.ckpt == nil {
-		return nil
-	}
-	err := <-t.ckpt
-	t.ckpt = nil
-	return err
-}
+func (t *trainer) waitCheckpoint() error { return waitWrite(&t.ckpt) }
 
 // restore sets the trainer to a checkpoint's state (after start built it afresh).
 func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {

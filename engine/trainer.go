@@ -187,12 +187,16 @@ func (t *trainer) writePolicy(run *runDir) error {
 }
 
 // waitPolicy waits for the policy.onnx being written, if any, and returns its error.
-func (t *trainer) waitPolicy() error {
-	if t.polW == nil {
+func (t *trainer) waitPolicy() error { return waitWrite(&t.polW) }
+
+// waitWrite waits for the write whose result *done will carry, if any (*done not nil), and
+// returns its error; *done is then nil.
+func waitWrite(done *chan error) error {
+	if *done == nil {
 		return nil
 	}
-	err := <-t.polW
-	t.polW = nil
+	err := <-*done
+	*done = nil
 	return err
 }
 
