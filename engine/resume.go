@@ -283,7 +283,10 @@ func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {
 	for name, dst := range map[string][]float32{"params": t.pm.flatParams(), "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
 		v, ok := c.Tensor(name)
 		if !ok || len(v.Data) != len(dst) {
-			return fmt.Errorf("engine: the checkpoint's %q does not fit this model (%d values, want %d)", name, len(v.Data), len(dst))
+			return fmt.Errorf("engine: the checkpoint's %q holds %d values, this model has %d: the run was trained "+
+				"with a model of another shape (another version of towerrl, or files copied from another run), and cannot "+
+				"be resumed with this one; train it afresh into a new --out (the run's config.json has its settings)",
+				name, len(v.Data), len(dst))
 		}
 		copy(dst, v.Data)
 	}

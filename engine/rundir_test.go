@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,6 +134,32 @@ func TestResumeGuards(t *testing.T) {
 		_, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.Seed, c.Towers = 9, 2 }})
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "seed (run: 3, asked: 9)") || !strings.Contains(err.Error(), "towers") {
 			t.Fatalf("resume changing seed and towers: %v", err)
+		}
+	})
+	t.Run("parameters of another shape", func(t *testing.T) {
+		// As a checkpoint from a towerrl whose model had another shape would be (a new critic
+		// reading more inputs): the run's own checkpoint with one parameter too few.
+		dir := copyRun(t, runB)
+		path := filepath.Join(dir, checkpointFile)
+		ck, err := models.LoadCheckpoint(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := ck.Tensor("params")
+		if err := ck.Put("params", []int{len(p.Data) - 1}, p.Data[:len(p.Data)-1]); err != nil {
+			t.Fatal(err)
+		}
+		if err := models.SaveCheckpoint(ctx, path, ck); err != nil {
+			t.Fatal(err)
+		}
+		before := readFile(t, path)
+		_, err = Resume(ctx, dir, Options{})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf(`"params" holds %d values, this model has %d`, len(p.Data)-1, len(p.Data))) ||
+			!strings.Contains(err.Error(), "train it afresh") {
+			t.Fatalf("resume with params of another shape: %v", err)
+		}
+		if !bytes.Equal(readFile(t, path), before) {
+			t.Error("the refused resume changed the checkpoint")
 		}
 	})
 	t.Run("total_steps may grow", func(t *testing.T) {
