@@ -200,6 +200,29 @@ func copyRun(t *testing.T, src string) string {
 	return dst
 }
 
+// TestPolicyWriteFails: policy.onnx is written on a goroutine; when a write fails (here its
+// path became a folder that is not empty), the run stops with the write's error, naming the
+// file, and the checkpoints written before stay.
+func TestPolicyWriteFails(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	block := func(m Metrics) {
+		if m.Iteration == 1 { // before the first policy.onnx (iteration 2)
+			if err := os.MkdirAll(filepath.Join(dir, policyFile, "x"), 0o755); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	_, err := Train(context.Background(), smallRun(5), Options{Out: dir, Progress: block})
+	if err == nil || !strings.Contains(err.Error(), policyFile) {
+		t.Fatalf("a run whose policy.onnx cannot be written: %v", err)
+	}
+	ck, lerr := models.LoadCheckpoint(context.Background(), filepath.Join(dir, checkpointFile))
+	if lerr != nil || ck.Ints["iteration"] < 2 {
+		t.Fatalf("the checkpoint after the failed write: %v (%v)", lerr, err)
+	}
+	t.Logf("%v; checkpoint at iteration %d", err, ck.Ints["iteration"])
+}
+
 // TestStopAndResume: Options.Stop ends the run after the iteration under way with a checkpoint
 // (iteration 3 is not a checkpoint interval), the error says how to resume, and the resumed run
 // ends with the uninterrupted run's policy. A run cut before its first iteration is resumable.
