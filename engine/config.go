@@ -34,8 +34,9 @@ type Config struct {
 	// backpropagates through (RLlib's max_seq_len): each env's rollout is cut into
 	// RolloutSteps/SeqLen sequences, each replayed from the state the batcher fed at its first
 	// step. It must divide RolloutSteps. Default (0): the largest divisor of RolloutSteps up
-	// to 8 (up to 32 for impala and appo, whose V-trace runs over sequences). Unused by
-	// feed-forward policies under ppo.
+	// to 8 (up to 32 for impala and appo, whose V-trace runs over sequences; appo with
+	// discrete actions: up to 4, written into the run's config). Unused by feed-forward
+	// policies under ppo.
 	SeqLen int `json:"seq_len,omitempty"`
 
 	LR          float64 `json:"lr"`            // default 2.5e-4 (Discrete), 3e-4 (Box), 1e-4 fine-tuning a Box InitPolicy (foreignBoxLR)
@@ -138,10 +139,12 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Algo == "" {
 		c.Algo = "ppo"
 	}
+	seqLimit := 0
 	if d, ok := algoDefaults(c.Algo, discrete); ok { // the algorithm's own, before PPO's
 		if c.TotalSteps == 0 {
 			c.TotalSteps = d.TotalSteps
 		}
+		seqLimit = d.SeqLen
 		setInt(&c.Epochs, d.Epochs)
 		setInt(&c.Minibatches, d.Minibatches)
 		setF(&c.LR, d.LR)
@@ -153,6 +156,9 @@ func (c Config) WithDefaults() (Config, error) {
 	setInt(&c.Workers, 1)
 	setInt(&c.Envs, pick(4, 1))
 	setInt(&c.RolloutSteps, pick(128, 2048))
+	if c.SeqLen == 0 && seqLimit > 0 && c.RolloutSteps > 0 {
+		c.SeqLen = largestDivisor(c.RolloutSteps, seqLimit)
+	}
 	setInt(&c.Towers, 1)
 	setInt(&c.Minibatches, pick(4, 32))
 	setInt(&c.Epochs, pick(4, 10))

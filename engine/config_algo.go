@@ -85,8 +85,13 @@ func (c Config) seqLen() int {
 	if !sequential(c.Algo) {
 		limit = recurrentSeqLen
 	}
-	for l := min(limit, c.RolloutSteps); l > 1; l-- {
-		if c.RolloutSteps%l == 0 {
+	return largestDivisor(c.RolloutSteps, limit)
+}
+
+// largestDivisor is the largest divisor of n up to limit (at least 1).
+func largestDivisor(n, limit int) int {
+	for l := min(limit, n); l > 1; l-- {
+		if n%l == 0 {
 			return l
 		}
 	}

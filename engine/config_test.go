@@ -140,27 +140,32 @@ func TestConfigHiddenSizes(t *testing.T) {
 }
 
 // TestAlgorithmDefaults: an algorithm's own defaults (algo.Defaulter) fill the fields a run
-// leaves at zero, PPO's the rest, and a field the run sets is kept.
+// leaves at zero, PPO's the rest, and a field the run sets is kept. APPO's sequence bound is
+// the largest divisor of the rollout's steps up to 4.
 func TestAlgorithmDefaults(t *testing.T) {
 	for _, tc := range []struct {
-		cfg    Config
-		steps  int64
-		epochs int
-		lr     float64
+		cfg         Config
+		steps       int64
+		epochs, seq int
+		lr          float64
 	}{
-		{Config{Env: "CartPole-v1"}, 500_000, 4, 2.5e-4},
-		{Config{Env: "CartPole-v1", Algo: "appo"}, 500_000, 4, 2.5e-4},
-		{Config{Env: "CartPole-v1", Algo: "impala"}, 1_000_000, 2, 1e-4},
-		{Config{Env: "CartPole-v1", Algo: "impala", TotalSteps: 300_000, Epochs: 3, LR: 5e-4}, 300_000, 3, 5e-4},
-		{Config{Env: "Pendulum-v1", Algo: "impala"}, 1_000_000, 2, 3e-4},
-		{Config{Env: "Pendulum-v1"}, 1_000_000, 10, 3e-4},
+		{Config{Env: "CartPole-v1"}, 500_000, 4, 0, 2.5e-4},
+		{Config{Env: "CartPole-v1", Algo: "appo"}, 600_000, 3, 4, 2.5e-4},
+		{Config{Env: "CartPole-v1", Algo: "appo", RolloutSteps: 126}, 600_000, 3, 3, 2.5e-4},
+		{Config{Env: "CartPole-v1", Algo: "appo", SeqLen: 32, Epochs: 4, TotalSteps: 500_000}, 500_000, 4, 32, 2.5e-4},
+		{Config{Env: "Pendulum-v1", Algo: "appo"}, 1_000_000, 4, 0, 3e-4},
+		{Config{Env: "CartPole-v1", Algo: "impala"}, 1_000_000, 2, 0, 1e-4},
+		{Config{Env: "CartPole-v1", Algo: "impala", TotalSteps: 300_000, Epochs: 3, LR: 5e-4}, 300_000, 3, 0, 5e-4},
+		{Config{Env: "Pendulum-v1", Algo: "impala"}, 1_000_000, 2, 0, 3e-4},
+		{Config{Env: "Pendulum-v1"}, 1_000_000, 10, 0, 3e-4},
 	} {
 		c, err := tc.cfg.WithDefaults()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.TotalSteps != tc.steps || c.Epochs != tc.epochs || c.LR != tc.lr {
-			t.Errorf("%s on %s: total_steps %d, epochs %d, lr %v; want %d, %d, %v", c.Algo, c.Env, c.TotalSteps, c.Epochs, c.LR, tc.steps, tc.epochs, tc.lr)
+		if c.TotalSteps != tc.steps || c.Epochs != tc.epochs || c.SeqLen != tc.seq || c.LR != tc.lr {
+			t.Errorf("%s on %s (rollout %d): total_steps %d, epochs %d, seq_len %d, lr %v; want %d, %d, %d, %v", c.Algo, c.Env,
+				c.RolloutSteps, c.TotalSteps, c.Epochs, c.SeqLen, c.LR, tc.steps, tc.epochs, tc.seq, tc.lr)
 		}
 	}
 }

@@ -94,6 +94,9 @@ type Defaults struct {
 	TotalSteps          int64   // env steps of a run
 	Epochs, Minibatches int     // passes over each rollout and minibatches per pass
 	LR, Lambda          float64 // learning rate; GAE's or V-trace's λ
+	// SeqLen bounds the sequences (algo.Sequential) a run that sets none is cut into: the
+	// largest divisor of the rollout's steps up to SeqLen.
+	SeqLen int
 }
 
 // Defaulter is implemented by an algorithm whose defaults differ from PPO's: the engine's

@@ -69,24 +69,23 @@ func (a *Algorithm) StatNames() []string { return a.kind.StatNames() }
 // Sequences implements algo.Sequential: V-trace runs over whole time-ordered sequences.
 func (a *Algorithm) Sequences() bool { return true }
 
-// Defaults implements algo.Defaulter. APPO: 4 passes over each rollout (PPO's epochs), GAE's
-// λ = 0.95. IMPALA, whose loss has no trust region: 2 passes at a learning rate of 1e-4
-// (discrete actions), λ = 1 (the paper's), over 1M steps. Measured on CartPole-v1
-// (100-episode deterministic evaluations, advantages standardised, 4 envs × 128 steps in
-// sequences of 32, 4 minibatches, 2 cores at load 1.2–1.8, where ppo's 500k steps take
-// 3.1–3.5 s and reach 500); an asynchronous run is not reproducible, so a seed's result varies
-// between runs:
-//   - APPO, 4 passes, 500k steps: 500 on seeds 0–19 and again on 0–9, in 2.1–2.4 s (1.4–1.6×
-//     ppo's env steps/s: the learner, which does ppo's work per row, is the bottleneck).
-//     On a quiet machine (load < 1), where the batchers run the full queue of 2 versions
-//     ahead, 11 of 15 runs (seeds 0–14) reached ≥ 475 and the others 158–316.
-//     3 passes (1.8× ppo's steps/s), 600k: ≥ 475 on 9, then 6, of seeds 0–9 and 8 of 10–19
-//     (the others 143–296), in 2.0–2.3 s; 700k and 1M: 8 of 10 each. 4 passes after 400k:
-//     7 of 10. 2 passes, 600k: 4 of 10. 1 pass (RLlib's num_sgd_iter), 600k: 5 of 10, as
-//     ppo with 1 epoch (6 of 10): too few updates per row, not a fault of the loss.
-//     Minibatches hold whole sequences (4 of 32 steps), so many hold no episode end; standardised,
-//     their advantages (nearly all positive while the critic lags) become noise, which costs
-//     the runs with few passes most: with sequences of 8, 2 passes reach ≥ 475 on 15 of 20.
+// Defaults implements algo.Defaulter. APPO, discrete actions: sequences of 4 steps, 3 passes
+// over each rollout (PPO's epochs), GAE's λ = 0.95, 600k steps; Box actions: 4 passes.
+// IMPALA, whose loss has no trust region: 2 passes at a learning rate of 1e-4 (discrete
+// actions), λ = 1 (the paper's), over 1M steps. Measured on CartPole-v1 (100-episode
+// deterministic evaluations, advantages standardised, 4 envs × 128 steps, 4 minibatches, 2
+// cores); an asynchronous run is not reproducible, so a seed's result varies between runs:
+//   - APPO's minibatches hold whole sequences: with sequences of 32, a minibatch is 4 of them,
+//     many hold no episode end, and standardised, their advantages (nearly all positive while
+//     the critic lags) become noise. Runs then collapse to 115–334 on some seeds, most of all
+//     on a quiet machine. Sequences of 32 (the default before), 4 passes, 500k: ≥ 475 on
+//     45 of 61 quiet runs over three sittings (2.0–2.4 s, 1.3–1.6× ppo's env steps/s);
+//     3 passes, 600k: 13 of 20 (1.73×); 2 passes, 600k: 4 of 10; 1 pass (RLlib's
+//     num_sgd_iter), 600k: 5 of 10, as ppo with 1 epoch (6 of 10). Sequences of 16, 3 passes,
+//     600k: 18 of 20 (seeds 20–39); of 8: 33 of 40 (seeds 0–39; 4 passes, 500k: 34 of 40).
+//   - Sequences of 4, 3 passes, 600k (the default): ≥ 475 on 56 of 60 seeds (0–59; the
+//     others 190–466) in 1.9–2.3 s, 1.7–1.9× ppo's env steps/s in the same sitting (ppo:
+//     500k steps in 2.8–3.7 s); at 500k, 31 of 40 (most others 400–470: too few steps).
 //   - IMPALA, 2 passes at 1e-4 after 400k steps: 460–484 on seeds 0–9 (4 of them ≥ 475); after
 //     600k 391–492 (6); 3 passes after 600k 421–497 (7); 4 passes after 500k 257–500 (8),
 //     after 600k 153–500 (7); 4 passes at λ = 0.95: 132–500 (5). Hence IMPALA's budget of 1M
@@ -99,6 +98,9 @@ func (a *Algorithm) Defaults(discrete bool) algo.Defaults {
 			d.LR = 1e-4
 		}
 		return d
+	}
+	if discrete {
+		return algo.Defaults{TotalSteps: 600_000, Epochs: 3, SeqLen: 4}
 	}
 	return algo.Defaults{Epochs: 4}
 }
