@@ -84,8 +84,9 @@ func (a *Algorithm) Sequences() bool { return true }
 //     num_sgd_iter), 600k: 5 of 10, as ppo with 1 epoch (6 of 10). Sequences of 16, 3 passes,
 //     600k: 18 of 20 (seeds 20–39); of 8: 33 of 40 (seeds 0–39; 4 passes, 500k: 34 of 40).
 //   - Sequences of 4, 3 passes, 600k (the default): ≥ 475 on 56 of 60 seeds (0–59; the
-//     others 190–466) in 1.9–2.3 s, 1.7–1.9× ppo's env steps/s in the same sitting (ppo:
-//     500k steps in 2.8–3.7 s); at 500k, 31 of 40 (most others 400–470: too few steps).
+//     others 190–466) in 1.9–2.4 s; run seed by seed right after ppo (500k steps in
+//     2.9–3.3 s), 500 on 19 of 20 at 1.48–1.91× ppo's env steps/s (median 1.75×). At 500k,
+//     31 of 40 (most others 400–470: too few steps).
 //   - IMPALA, 2 passes at 1e-4 after 400k steps: 460–484 on seeds 0–9 (4 of them ≥ 475); after
 //     600k 391–492 (6); 3 passes after 600k 421–497 (7); 4 passes after 500k 257–500 (8),
 //     after 600k 153–500 (7); 4 passes at λ = 0.95: 132–500 (5). Hence IMPALA's budget of 1M
