@@ -19,17 +19,18 @@ var ErrConfig = errors.New("engine: invalid config")
 type Config struct {
 	Env string `json:"env"` // Gymnasium id (required)
 	// Algo is a registered algorithm (engine/algo): "ppo" (default), "appo", "impala" or
-	// "ddppo". An algorithm may have its own defaults for Epochs, Minibatches, LR and Lambda
-	// (algo.Defaulter: appo makes 4 passes; impala 2 passes at 1e-4 with λ = 1).
+	// "ddppo". An algorithm may have its own defaults for TotalSteps, Epochs, Minibatches,
+	// LR, Lambda and SeqLen (algo.Defaulter: appo, discrete actions, 3 passes over sequences
+	// of 4 steps for 600k steps, Box 4 passes; impala 2 passes at 1e-4 with λ = 1 for 1M).
 	Algo string `json:"algo"`
 
-	TotalSteps   int64 `json:"total_steps"`   // env steps; default 500k (Discrete), 1M (Box; impala 1M either way)
+	TotalSteps   int64 `json:"total_steps"`   // env steps; default 500k (Discrete), 1M (Box); see Algo
 	Workers      int   `json:"workers"`       // batcher workers; default 1
 	Envs         int   `json:"envs"`          // envs per worker; default 4 (Discrete), 1 (Box)
 	RolloutSteps int   `json:"rollout_steps"` // steps per env per iteration; default 128 (Discrete), 2048 (Box)
 	Towers       int   `json:"towers"`        // learner towers; default 1
 	Minibatches  int   `json:"minibatches"`   // per epoch; default 4 (Discrete), 32 (Box)
-	Epochs       int   `json:"epochs"`        // passes over each rollout; default 4 (Discrete), 10 (Box)
+	Epochs       int   `json:"epochs"`        // passes over each rollout; default 4 (Discrete), 10 (Box); see Algo
 	// SeqLen is, for a recurrent policy, the steps of the sequences the learner
 	// backpropagates through (RLlib's max_seq_len): each env's rollout is cut into
 	// RolloutSteps/SeqLen sequences, each replayed from the state the batcher fed at its first
