@@ -126,16 +126,16 @@ func CategoricalForwardRows(n int, logits []float32, acts []int32, logSoftmax, p
 // categoricalForward2 is CategoricalForward over two finite logits l₀, l₁, with one exp and one
 // log where the general row takes three and one: with e = exp(−|l₁ − l₀|), the log-sum-exp
 // is max(l₀, l₁) + log1p(e) and the probabilities are 1/(1 + e) for the larger logit and
-// e/(1 + e) for the other (TestCategoricalForward2: as exact as the general row's, or more). ok is false, and nothing written, when a logit is ±Inf or NaN:
-// the general row then says what the distribution is.
+// e/(1 + e) for the other (TestCategoricalForward2: as exact as the general row's, or more).
+// ok is false, and nothing written, when a logit is ±Inf or NaN: the general row then says
+// what the distribution is.
 func categoricalForward2(l0, l1 float32, a int, logSoftmax, probs []float64) (logp, entropy float64, ok bool) {
 	x0, x1 := float64(l0), float64(l1)
-	m := max(x0, x1)
-	if m-m != 0 || x0-x0 != 0 || x1-x1 != 0 {
+	if x0-x0 != 0 || x1-x1 != 0 { // ±Inf or NaN
 		return 0, 0, false
 	}
 	e := math.Exp(-math.Abs(x1 - x0))
-	lse := m + math.Log1p(e)
+	lse := max(x0, x1) + math.Log1p(e)
 	inv := 1 / (1 + e)
 	pMax, pOther := math.Float64bits(inv), math.Float64bits(e*inv)
 	// Which logit is larger is a coin toss row by row: choose on bits, not by a branch.
