@@ -3,8 +3,8 @@
 # (mpirun -np 2 --bind-to core), against 1 rank on one core (taskset -c 0) with the same
 # envs per rank, so that 2 ranks collect and learn on twice the rows per iteration. Steps/s
 # are the env steps between the first and last metrics lines (start-up excluded); the
-# all-reduce time per update is allreduce_seconds over epochs × minibatches updates an
-# iteration. The two alternate REPEAT times, so that load from elsewhere hits both alike;
+# all-reduce time per update is the mean of the 2-rank run's allreduce_us_per_update. The
+# two alternate REPEAT times, so that load from elsewhere hits both alike;
 # the medians are the figures. Needs Open MPI (apt-get install openmpi-bin libopenmpi-dev).
 # Not part of make test.
 #
@@ -68,12 +68,10 @@ for ((n = 1; n <= repeat; n++)); do
 	one+=("$a")
 	two+=("$b")
 	ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (a > 0 ? b / a : 0) }')")
-	cfg="$tmp/two-$n/config.json"
-	updates=$(($(field "$(tr -d ' \n' <"$cfg")" epochs) * $(field "$(tr -d ' \n' <"$cfg")" minibatches)))
 	iters="$(wc -l <"$tmp/two-$n/metrics.jsonl")"
-	ar="$(total "$tmp/two-$n" allreduce_seconds)"
+	per="$(total "$tmp/two-$n" allreduce_us_per_update)"
 	printf 'run %d: 1 rank %7d env steps/s; 2 ranks %7d env steps/s (all-reduce %.0f µs per update): %s×\n' "$n" "$a" "$b" \
-		"$(awk -v s="$ar" -v n="$iters" -v u="$updates" 'BEGIN { print 1e6 * s / (n * u) }')" "${ratios[-1]}"
+		"$(awk -v s="$per" -v n="$iters" 'BEGIN { print s / n }')" "${ratios[-1]}"
 done
 echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "median: 1 rank $(median "${one[@]}"), 2 ranks $(median "${two[@]}") env steps/s: $(median "${ratios[@]}")× (target 1.7×)"
