@@ -258,13 +258,13 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 					return res, err
 				}
 			}
-			if err := errors.Join(t.waitCheckpoint(), t.waitPolicy()); err != nil {
+			if err := t.waitWrites(); err != nil {
 				return res, err
 			}
 			return res, fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, iters, run.Path())
 		}
 	}
-	if err := errors.Join(t.waitCheckpoint(), t.waitPolicy()); err != nil {
+	if err := t.waitWrites(); err != nil {
 		return res, err
 	}
 	h := paramsHash(t.pm.flatParams())

@@ -189,6 +189,10 @@ func (t *trainer) writePolicy(run *runDir) error {
 // waitPolicy waits for the policy.onnx being written, if any, and returns its error.
 func (t *trainer) waitPolicy() error { return waitWrite(&t.polW) }
 
+// waitWrites waits for every file being written on a goroutine (the checkpoint, policy.onnx)
+// and returns their errors.
+func (t *trainer) waitWrites() error { return errors.Join(t.waitCheckpoint(), t.waitPolicy()) }
+
 // waitWrite waits for the write whose result *done will carry, if any (*done not nil), and
 // returns its error; *done is then nil.
 func waitWrite(done *chan error) error {
@@ -218,7 +222,7 @@ func (t *trainer) publish(ctx context.Context) error {
 }
 
 func (t *trainer) close() error {
-	errs := []error{t.waitCheckpoint(), t.waitPolicy(), t.stopStream()}
+	errs := []error{t.waitWrites(), t.stopStream()}
 	if t.l != nil {
 		errs = append(errs, t.l.Close())
 	}
