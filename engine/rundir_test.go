@@ -30,6 +30,35 @@ func readFile(t *testing.T, path string) []byte {
 	return b
 }
 
+// TestTrainAfterKilledSetUp: a fresh run killed while it wrote config.json leaves the folder
+// holding that write's temporary file (and the lock file); the same command starts the run
+// there, and the leftover is gone. Another file of that shape is the user's and is refused.
+func TestTrainAfterKilledSetUp(t *testing.T) {
+	dir := t.TempDir()
+	left := filepath.Join(dir, ".config.json.tmp-2990714932")
+	if err := os.WriteFile(left, []byte(`{"env": "CartPo`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Train(context.Background(), smallRun(1), Options{Out: dir}); err != nil {
+		t.Fatalf("Train into a folder holding a killed set-up's config.json temporary: %v", err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the leftover temporary file is still there: %v", err)
+	}
+
+	dir = t.TempDir()
+	mine := filepath.Join(dir, ".notes.txt.tmp-12")
+	if err := os.WriteFile(mine, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Train(context.Background(), smallRun(1), Options{Out: dir}); !errors.Is(err, ErrRunDir) || !strings.Contains(err.Error(), ".notes.txt.tmp-12") {
+		t.Fatalf("Train into a folder holding another temporary-looking file: %v", err)
+	}
+	if !bytes.Equal(readFile(t, mine), []byte("mine")) {
+		t.Error("the user's file was changed")
+	}
+}
+
 // TestTrainRefusesForeignFiles: a folder holding the user's own files (the policy being
 // fine-tuned among them) is refused before anything is written, and the files are untouched.
 func TestTrainRefusesForeignFiles(t *testing.T) {

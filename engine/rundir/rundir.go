@@ -98,6 +98,11 @@ func Create[M any](dir string, config []byte) (_ *Dir[M], err error) {
 	if err := CheckEmpty(dir); err != nil {
 		return nil, err
 	}
+	// What a run killed while writing its config.json left (CheckEmpty lets it through): no
+	// other process can be writing it while this one holds the lock.
+	if err := removeConfigTemps(dir); err != nil {
+		return nil, err
+	}
 	if err := WriteFile(filepath.Join(dir, ConfigFile), config); err != nil {
 		return nil, err
 	}
@@ -107,7 +112,9 @@ func Create[M any](dir string, config []byte) (_ *Dir[M], err error) {
 	return r, nil
 }
 
-// CheckEmpty refuses a folder holding anything but a lock file nobody holds.
+// CheckEmpty refuses a folder holding anything but a lock file nobody holds and the temporary
+// files of a config.json whose writer was killed (a fresh run stopped while it set up its
+// folder: the same command must be able to start it again).
 func CheckEmpty(dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -115,7 +122,7 @@ func CheckEmpty(dir string) error {
 	}
 	var names []string
 	for _, e := range entries {
-		if e.Name() != LockFile {
+		if e.Name() != LockFile && !isConfigTemp(e) {
 			names = append(names, e.Name())
 		}
 	}
@@ -132,6 +139,27 @@ func CheckEmpty(dir string) error {
 	}
 	return fmt.Errorf("%w %s is not empty (it holds %s); a new run goes into a new or empty folder, so that no file train did not create is overwritten: choose another --out",
 		ErrRunDir, dir, strings.Join(shown, ", "))
+}
+
+// isConfigTemp reports whether e is a temporary file a write of config.json left.
+func isConfigTemp(e fs.DirEntry) bool {
+	return e.Type().IsRegular() && atomicfile.IsTempOf(e.Name(), ConfigFile)
+}
+
+// removeConfigTemps removes the temporary files of config.json in dir (isConfigTemp).
+func removeConfigTemps(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrRunDir, err)
+	}
+	for _, e := range entries {
+		if isConfigTemp(e) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("%w: removing a leftover temporary file: %v", ErrRunDir, err)
+			}
+		}
+	}
+	return nil
 }
 
 // RemoveTemps deletes the temporary files a killed process left behind (internal/atomicfile's,

@@ -138,6 +138,12 @@ func RemoveTemps(dir string) error {
 
 // isTemp reports whether name (a base name) is that of a temporary file [Write] creates:
 // ".NAME.tmp-" followed by decimal digits (os.CreateTemp's suffix, which older writers used).
+// IsTempOf reports whether name (a file name, no folder) is a temporary file a write of a file
+// named base made: one its process left behind if it was killed mid-write.
+func IsTempOf(name, base string) bool {
+	return strings.HasPrefix(name, "."+base+tempMarker) && isTemp(name)
+}
+
 func isTemp(name string) bool {
 	i := strings.LastIndex(name, tempMarker)
 	if i < 2 || name[0] != '.' || i+len(tempMarker) == len(name) {

@@ -310,3 +310,22 @@ func TestSyncDir(t *testing.T) {
 		t.Fatalf("SyncDir(missing): %v", err)
 	}
 }
+
+// TestIsTempOf: only the temporary-file names Write makes for that destination.
+func TestIsTempOf(t *testing.T) {
+	for _, tc := range []struct {
+		name, base string
+		want       bool
+	}{
+		{".config.json.tmp-2990714932", "config.json", true},
+		{".config.json.tmp-", "config.json", false},
+		{".config.json.tmp-12a", "config.json", false},
+		{".policy.onnx.tmp-5", "config.json", false},
+		{"config.json.tmp-5", "config.json", false},
+		{".x.config.json.tmp-5", "config.json", false},
+	} {
+		if got := IsTempOf(tc.name, tc.base); got != tc.want {
+			t.Errorf("IsTempOf(%q, %q) = %v, want %v", tc.name, tc.base, got, tc.want)
+		}
+	}
+}
