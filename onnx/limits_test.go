@@ -189,6 +189,7 @@ func TestConfigValidation(t *testing.T) {
 		{"shapes rank", Config{Shapes: map[string][]int64{"obs": {-1}}}, []string{`Config.Shapes["obs"] has rank 1`}},
 		{"MaxBatch -1", Config{MaxBatch: -1}, []string{"MaxBatch is -1"}},
 		{"provider", Config{Provider: "tpu"}, []string{`Provider "tpu"; choose cpu, cuda or auto`}},
+		{"cuda option name", Config{CUDAOptions: map[string]string{"use_tf32=0": ""}}, []string{`Config.CUDAOptions has the name "use_tf32=0"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := Open(ctx, path, tc.cfg)

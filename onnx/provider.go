@@ -50,7 +50,7 @@ func appendProvider(opts *ort.SessionOptions, cfg Config) (Provider, error) {
 	if cfg.Provider == ProviderCPU {
 		return ProviderCPU, nil
 	}
-	err := appendCUDA(opts, cfg.CUDAProviderLibrary)
+	err := appendCUDA(opts, cfg.CUDAProviderLibrary, cfg.CUDAOptions)
 	if err == nil {
 		return ProviderCUDA, nil
 	}
@@ -61,7 +61,7 @@ func appendProvider(opts *ort.SessionOptions, cfg Config) (Provider, error) {
 	return "", err
 }
 
-func appendCUDA(opts *ort.SessionOptions, plugin string) error {
+func appendCUDA(opts *ort.SessionOptions, plugin string, options map[string]string) error {
 	if plugin == "" {
 		dir, err := CacheDir()
 		if err != nil {
@@ -95,7 +95,10 @@ func appendCUDA(opts *ort.SessionOptions, plugin string) error {
 	if len(cuda) == 0 {
 		return fmt.Errorf("%w: cuda: the CUDA provider found no GPU (no device, or the NVIDIA driver is missing or too old for CUDA 13)", ErrProvider)
 	}
-	if err := opts.AppendExecutionProviderV2(cuda[:1], nil); err != nil {
+	if err := opts.AppendExecutionProviderV2(cuda[:1], options); err != nil {
+		if len(options) > 0 {
+			return fmt.Errorf("%w: cuda: with the options %v (Config.CUDAOptions): %v", ErrProvider, options, err)
+		}
 		return fmt.Errorf("%w: cuda: %v", ErrProvider, err)
 	}
 	return nil

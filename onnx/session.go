@@ -42,6 +42,12 @@ type Config struct {
 	// CUDAProviderLibrary is the path of ONNX Runtime's CUDA execution provider plugin.
 	// Default: libonnxruntime_providers_cuda.so in [CacheDir].
 	CUDAProviderLibrary string
+	// CUDAOptions are the CUDA execution provider's options, by their ONNX Runtime names
+	// (for example "use_tf32": "0" for full float32 matrix products and convolutions, or
+	// "cudnn_conv_algo_search": "HEURISTIC"), passed to AppendExecutionProviderV2 when the
+	// session runs on CUDA; the provider refuses a name it does not know, and the session
+	// with it. Ignored on CPU. Default: none (the provider's own defaults).
+	CUDAOptions map[string]string
 	// Shapes fixes dynamic dimensions other than the batch, by input name: the full shape
 	// with the batch dimension given as -1. Naming an input the model lacks is an error.
 	// Default: none (such inputs are an error).
@@ -87,6 +93,11 @@ func (c Config) withDefaults() (Config, error) {
 			if d < -1 {
 				return c, fmt.Errorf("%w: Config.Shapes[%q] dimension %d is %d; want a size, or -1 for the batch", ErrConfig, name, k, d)
 			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.CUDAOptions)) {
+		if k == "" || strings.ContainsAny(k, "= \t") {
+			return c, fmt.Errorf("%w: Config.CUDAOptions has the name %q; want an option name of the CUDA execution provider, e.g. use_tf32", ErrConfig, k)
 		}
 	}
 	if c.Provider == "" {
