@@ -22,10 +22,15 @@
 // As a throughput benchmark: --batch B (at most 2147483647, and only when the session's
 // buffers fit in the memory available) repeats the input rows cyclically up to B rows, and
 // --repeat N runs the model N more times after the first (warm-up) run and adds ms_per_run and
-// samples_per_sec (their mean) to the summary:
+// samples_per_sec (their mean) and ms_per_run_median to the summary:
 //
 //	infer --model testdata/nature_cnn.onnx --input testdata/nature_cnn.input.npy --out /tmp/o \
-//	      --batch 1024 --repeat 100 --provider cuda
+//	      --batch 1024 --repeat 100 --provider cuda [--cuda-option use_tf32=0]
+//
+// --cuda-option KEY=VALUE (repeatable) passes an option to ONNX Runtime's CUDA execution
+// provider by its name, e.g. use_tf32=0 for full float32 convolutions and matrix products
+// (the provider's default lets them round their inputs to TF32); the summary echoes them as
+// cuda_options, and ort_version names the ONNX Runtime library that ran.
 package main
 
 import (
@@ -34,11 +39,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,6 +61,29 @@ type inputs []string
 func (i *inputs) String() string     { return strings.Join(*i, ",") }
 func (i *inputs) Set(v string) error { *i = append(*i, v); return nil }
 
+// cudaOptions collects --cuda-option KEY=VALUE flags.
+type cudaOptions map[string]string
+
+func (c cudaOptions) String() string {
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		kv = append(kv, k+"="+c[k])
+	}
+	return strings.Join(kv, ",")
+}
+
+func (c cudaOptions) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want KEY=VALUE, e.g. use_tf32=0", v)
+	}
+	if _, dup := c[k]; dup {
+		return fmt.Errorf("%q: %s is given twice", v, k)
+	}
+	c[k] = val
+	return nil
+}
+
 type outputSummary struct {
 	Name  string  `json:"name"`
 	Shape []int64 `json:"shape"`
@@ -62,15 +92,19 @@ type outputSummary struct {
 }
 
 type summary struct {
-	Model    string          `json:"model"`
-	Batch    int             `json:"batch"`
-	Outputs  []outputSummary `json:"outputs"`
-	Provider string          `json:"provider"`
-	MS       float64         `json:"ms"`
-	// With --repeat: the timed runs after the first, their mean time and throughput.
+	Model       string            `json:"model"`
+	Batch       int               `json:"batch"`
+	Outputs     []outputSummary   `json:"outputs"`
+	Provider    string            `json:"provider"`
+	CUDAOptions map[string]string `json:"cuda_options,omitempty"`
+	ORTVersion  string            `json:"ort_version"`
+	MS          float64           `json:"ms"`
+	// With --repeat: the timed runs after the first, their mean time and throughput, and
+	// the median run's time.
 	Repeat        int     `json:"repeat,omitempty"`
 	MSPerRun      float64 `json:"ms_per_run,omitempty"`
 	SamplesPerSec float64 `json:"samples_per_sec,omitempty"`
+	MSMedian      float64 `json:"ms_per_run_median,omitempty"`
 }
 
 // maxBatch is the largest --batch; past it, the number is a typo (the memory check would
@@ -85,6 +119,7 @@ type options struct {
 	model, inName, out string
 	provider, library  string
 	inputs             inputs
+	cudaOptions        cudaOptions
 	threads            int
 	cast, allowNaN     bool
 	batch, repeat      int // --batch and --repeat: the benchmark
@@ -94,7 +129,7 @@ type options struct {
 // parseFlags parses the command line (without the program name), writing errors and the
 // usage to stderr.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	var o options
+	o := options{cudaOptions: cudaOptions{}}
 	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.model, "model", "", "ONNX model to run (required)")
@@ -108,6 +143,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.batch, "batch", 0, fmt.Sprintf("repeat the input rows cyclically up to this batch, at most %d (0: the input's own)", maxBatch))
 	fs.IntVar(&o.repeat, "repeat", 0, "time this many more runs after the first and report their throughput")
 	fs.Var(&o.inputs, "input", "observations as .npy: PATH, or NAME=PATH (repeatable)")
+	fs.Var(o.cudaOptions, "cuda-option", "CUDA execution provider option KEY=VALUE, e.g. use_tf32=0 (repeatable; only with --provider cuda or auto)")
 	o.log.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err // fs printed it, with the usage
@@ -152,7 +188,13 @@ func (o options) check() (onnx.Config, error) {
 	if err != nil {
 		return onnx.Config{}, fmt.Errorf("--provider: %w", err)
 	}
+	if len(o.cudaOptions) > 0 && p == onnx.ProviderCPU {
+		return onnx.Config{}, errors.New("--cuda-option needs --provider cuda or auto")
+	}
 	cfg := onnx.Config{Library: o.library, Provider: p, IntraOpThreads: o.threads, AllowNaN: o.allowNaN}
+	if len(o.cudaOptions) > 0 {
+		cfg.CUDAOptions = o.cudaOptions
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -221,21 +263,31 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 	}
 	ms := float64(time.Since(start).Microseconds()) / 1000
 
-	sum := summary{Model: o.model, Batch: n, Provider: string(s.Provider()), MS: ms}
+	_, version := onnx.Loaded()
+	sum := summary{Model: o.model, Batch: n, Provider: string(s.Provider()), ORTVersion: version, MS: ms}
+	if s.Provider() == onnx.ProviderCUDA {
+		sum.CUDAOptions = cfg.CUDAOptions
+	}
 	if o.repeat > 0 {
+		runs := make([]time.Duration, o.repeat)
 		start := time.Now()
 		for k := range o.repeat {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("after %d of %d timed runs: %w", k, o.repeat, err)
 			}
+			t := time.Now()
 			if err := s.Run(n); err != nil {
 				return err
 			}
+			runs[k] = time.Since(t)
 		}
 		el := time.Since(start)
 		sum.Repeat, sum.MSPerRun = o.repeat, el.Seconds()*1000/float64(o.repeat)
 		sum.SamplesPerSec = float64(n*o.repeat) / el.Seconds()
-		log.Info("timed", zap.Int("runs", o.repeat), zap.Float64("ms_per_run", sum.MSPerRun), zap.Float64("samples_per_sec", sum.SamplesPerSec))
+		slices.Sort(runs)
+		sum.MSMedian = float64(runs[len(runs)/2].Nanoseconds()) / 1e6
+		log.Info("timed", zap.Int("runs", o.repeat), zap.Float64("ms_per_run", sum.MSPerRun),
+			zap.Float64("ms_per_run_median", sum.MSMedian), zap.Float64("samples_per_sec", sum.SamplesPerSec))
 	}
 	outs := s.Outputs()
 	names := make([]string, len(outs))

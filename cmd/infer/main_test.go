@@ -161,11 +161,13 @@ func TestInferBench(t *testing.T) {
 		Repeat        int     `json:"repeat"`
 		MSPerRun      float64 `json:"ms_per_run"`
 		SamplesPerSec float64 `json:"samples_per_sec"`
+		MSMedian      float64 `json:"ms_per_run_median"`
+		ORTVersion    string  `json:"ort_version"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
 		t.Fatal(err)
 	}
-	if sum.Batch != 40 || sum.Repeat != 3 || sum.MSPerRun <= 0 || sum.SamplesPerSec <= 0 {
+	if sum.Batch != 40 || sum.Repeat != 3 || sum.MSPerRun <= 0 || sum.SamplesPerSec <= 0 || sum.MSMedian <= 0 || sum.ORTVersion != onnx.Version {
 		t.Fatalf("summary %s", stdout.String())
 	}
 	want := readNPY(t, filepath.Join(fixtures, "mlp_tanh.logits.npy")) // 16 rows of 2
@@ -392,8 +394,18 @@ func TestFlagChecks(t *testing.T) {
 		t.Errorf("trailing argument: %v", err)
 	}
 	o, err := parseFlags([]string{"--model", model, "--input", input, "--out", "o"}, io.Discard)
-	if err != nil || o.threads != 1 || o.provider != "cpu" || o.batch != 0 {
+	if err != nil || o.threads != 1 || o.provider != "cpu" || o.batch != 0 || len(o.cudaOptions) != 0 {
 		t.Fatalf("defaults: %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{"--cuda-option", "use_tf32"}, {"--cuda-option", "=0"}, {"--cuda-option", "a=1", "--cuda-option", "a=2"}} {
+		if _, err := parseFlags(append([]string{"--model", model, "--input", input, "--out", "o"}, bad...), io.Discard); err == nil {
+			t.Errorf("%v: no error", bad)
+		}
+	}
+	o, err = parseFlags([]string{"--model", model, "--input", input, "--out", "o", "--provider", "cuda",
+		"--cuda-option", "use_tf32=0", "--cuda-option", "cudnn_conv_algo_search=HEURISTIC"}, io.Discard)
+	if err != nil || o.cudaOptions.String() != "cudnn_conv_algo_search=HEURISTIC,use_tf32=0" {
+		t.Fatalf("--cuda-option: %v, %v", o.cudaOptions, err)
 	}
 
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(1 << 30))
@@ -409,6 +421,8 @@ func TestFlagChecks(t *testing.T) {
 		{[]string{"--threads", "-7"}, nil, "--threads -7: want 1 to"},
 		{[]string{"--threads", "1000"}, nil, "--threads 1000: want 1 to"},
 		{[]string{"--provider", "gpu"}, onnx.ErrConfig, `--provider: onnx: invalid config: Provider "gpu"`},
+		{[]string{"--cuda-option", "use_tf32=0"}, nil, "--cuda-option needs --provider cuda or auto"},
+		{[]string{"--provider", "auto", "--cuda-option", "use tf32=0"}, onnx.ErrConfig, `Config.CUDAOptions has the name "use tf32"`},
 	} {
 		o, err := parseFlags(append([]string{"--model", model, "--input", input, "--out", out}, tc.args...), io.Discard)
 		if err != nil {
