@@ -5,9 +5,18 @@ GO ?= go
 
 all: test
 
-## setup: fetch ONNX Runtime 1.29.0 into the per-user cache (once per machine; checksummed)
+# The MuJoCo envs (envs/mujoco) are built in where MuJoCo's headers are installed (make setup
+# installs them as root): every go command below, and the scripts they call, get -tags=mujoco
+# (worked out at each command, after setup has run).
+GOFLAGS_USER := $(GOFLAGS)
+export GOFLAGS = $(shell GOFLAGS='$(GOFLAGS_USER)' bash scripts/goflags.sh)
+
+## setup: fetch ONNX Runtime 1.29.0 into the per-user cache (once per machine; checksummed), and
+## install MuJoCo 2.2.2 (Debian's libmujoco-dev) for the MuJoCo envs where it is missing and
+## this runs as root (else it prints the command)
 setup:
 	@bash scripts/setup-ort.sh
+	@bash scripts/setup-mujoco.sh
 
 ## gpu-setup: also fetch ONNX Runtime's CUDA execution provider plugin (CUDA 13; 179 MB,
 ## checksummed) beside it, for --device cuda on a machine with an NVIDIA GPU

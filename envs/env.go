@@ -11,6 +11,9 @@ import (
 var (
 	// ErrUnknownEnv is returned by Make and New for an id nobody registered.
 	ErrUnknownEnv = errors.New("envs: unknown environment id")
+	// ErrUnavailable is returned by Lookup, Make and New for an id this build knows but cannot
+	// run (see RegisterUnavailable); the message says what to install.
+	ErrUnavailable = errors.New("envs: environment not available in this build")
 	// ErrAction is returned for an action outside the action space: a
 	// discrete index out of range, a buffer of the wrong length or kind, or a
 	// Box value that is NaN or infinite. Per-env failures are *ActionError.

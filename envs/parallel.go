@@ -1,6 +1,7 @@
 package envs
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/towerrl/towerrl/internal/spin"
@@ -28,7 +29,7 @@ type parallelEnv struct {
 	pool *spin.Pool // steps shard s on goroutine s (shard 0 on Step's)
 }
 
-func newParallel(spec Spec, newDyn func(n int) Dynamics, cfg Config, threads int) *parallelEnv {
+func newParallel(spec Spec, newDyn func(n int) (Dynamics, error), cfg Config, threads int) (*parallelEnv, error) {
 	n, od := cfg.NumEnvs, spec.Observation.Dim()
 	if cfg.MaxEpisodeSteps > 0 {
 		spec.MaxEpisodeSteps = cfg.MaxEpisodeSteps // as each shard's own spec
@@ -40,7 +41,14 @@ func newParallel(spec Spec, newDyn func(n int) Dynamics, cfg Config, threads int
 		p.lo = append(p.lo, lo)
 		sc := cfg
 		sc.NumEnvs, sc.Offset = hi-lo, cfg.Offset+lo
-		p.shards = append(p.shards, newVecOver(spec, newDyn(hi-lo), sc, Buffers{
+		dyn, err := newDyn(hi - lo)
+		if err != nil {
+			for _, s := range p.shards {
+				s.Close()
+			}
+			return nil, fmt.Errorf("making %s: %w", spec.ID, err)
+		}
+		p.shards = append(p.shards, newVecOver(spec, dyn, sc, Buffers{
 			Obs:        p.buf.Obs[lo*od : hi*od : hi*od],
 			Rewards:    p.buf.Rewards[lo:hi:hi],
 			Terminated: p.buf.Terminated[lo:hi:hi],
@@ -55,7 +63,7 @@ func newParallel(spec Spec, newDyn func(n int) Dynamics, cfg Config, threads int
 		mode = spin.Off
 	}
 	p.pool = spin.NewPool(k, func(s int) { p.shards[s].step(p.acts[s]) }, spin.WithMode(mode))
-	return p
+	return p, nil
 }
 
 func (p *parallelEnv) Spec() Spec       { return cloneSpec(p.spec) }
@@ -99,10 +107,11 @@ func (p *parallelEnv) Close() error {
 	}
 	p.closed = true
 	p.pool.Close()
+	var errs []error
 	for _, s := range p.shards {
-		s.Close()
+		errs = append(errs, s.Close())
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Snapshot implements Snapshotter: not for a threaded VecEnv yet.

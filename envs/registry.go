@@ -10,12 +10,29 @@ import (
 
 type entry struct {
 	spec Spec
-	new  func(n int) Dynamics
+	new  func(n int) (Dynamics, error)
 }
 
 var registry struct {
-	mu      sync.RWMutex // guards entries
-	entries map[string]entry
+	mu          sync.RWMutex // guards entries and unavailable
+	entries     map[string]entry
+	unavailable map[string]error // ids known but not built in, and why
+}
+
+// RegisterUnavailable records an environment id this build knows but cannot run (its native
+// library is not built in), with the reason and what to do: Lookup, Make and New return an
+// error wrapping ErrUnavailable that says so, where an unknown id would only list the known
+// ones. An id registered by Register wins. Meant for init functions; a duplicate panics.
+func RegisterUnavailable(id string, why error) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if _, dup := registry.unavailable[id]; dup {
+		panic("envs: RegisterUnavailable called twice for " + id)
+	}
+	if registry.unavailable == nil {
+		registry.unavailable = make(map[string]error)
+	}
+	registry.unavailable[id] = why
 }
 
 // Register makes an environment available to Make and New under spec.ID.
@@ -23,6 +40,15 @@ var registry struct {
 // be called from init functions; it panics if the spec is invalid or the id
 // is already registered.
 func Register(spec Spec, newDynamics func(n int) Dynamics) {
+	if newDynamics == nil {
+		panic(fmt.Sprintf("envs: Register(%q): nil constructor", spec.ID))
+	}
+	RegisterNative(spec, func(n int) (Dynamics, error) { return newDynamics(n), nil })
+}
+
+// RegisterNative is Register for dynamics whose construction can fail: those over a native
+// library (a model to compile, memory to allocate outside Go). Make and New return its error.
+func RegisterNative(spec Spec, newDynamics func(n int) (Dynamics, error)) {
 	if err := validateSpec(spec); err != nil {
 		panic(fmt.Sprintf("envs: Register(%q): %v", spec.ID, err))
 	}
@@ -104,7 +130,11 @@ func Lookup(id string) (Spec, error) {
 func lookup(id string) (entry, error) {
 	registry.mu.RLock()
 	e, ok := registry.entries[id]
+	why, known := registry.unavailable[id]
 	registry.mu.RUnlock()
+	if !ok && known {
+		return entry{}, fmt.Errorf("%w: %s: %v", ErrUnavailable, id, why)
+	}
 	if !ok {
 		return entry{}, fmt.Errorf("%w %q (known: %s)", ErrUnknownEnv, id, strings.Join(IDs(), ", "))
 	}
@@ -160,9 +190,13 @@ func Make(id string, cfg Config) (VecEnv, error) {
 		return nil, fmt.Errorf("%w: Threads = %d, want >= 0", ErrConfig, cfg.Threads)
 	}
 	if cfg.Threads > 1 && cfg.NumEnvs > 1 {
-		return newParallel(cloneSpec(e.spec), e.new, cfg, cfg.Threads), nil
+		return newParallel(cloneSpec(e.spec), e.new, cfg, cfg.Threads)
 	}
-	return newVec(cloneSpec(e.spec), e.new(cfg.NumEnvs), cfg), nil
+	dyn, err := e.new(cfg.NumEnvs)
+	if err != nil {
+		return nil, fmt.Errorf("making %s: %w", e.spec.ID, err)
+	}
+	return newVec(cloneSpec(e.spec), dyn, cfg), nil
 }
 
 // New returns a single env registered under id. Its random stream is the one
@@ -174,9 +208,13 @@ func New(id string, seed uint64) (Env, error) {
 		return nil, err
 	}
 	spec := cloneSpec(e.spec)
+	dyn, err := e.new(1)
+	if err != nil {
+		return nil, fmt.Errorf("making %s: %w", e.spec.ID, err)
+	}
 	return &single{
 		spec:  spec,
-		dyn:   e.new(1),
+		dyn:   dyn,
 		rng:   newStream(seed, 0),
 		obs:   make([]float32, spec.Observation.Dim()),
 		limit: spec.MaxEpisodeSteps,

@@ -26,6 +26,43 @@ type Snapshotter interface {
 // stateful is implemented by Dynamics whose per-env state is a slice of float64 fields.
 type stateful interface{ stateFloats() []float64 }
 
+// StateSaver is implemented by Dynamics whose whole state lives outside Go values (a physics
+// engine's data), for the snapshots of Snapshotter: every value Step reads, so that a restored
+// VecEnv continues bit for bit.
+type StateSaver interface {
+	// SaveState appends the state of every env to dst and returns the extended slice. Its
+	// length is the same for every call on a value.
+	SaveState(dst []float64) []float64
+	// LoadState sets the state of every env from SaveState's values (of a Dynamics of the
+	// same environment and size); it fails, changing nothing, on values of another length.
+	LoadState(src []float64) error
+}
+
+// saverOf returns the state access of dyn: its own StateSaver, or one over the state view of
+// the classic envs (stateful).
+func saverOf(dyn Dynamics) (StateSaver, bool) {
+	switch d := dyn.(type) {
+	case StateSaver:
+		return d, true
+	case stateful:
+		return viewSaver{d.stateFloats()}, true
+	}
+	return nil, false
+}
+
+// viewSaver is the StateSaver of a state held in a float64 view.
+type viewSaver struct{ view []float64 }
+
+func (v viewSaver) SaveState(dst []float64) []float64 { return append(dst, v.view...) }
+
+func (v viewSaver) LoadState(src []float64) error {
+	if len(src) != len(v.view) {
+		return fmt.Errorf("%d state values for %d", len(src), len(v.view))
+	}
+	copy(v.view, src)
+	return nil
+}
+
 // float64s views a slice of structs made only of float64 fields as their float64s.
 func float64s[T any](s []T) []float64 {
 	var zero T
@@ -40,7 +77,7 @@ var snapshotMagic = [8]byte{'T', 'W', 'R', 'L', 'E', 'N', 'V', '1'}
 
 // Snapshot implements Snapshotter.
 func (v *vecEnv) Snapshot() ([]byte, error) {
-	st, ok := v.dyn.(stateful)
+	st, ok := saverOf(v.dyn)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s does not support snapshots", ErrSnapshot, v.spec.ID)
 	}
@@ -52,7 +89,7 @@ func (v *vecEnv) Snapshot() ([]byte, error) {
 	w(uint32(v.n))
 	w(v.ready)
 	w(v.elapsed)
-	floats := st.stateFloats()
+	floats := st.SaveState(nil)
 	w(uint32(len(floats)))
 	w(floats)
 	for _, p := range v.pcgs {
@@ -71,7 +108,7 @@ func (v *vecEnv) Snapshot() ([]byte, error) {
 
 // Restore implements Snapshotter.
 func (v *vecEnv) Restore(data []byte) (err error) {
-	st, ok := v.dyn.(stateful)
+	st, ok := saverOf(v.dyn)
 	if !ok {
 		return fmt.Errorf("%w: %s does not support snapshots", ErrSnapshot, v.spec.ID)
 	}
@@ -101,7 +138,7 @@ func (v *vecEnv) Restore(data []byte) (err error) {
 	// Decode into scratch first so that a bad snapshot leaves the VecEnv as it was.
 	var ready bool
 	elapsed := make([]int32, v.n)
-	floats := st.stateFloats()
+	floats := st.SaveState(nil)
 	if err := read(&ready); err != nil {
 		return fail("flags", err)
 	}
@@ -135,6 +172,9 @@ func (v *vecEnv) Restore(data []byte) (err error) {
 	if r.Len() != 0 {
 		return fail("trailer", fmt.Errorf("%d bytes left over", r.Len()))
 	}
+	if err := st.LoadState(state); err != nil { // its length was checked above
+		return fail("physics", err)
+	}
 	for i, s := range pcgs {
 		if err := v.pcgs[i].UnmarshalBinary(s); err != nil {
 			return fail("random streams", err)
@@ -142,7 +182,6 @@ func (v *vecEnv) Restore(data []byte) (err error) {
 	}
 	v.ready = ready
 	copy(v.elapsed, elapsed)
-	copy(floats, state)
 	for k, dst := range [][]float32{v.buf.Obs, v.buf.Rewards, v.buf.Terminated, v.buf.Truncated, v.buf.FinalObs} {
 		copy(dst, bufs[k])
 	}

@@ -132,7 +132,19 @@ func (v *vecEnv) step(a Actions) {
 }
 
 func (v *vecEnv) Close() error {
+	if v.closed {
+		return nil
+	}
 	v.closed = true
+	return closeDynamics(v.dyn)
+}
+
+// closeDynamics releases what dyn holds outside Go's heap (a physics engine's data), where it
+// has a Close method.
+func closeDynamics(dyn Dynamics) error {
+	if c, ok := dyn.(interface{ Close() error }); ok {
+		return c.Close()
+	}
 	return nil
 }
 
@@ -182,8 +194,11 @@ func (s *single) Step(a Actions) ([]float32, float32, bool, bool, error) {
 }
 
 func (s *single) Close() error {
+	if s.closed {
+		return nil
+	}
 	s.closed = true
-	return nil
+	return closeDynamics(s.dyn)
 }
 
 // String describes the VecEnv for logs.

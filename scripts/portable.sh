@@ -39,6 +39,13 @@ for p in "${all[@]}"; do
 	[[ -n "${tests_need_ort[$p]:-}" ]] || vet+=("$p")
 done
 
+# Without MuJoCo (no mujoco tag): everything builds and vets, and the MuJoCo ids say how to get
+# them.
+echo "portable: go build, go vet and envs/mujoco's tests without the mujoco tag" >&2
+GOFLAGS= "$GO" build ./...
+GOFLAGS= "$GO" vet ./envs/... ./cmd/...
+GOFLAGS= "$GO" test -count=1 ./envs/mujoco
+
 echo "portable: GOARCH=arm64 CGO_ENABLED=0 go build of ${#build[@]} packages, go vet of ${#vet[@]}" >&2
 GOARCH=arm64 CGO_ENABLED=0 "$GO" build "${build[@]}"
 GOARCH=arm64 CGO_ENABLED=0 "$GO" vet "${vet[@]}"

@@ -23,8 +23,30 @@ import (
 	"github.com/towerrl/towerrl/envs"
 )
 
+// Options adjust the suite.
+type Options struct {
+	// Light runs every check with fewer envs and steps (about a tenth of the env steps), for
+	// environments whose steps cost tens of microseconds or more (physics simulators). The
+	// registered time limit is then checked on one env.
+	Light bool
+}
+
+// size is full, or light under Options.Light.
+func (o Options) size(full, light int) int {
+	if o.Light {
+		return light
+	}
+	return full
+}
+
 // Run runs the conformance suite on the environment registered as id.
 func Run(t *testing.T, id string) {
+	t.Helper()
+	RunWith(t, id, Options{})
+}
+
+// RunWith is Run with options.
+func RunWith(t *testing.T, id string, o Options) {
 	t.Helper()
 	spec, err := envs.Lookup(id)
 	if err != nil {
@@ -33,14 +55,14 @@ func Run(t *testing.T, id string) {
 	t.Run("Spec", func(t *testing.T) { testSpec(t, spec) })
 	t.Run("Shapes", func(t *testing.T) { testShapes(t, spec) })
 	t.Run("NeedsReset", func(t *testing.T) { testNeedsReset(t, spec) })
-	t.Run("SpacesRespected", func(t *testing.T) { testSpaces(t, spec) })
-	t.Run("Deterministic", func(t *testing.T) { testDeterministic(t, spec) })
-	t.Run("WorkerSplit", func(t *testing.T) { testWorkerSplit(t, spec) })
-	t.Run("Threads", func(t *testing.T) { testThreads(t, spec) })
-	t.Run("Truncation", func(t *testing.T) { testTruncation(t, spec) })
-	t.Run("SingleEnv", func(t *testing.T) { testSingle(t, spec) })
+	t.Run("SpacesRespected", func(t *testing.T) { testSpaces(t, spec, o) })
+	t.Run("Deterministic", func(t *testing.T) { testDeterministic(t, spec, o) })
+	t.Run("WorkerSplit", func(t *testing.T) { testWorkerSplit(t, spec, o) })
+	t.Run("Threads", func(t *testing.T) { testThreads(t, spec, o) })
+	t.Run("Truncation", func(t *testing.T) { testTruncation(t, spec, o) })
+	t.Run("SingleEnv", func(t *testing.T) { testSingle(t, spec, o) })
 	t.Run("BadActions", func(t *testing.T) { testBadActions(t, spec) })
-	t.Run("NoAllocs", func(t *testing.T) { testNoAllocs(t, spec) })
+	t.Run("NoAllocs", func(t *testing.T) { testNoAllocs(t, spec, o) })
 }
 
 // RandomActions returns k batches of uniformly random valid actions for n
@@ -159,8 +181,8 @@ func finite(x []float32) bool {
 // testSpaces steps random actions and checks every observation lies in the
 // observation space, flags are 0 or 1, rewards are finite, and a freshly
 // reset env reports no flags.
-func testSpaces(t *testing.T, spec envs.Spec) {
-	const n, steps = 16, 300
+func testSpaces(t *testing.T, spec envs.Spec, o Options) {
+	n, steps := o.size(16, 4), o.size(300, 100)
 	v := mustMake(t, spec.ID, envs.Config{NumEnvs: n, Seed: 11})
 	if err := v.Reset(); err != nil {
 		t.Fatal(err)
@@ -231,9 +253,9 @@ func trajectory(t *testing.T, v envs.VecEnv, acts []envs.Actions) []float32 {
 	return out
 }
 
-func testDeterministic(t *testing.T, spec envs.Spec) {
-	const n = 8
-	acts := RandomActions(spec.Action, n, 250, 9)
+func testDeterministic(t *testing.T, spec envs.Spec, o Options) {
+	n := o.size(8, 4)
+	acts := RandomActions(spec.Action, n, o.size(250, 60), 9)
 	a := trajectory(t, mustMake(t, spec.ID, envs.Config{NumEnvs: n, Seed: 42}), acts)
 	b := trajectory(t, mustMake(t, spec.ID, envs.Config{NumEnvs: n, Seed: 42}), acts)
 	c := trajectory(t, mustMake(t, spec.ID, envs.Config{NumEnvs: n, Seed: 43}), acts)
@@ -259,9 +281,9 @@ func testDeterministic(t *testing.T, spec envs.Spec) {
 // testThreads checks that a VecEnv stepped in several threads (Config.Threads) follows the
 // one-thread trajectories bit for bit (spinning or not), with uneven shards and a time limit that truncates,
 // refuses a bad action by its global index before any env moves, and steps without allocating.
-func testThreads(t *testing.T, spec envs.Spec) {
+func testThreads(t *testing.T, spec envs.Spec, o Options) {
 	const n = 11
-	acts := RandomActions(spec.Action, n, 300, 17)
+	acts := RandomActions(spec.Action, n, o.size(300, 60), 17)
 	cfg := envs.Config{NumEnvs: n, Seed: 5, MaxEpisodeSteps: 40}
 	want := trajectory(t, mustMake(t, spec.ID, cfg), acts)
 	for _, threads := range []int{2, 3, 16, -2} {
@@ -310,8 +332,8 @@ func testThreads(t *testing.T, spec envs.Spec) {
 
 // testWorkerSplit checks that envs spread over several VecEnvs with offsets
 // follow the trajectories they follow in one VecEnv.
-func testWorkerSplit(t *testing.T, spec envs.Spec) {
-	const n, steps = 8, 250
+func testWorkerSplit(t *testing.T, spec envs.Spec, o Options) {
+	n, steps := 8, o.size(250, 60)
 	acts := RandomActions(spec.Action, n, steps, 13)
 	whole := mustMake(t, spec.ID, envs.Config{NumEnvs: n, Seed: 7})
 	if err := whole.Reset(); err != nil {
@@ -357,12 +379,15 @@ func testWorkerSplit(t *testing.T, spec envs.Spec) {
 
 // testTruncation checks that Truncated is 1 exactly when an episode reaches
 // the time limit, under the registered limit and under an override.
-func testTruncation(t *testing.T, spec envs.Spec) {
+func testTruncation(t *testing.T, spec envs.Spec, o Options) {
 	if spec.MaxEpisodeSteps <= 0 {
 		t.Skip("no time limit")
 	}
 	for _, limit := range []int{0, 7} {
-		const n = 8
+		n := 8
+		if limit == 0 {
+			n = o.size(8, 1)
+		}
 		v := mustMake(t, spec.ID, envs.Config{NumEnvs: n, Seed: 3, MaxEpisodeSteps: limit})
 		want := spec.MaxEpisodeSteps
 		if limit > 0 {
@@ -404,7 +429,7 @@ func testTruncation(t *testing.T, spec envs.Spec) {
 // testSingle checks that New(id, seed) plays the episodes of env 0 of
 // Make(id, {Seed: seed}) given the same actions, and refuses to step an ended
 // episode.
-func testSingle(t *testing.T, spec envs.Spec) {
+func testSingle(t *testing.T, spec envs.Spec, o Options) {
 	const seed = 5
 	e, err := envs.New(spec.ID, seed)
 	if err != nil {
@@ -423,7 +448,7 @@ func testSingle(t *testing.T, spec envs.Spec) {
 	if !slices.Equal(obs, b.Obs) {
 		t.Fatalf("first observation %v, VecEnv env 0 has %v", obs, b.Obs)
 	}
-	acts := RandomActions(spec.Action, 1, 1000, 21)
+	acts := RandomActions(spec.Action, 1, o.size(1000, 300), 21)
 	ended := 0
 	for s, a := range acts {
 		if err := v.Step(a); err != nil {
@@ -521,15 +546,15 @@ func testBadActions(t *testing.T, spec envs.Spec) {
 	}
 }
 
-func testNoAllocs(t *testing.T, spec envs.Spec) {
-	const n = 64
+func testNoAllocs(t *testing.T, spec envs.Spec, o Options) {
+	n := o.size(64, 8)
 	v := mustMake(t, spec.ID, envs.Config{NumEnvs: n, Seed: 1})
 	if err := v.Reset(); err != nil {
 		t.Fatal(err)
 	}
 	acts := RandomActions(spec.Action, n, 16, 1)
 	j := 0
-	allocs := testing.AllocsPerRun(500, func() {
+	allocs := testing.AllocsPerRun(o.size(500, 50), func() {
 		if err := v.Step(acts[j%len(acts)]); err != nil {
 			t.Fatal(err)
 		}
