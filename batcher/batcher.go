@@ -149,6 +149,8 @@ type worker struct {
 	sharedMu sync.Mutex // guards shared
 	shared   Timings    // a copy of timings as of the worker's last rollout, for Timings
 
+	phys *envs.PhysicsAccess // env's qpos and qvel, for a simulated env (else nil)
+
 	pendingMu sync.Mutex  // guards pending, and agent against other goroutines (the worker reads it freely)
 	pending   Agent       // next agent, installed between steps
 	hasNext   atomic.Bool // pending != nil, read without the lock every step
@@ -205,6 +207,9 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 		}
 		b.workers = append(b.workers, wk)
 	}
+	if ph := b.workers[0].phys; ph != nil {
+		b.rollout.allocPhysics(ph.NQ(), ph.NV())
+	}
 	b.device = "random"
 	if a, ok := b.workers[0].agent.(*onnxAgent); ok {
 		b.device = string(a.sess.Provider())
@@ -241,6 +246,7 @@ func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim i
 		return nil, err
 	}
 	wk.env = env
+	wk.phys, _ = envs.PhysicsOf(env)
 	if policy == nil {
 		wk.agent = &randomAgent{space: b.spec.Action, rngs: wk.rngs}
 	} else if wk.agent, err = policy.agent(ctx, m, wk.rngs, b.cfg.Deterministic); err != nil {
@@ -557,6 +563,12 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[
 		t0 := time.Now()
 		base := t*n + off
 		copy(r.Obs[base*od:(base+m)*od], bufs.Obs)
+		if w.phys != nil && r.QPos != nil {
+			nq, nv := r.NQ, r.NV
+			for i := range m {
+				w.phys.State(i, r.QPos[(base+i)*nq:(base+i+1)*nq], r.QVel[(base+i)*nv:(base+i+1)*nv])
+			}
+		}
 		for i, l := range w.length {
 			w.starts[i] = 0
 			if l == 0 {

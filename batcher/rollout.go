@@ -55,6 +55,18 @@ type Rollout struct {
 	StateShapes  [][]int
 	States       [][]float32
 	InitialState [][]float32
+
+	// Physical state, for a simulated env (envs.Physics: the MuJoCo envs), else empty: QPos
+	// [T×N×NQ] and QVel [T×N×NV] hold env i's qpos and qvel at step t, the state the
+	// observation at t was read from (D4RL's infos/qpos and infos/qvel).
+	NQ, NV     int
+	QPos, QVel []float64
+}
+
+// allocPhysics makes QPos and QVel for nq and nv values per row.
+func (r *Rollout) allocPhysics(nq, nv int) {
+	r.NQ, r.NV = nq, nv
+	r.QPos, r.QVel = make([]float64, r.T*r.N*nq), make([]float64, r.T*r.N*nv)
 }
 
 // Episode is a finished episode's summary.

@@ -10,7 +10,8 @@ import (
 
 // shardWriter encodes rollouts as .npz shards readable by numpy.load, with D4RL-style keys:
 // observations, actions, rewards, terminals, timeouts, next_observations, plus logp, values
-// and policy_version. Rows are env-major (row i·T+t is env i's step t), so each env's
+// and policy_version, and, for a simulated env (MuJoCo), D4RL's infos/qpos and infos/qvel
+// (float64, the state each observation was read from). Rows are env-major (row i·T+t is env i's step t), so each env's
 // trajectory segment is contiguous; actions are the ones the envs took (int64 indices for a
 // Discrete space, float32 rows clipped to a Box's bounds). A [Dataset] names the files and
 // records them; a shardWriter belongs to one goroutine and reuses its scratch buffers from
@@ -22,6 +23,7 @@ type shardWriter struct {
 	placed func(path string)
 	// scratch buffers, reused from shard to shard
 	f32, f32b []float32
+	f64       []float64
 	b1, b2    []bool
 	i64       []int64
 }
@@ -112,6 +114,24 @@ func (w *shardWriter) encode(out io.Writer, r *Rollout) error {
 		for t := range r.T {
 			src, dst := t*r.N+i, i*r.T+t
 			w.b1[dst], w.b2[dst], w.i64[dst] = r.Terminated[src] != 0, r.Truncated[src] != 0, r.Version[src]
+		}
+	}
+	for _, col := range []struct {
+		name  string
+		src   []float64
+		width int
+	}{{"infos/qpos", r.QPos, r.NQ}, {"infos/qvel", r.QVel, r.NV}} {
+		if col.src == nil {
+			continue
+		}
+		w.f64 = grow(w.f64, rows*col.width)
+		for i := range r.N {
+			for t := range r.T {
+				copy(w.f64[(i*r.T+t)*col.width:(i*r.T+t+1)*col.width], col.src[(t*r.N+i)*col.width:(t*r.N+i+1)*col.width])
+			}
+		}
+		if err := put(col.name, func(f io.Writer) error { return npy.Write(f, []int{rows, col.width}, w.f64) }); err != nil {
+			return err
 		}
 	}
 	for _, col := range []struct {

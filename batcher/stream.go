@@ -232,6 +232,9 @@ func (r *Rollout) like(steps int) *Rollout {
 	out := newRollout(steps, r.N, r.ObsShape, r.ActDim, r.Discrete)
 	out.StateNames, out.StateShapes = r.StateNames, r.StateShapes
 	out.allocStates()
+	if r.QPos != nil {
+		out.allocPhysics(r.NQ, r.NV)
+	}
 	return out
 }
 
