@@ -163,6 +163,11 @@ func follow(ctx context.Context, cfg Config, opts Options, resume bool) (Result,
 // run) and checkpoint.
 func takeRun(s shared, cfg Config, resume bool) (Config, *models.Checkpoint, error) {
 	root, err := ParseConfig(s.Config)
+	if err == nil {
+		// As rank 0 trains it: an "ent_coef" of 0 read back is stored as −1 (ParseConfig),
+		// which only WithDefaults turns back into 0.
+		root, err = root.WithDefaults()
+	}
 	if err != nil {
 		return root, nil, fmt.Errorf("rank 0's config: %w", err)
 	}
