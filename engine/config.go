@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -52,6 +53,20 @@ type Config struct {
 	NoNormAdv   bool    `json:"no_norm_adv"`   // do not standardise advantages per minibatch
 	AdamEps     float64 `json:"adam_eps"`      // default 1e-5
 
+	// Normalisation (package engine/normalize; CleanRL's "37 details" 6–9, SB3's
+	// VecNormalize). NormObs normalises observations by their running mean and variance,
+	// clipped at ±ClipObs: the map is part of the policy (ops in front of the network in
+	// policy.onnx, published with the weights), updated after each iteration from its rollout.
+	// NormReward divides the rewards the learner sees by the running standard deviation of
+	// each env's discounted return (γ = Gamma), clipped at ±ClipReward; returns in the metrics
+	// and evaluation stay raw. Both default to false (a preset may set them; for a foreign
+	// InitPolicy, whose graph may hold its own normaliser, only when asked); the clips default
+	// to 10.
+	NormObs    bool    `json:"norm_obs"`
+	NormReward bool    `json:"norm_reward"`
+	ClipObs    float64 `json:"clip_obs"`
+	ClipReward float64 `json:"clip_reward"`
+
 	Hidden     []int   `json:"hidden"`       // MLP widths; default 64, 64
 	Activation string  `json:"activation"`   // tanh (default) or relu
 	Shared     bool    `json:"shared_trunk"` // one trunk for actor and critic
@@ -61,6 +76,11 @@ type Config struct {
 	// spinning briefly first (learner.TowersConfig.NoSpin), for machines shared with other
 	// work. Default false.
 	NoSpin bool `json:"no_spin,omitempty"`
+
+	// Preset names the preset the run's settings were filled from (package engine/preset:
+	// "ppo/Pendulum-v1"), or "none"; a record, written by whoever applied it (cmd/train). Train
+	// does not read it.
+	Preset string `json:"preset,omitempty"`
 
 	Seed            uint64 `json:"seed"`
 	CheckpointEvery int    `json:"checkpoint_every"`      // iterations between checkpoints; default 10 (and always the last)
@@ -199,6 +219,8 @@ func (c Config) WithDefaults() (Config, error) {
 	setInt(&c.BroadcastInterval, 1)
 	setF(&c.RhoBar, 1)
 	setF(&c.CBar, 1)
+	setF(&c.ClipObs, 10)
+	setF(&c.ClipReward, 10)
 	c.EntCoef = max(c.EntCoef, 0)
 	if len(c.Hidden) == 0 {
 		c.Hidden = []int{64, 64}
@@ -231,6 +253,8 @@ func (c Config) WithDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: QueueSize = %d: the ring needs 2 rollouts at least (one collecting while the learner trains on the other)", ErrConfig, c.QueueSize)
 	case c.BroadcastInterval < 1 || c.MaxPolicyLag < 0:
 		return c, fmt.Errorf("%w: BroadcastInterval (%d) must be ≥ 1 and MaxPolicyLag (%d) ≥ 0", ErrConfig, c.BroadcastInterval, c.MaxPolicyLag)
+	case !(c.ClipObs > 0) || !(c.ClipReward > 0) || math.IsInf(c.ClipObs, 0) || math.IsInf(c.ClipReward, 0):
+		return c, fmt.Errorf("%w: ClipObs (%g) and ClipReward (%g) must be positive and finite", ErrConfig, c.ClipObs, c.ClipReward)
 	case c.RhoBar <= 0 || c.CBar <= 0 || c.KLCoef < 0:
 		return c, fmt.Errorf("%w: V-trace's RhoBar (%g) and CBar (%g) must be positive, KLCoef (%g) ≥ 0", ErrConfig, c.RhoBar, c.CBar, c.KLCoef)
 	}

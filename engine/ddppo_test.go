@@ -450,3 +450,66 @@ func TestSyncFrac(t *testing.T) {
 		}
 	}
 }
+
+// TestDDPPONormalised trains DD-PPO with observation normalisation and reward scaling on two
+// in-process ranks: the ranks sum their statistics, so their parameters stay identical (the
+// run's hash checks pass), also when the slow rank is preempted and collects fewer steps; the
+// checkpoint holds both ranks' discounted returns, and a run stopped and resumed on two ranks
+// ends as the uninterrupted one.
+func TestDDPPONormalised(t *testing.T) {
+	cfg := Config{Env: "Pendulum-v1", Algo: "ddppo", Envs: 2, RolloutSteps: 128, Minibatches: 4, TotalSteps: 2 * 256 * 6,
+		CheckpointEvery: 2, Seed: 3, EvalEpisodes: -1, NormObs: true, NormReward: true}
+	full := filepath.Join(t.TempDir(), "full")
+	res, errs := trainRanks(t, 2, cfg, full, false, nil)
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("ranks: %v", errs)
+	}
+	if res[0].ParamsSHA256 != res[1].ParamsSHA256 {
+		t.Fatal("the ranks end with different parameters")
+	}
+	ck, err := models.LoadCheckpoint(context.Background(), filepath.Join(full, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ck.Bytes[ckptObsNorm]) == 0 || len(ck.Bytes[ckptRewardNorm+".rank1"]) == 0 || bytes.Equal(ck.Bytes[ckptRewardNorm+".rank1"], ck.Bytes[ckptRewardNorm]) {
+		t.Fatalf("checkpoint: obs statistics %d bytes, rank 1's returns %d bytes", len(ck.Bytes[ckptObsNorm]), len(ck.Bytes[ckptRewardNorm+".rank1"]))
+	}
+
+	cut := filepath.Join(t.TempDir(), "cut")
+	stop := make(chan struct{})
+	var once sync.Once
+	_, errs = trainRanks(t, 2, cfg, cut, false, func(r int, _ *Config, o *Options) {
+		if r == 0 {
+			o.Progress = func(m Metrics) {
+				if m.Iteration == 3 {
+					once.Do(func() { close(stop) })
+				}
+			}
+		} else {
+			o.Stop = stop
+		}
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("rank %d of the stopped run: %v", r, err)
+		}
+	}
+	if _, errs = trainRanks(t, 2, Config{}, cut, true, nil); errs[0] != nil || errs[1] != nil {
+		t.Fatalf("resume on two ranks: %v", errs)
+	}
+	sameRun(t, full, cut, 6)
+
+	pre := cfg
+	pre.SyncFrac = 0.5
+	res, errs = trainRanks(t, 2, pre, filepath.Join(t.TempDir(), "pre"), false, func(r int, _ *Config, o *Options) {
+		if r == 1 {
+			o.Slowdown = 4
+		}
+	})
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("preempted ranks: %v", errs)
+	}
+	if res[0].ParamsSHA256 != res[1].ParamsSHA256 {
+		t.Fatal("the preempted ranks end with different parameters")
+	}
+}

@@ -37,7 +37,11 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	collect := time.Since(c0)
 	rows := r.T * r.N
 	b := t.batch
-	if err := t.fill(r); err != nil {
+	nr, err := t.normalized(ctx, r)
+	if err != nil {
+		return Metrics{}, err
+	}
+	if err := t.fill(nr); err != nil {
 		return Metrics{}, err
 	}
 	// The rows are in the learner's batch: the batchers may refill the rollout's buffer.
@@ -84,6 +88,11 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	stats := algo.Stats{Names: t.alg.StatNames(), Values: res.Stats}
 	if err := finite(stats, t.pm.flatParams()); err != nil {
 		return Metrics{}, fmt.Errorf("%w; the last good policy.onnx and checkpoint are kept (lower lr or max_grad_norm, or look for NaN in the env's observations and rewards)", err)
+	}
+	// The rollout's observations join the normaliser's statistics; the new map goes out with
+	// the new weights.
+	if err := t.obsNorm.commit(ctx, t.rs); err != nil {
+		return Metrics{}, err
 	}
 	learn := time.Since(l0)
 	var allreduce time.Duration

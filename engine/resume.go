@@ -232,7 +232,10 @@ func (t *trainer) snapshot(ctx context.Context, iteration int) (*models.Checkpoi
 		}
 	}
 	if !t.root() {
-		return nil, t.rs.gatherSnapshots(ctx, snap, nil)
+		if err := t.rs.gatherSnapshots(ctx, snap, nil); err != nil {
+			return nil, err
+		}
+		return nil, t.snapshotNorm(ctx, nil)
 	}
 	c := &models.Checkpoint{
 		Ints: map[string]int64{"iteration": int64(iteration), "env_steps": t.steps, "episodes": t.eps,
@@ -243,6 +246,9 @@ func (t *trainer) snapshot(ctx context.Context, iteration int) (*models.Checkpoi
 		if err := t.rs.gatherSnapshots(ctx, snap, c); err != nil {
 			return nil, err
 		}
+	}
+	if err := t.snapshotNorm(ctx, c); err != nil {
+		return nil, err
 	}
 	var err error
 	if c.Bytes["config"], err = json.Marshal(t.cfg); err != nil {
@@ -292,6 +298,9 @@ func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {
 	}
 	t.opt.SetSteps(int(c.Ints["adam_steps"]))
 	t.steps, t.eps, t.version = c.Ints["env_steps"], c.Ints["episodes"], c.Ints["version"]
+	if err := t.restoreNorm(c); err != nil {
+		return err
+	}
 	if err := t.publish(ctx); err != nil {
 		return err
 	}

@@ -56,9 +56,19 @@ func sameRun(t *testing.T, full, cut string, iters int) {
 
 // TestResumeMatchesUninterrupted kills a run after iteration 6 (its last checkpoint is at 4),
 // resumes it, and checks that every metrics line and the final policy are those of the same
-// run made without interruption.
+// run made without interruption: plain CartPole, and Pendulum with observation normalisation
+// and reward scaling (their statistics and the envs' discounted returns in the checkpoint).
 func TestResumeMatchesUninterrupted(t *testing.T) {
-	cfg := Config{Env: "CartPole-v1", TotalSteps: 512 * 12, CheckpointEvery: 4, Seed: 5, EvalEpisodes: -1}
+	for _, cfg := range []Config{
+		{Env: "CartPole-v1", TotalSteps: 512 * 12, CheckpointEvery: 4, Seed: 5, EvalEpisodes: -1},
+		{Env: "Pendulum-v1", Envs: 2, RolloutSteps: 128, Minibatches: 4, TotalSteps: 256 * 12, CheckpointEvery: 4, Seed: 6,
+			EvalEpisodes: -1, NormObs: true, NormReward: true},
+	} {
+		t.Run(cfg.Env, func(t *testing.T) { resumeMatches(t, cfg) })
+	}
+}
+
+func resumeMatches(t *testing.T, cfg Config) {
 	ctx := context.Background()
 	full := filepath.Join(t.TempDir(), "full")
 	if _, err := Train(ctx, cfg, Options{Out: full}); err != nil {
@@ -85,7 +95,7 @@ func TestResumeMatchesUninterrupted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.EnvSteps != 512*12 || res.Iterations != 12 {
+	if res.EnvSteps != cfg.TotalSteps || res.Iterations != 12 {
 		t.Fatalf("resumed result %+v", res)
 	}
 	sameRun(t, full, cut, 12)

@@ -205,7 +205,7 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 		// batchers have every version in place meanwhile).
 		saved := saving && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
 		if t.rs != nil && (saved || it+1 == iters) {
-			if err := t.rs.checkSame(ctx, t.pm.flatParams()); err != nil {
+			if err := t.rs.checkSame(ctx, t.obsNorm.published(t.pm.flatParams())); err != nil { // with the normaliser's map
 				return res, err
 			}
 		}

@@ -31,15 +31,19 @@ type trainer struct {
 	// (env-major rows); adv and ret take GAE's time-major results before they are reordered.
 	seqs     bool
 	adv, ret []float32
-	model    []byte // current policy's ONNX bytes
-	version  int64
-	steps    int64
-	eps      int64
-	ckpt     chan error // the checkpoint being written, if any
-	polW     chan error // policy.onnx being written, if any
-	async    *asyncRun  // set for an asynchronous algorithm (impala, appo)
-	rs       *rankState // set for a rank of a DD-PPO job of several
-	source   *sourceRun // set when the rollouts come from Options.Source, not own batchers
+	model    []byte // current policy's ONNX bytes (with the observation normaliser, if any)
+	raw      []byte // the policy model's own export of it (without the normaliser)
+	// Observation normalisation and reward scaling (normalization.go); nil when off.
+	obsNorm *obsNorm
+	rewNorm *rewardNorm
+	version int64
+	steps   int64
+	eps     int64
+	ckpt    chan error // the checkpoint being written, if any
+	polW    chan error // policy.onnx being written, if any
+	async   *asyncRun  // set for an asynchronous algorithm (impala, appo)
+	rs      *rankState // set for a rank of a DD-PPO job of several
+	source  *sourceRun // set when the rollouts come from Options.Source, not own batchers
 }
 
 func newTrainer(cfg Config, spec envs.Spec, pm policyModel, session onnx.Config) *trainer {
@@ -55,6 +59,11 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		actDim = 1
 	}
 	minibatch := rows / cfg.Minibatches
+	input := models.InputObs
+	if f, ok := t.pm.(*foreign); ok {
+		input = f.input
+	}
+	t.obsNorm, t.rewNorm = newObsNorm(cfg, obsDim, input), newRewardNorm(cfg, n)
 	var err error
 	if t.alg, err = cfg.algorithm(); err != nil {
 		return err
@@ -94,9 +103,12 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if err := t.export(); err != nil {
 		return err
 	}
+	if t.obsNorm != nil {
+		t.obsNorm.record(t.version) // the first rollouts' map
+	}
 	// The weights reach the batchers in place (Batcher.Publish), not by a new export and new
-	// sessions per iteration.
-	pc := batcher.PolicyConfig{Session: t.session, Publish: t.pm.publishLayout()}
+	// sessions per iteration; the observation normaliser's mean and scale with them.
+	pc := batcher.PolicyConfig{Session: t.session, Publish: t.obsNorm.layout(t.pm.publishLayout(), len(t.pm.flatParams()))}
 	if f, ok := t.pm.(*foreign); ok {
 		// The batchers bind the policy as loadForeign did: the user's names and head, else
 		// recognition (and the new critic's value).
@@ -172,11 +184,17 @@ func (t *trainer) writePolicy(run *runDir) error {
 	if err := t.export(); err != nil {
 		return err
 	}
-	art, err := t.pm.artifact(t.model, t.version)
+	art, err := t.pm.artifact(t.raw, t.version)
+	if err == nil {
+		art, err = t.obsNorm.wrap(art)
+	}
 	if err != nil {
 		return err
 	}
-	trained := t.pm.trained(t.model)
+	var trained []byte
+	if t.pm.trained(t.raw) != nil {
+		trained = t.model
+	}
 	if err := t.waitPolicy(); err != nil {
 		return err
 	}
@@ -204,9 +222,13 @@ func waitWrite(done *chan error) error {
 	return err
 }
 
-// export makes t.model: the current parameters exported as policy version t.version.
+// export makes t.model: the current parameters exported as policy version t.version, behind
+// the current observation normaliser (t.raw without it).
 func (t *trainer) export() (err error) {
-	t.model, err = t.pm.export(t.version)
+	if t.raw, err = t.pm.export(t.version); err != nil {
+		return err
+	}
+	t.model, err = t.obsNorm.wrap(t.raw)
 	return err
 }
 
@@ -215,10 +237,13 @@ func (t *trainer) export() (err error) {
 // carrying the version. t.model, the exported bytes, is left as it was: export makes it
 // when policy.onnx is written.
 func (t *trainer) publish(ctx context.Context) error {
+	if t.obsNorm != nil {
+		t.obsNorm.record(t.version) // the map the version's rows are collected with
+	}
 	if t.source != nil {
 		return t.publishSource(ctx)
 	}
-	return t.b.Publish(ctx, t.version, t.pm.flatParams())
+	return t.b.Publish(ctx, t.version, t.obsNorm.published(t.pm.flatParams()))
 }
 
 func (t *trainer) close() error {

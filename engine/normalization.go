@@ -1,0 +1,288 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/engine/normalize"
+	"github.com/towerrl/towerrl/learner/mpi"
+	"github.com/towerrl/towerrl/models"
+)
+
+// Observation normalisation and reward scaling (Config.NormObs, Config.NormReward), as the
+// trainer runs them.
+//
+// The observation map is part of the policy: its mean and scale are initializers of the
+// exported graph (models.PrependObsNorm), published in place with the weights, so the
+// batchers (and policy.onnx, and every remote batcher) feed raw observations. The map a rollout
+// was collected with is the one published with the version its rows carry; the trainer keeps
+// the maps of the versions that may still come back (an asynchronous run's rollouts lag) and
+// normalises each row with its own, so the learner trains on exactly the inputs the batchers'
+// policy saw. After the update the rollout's raw observations are merged into the statistics
+// (over every rank of a DD-PPO job), and the new map goes out with the new weights.
+//
+// Rewards are scaled by the trainer alone, before the targets: the rollout's raw rewards give
+// the episodes' returns in the metrics and evaluation.
+
+// obsNorm is the run's observation normalisation; a nil *obsNorm is none, and its methods
+// then leave everything as it is.
+type obsNorm struct {
+	stats *normalize.Obs
+	input string                      // the graph input it is written in front of
+	cur   normalize.Frozen            // the map of the statistics now
+	hist  map[int64]*normalize.Frozen // the map published with each version still in use
+	obs   []float32                   // the rollout's normalised observations
+	flat  []float32                   // the published vector: parameters, then mean and scale
+}
+
+func newObsNorm(cfg Config, dim int, input string) *obsNorm {
+	if !cfg.NormObs {
+		return nil
+	}
+	n := &obsNorm{stats: normalize.NewObs(dim, cfg.ClipObs), input: input, hist: map[int64]*normalize.Frozen{}}
+	n.stats.Freeze(&n.cur)
+	return n
+}
+
+// model is the normaliser written into exported policies: the current map.
+func (n *obsNorm) model() models.ObsNorm {
+	return models.ObsNorm{Mean: n.cur.Mean, Scale: n.cur.Scale, Clip: n.cur.Clip}
+}
+
+// wrap puts the current map in front of an exported policy.
+func (n *obsNorm) wrap(model []byte) ([]byte, error) {
+	if n == nil || model == nil {
+		return model, nil
+	}
+	return models.PrependObsNormBytes(model, n.input, n.model())
+}
+
+// layout adds the map's mean and scale to a policy's publish layout, after the parameters'
+// values (params of them).
+func (n *obsNorm) layout(ps []batcher.Param, params int) []batcher.Param {
+	if n == nil {
+		return ps
+	}
+	d := len(n.cur.Mean)
+	return append(slices.Clone(ps), batcher.Param{Name: models.ObsNormMean, Offset: params, Len: d},
+		batcher.Param{Name: models.ObsNormScale, Offset: params + d, Len: d})
+}
+
+// published is the vector Batcher.Publish takes: params, then the current map.
+func (n *obsNorm) published(params []float32) []float32 {
+	if n == nil {
+		return params
+	}
+	d := len(n.cur.Mean)
+	if len(n.flat) != len(params)+2*d {
+		n.flat = make([]float32, len(params)+2*d)
+	}
+	copy(n.flat, params)
+	copy(n.flat[len(params):], n.cur.Mean)
+	copy(n.flat[len(params)+d:], n.cur.Scale)
+	return n.flat
+}
+
+// record keeps the current map as the one version is collected with.
+func (n *obsNorm) record(version int64) {
+	f := &normalize.Frozen{Mean: slices.Clone(n.cur.Mean), Scale: slices.Clone(n.cur.Scale), Clip: n.cur.Clip}
+	n.hist[version] = f
+}
+
+// apply returns r's observations normalised, each row with the map of its version, and adds
+// the raw ones to the statistics' pending batch. Maps of versions older than the rollout's
+// oldest are dropped: later rollouts hold none of them.
+func (n *obsNorm) apply(r *batcher.Rollout) ([]float32, error) {
+	rows, od := r.T*r.N, r.ObsDim
+	if n.obs == nil || len(n.obs) < rows*od {
+		n.obs = make([]float32, rows*od)
+	}
+	src, dst := r.Obs[:rows*od], n.obs[:rows*od]
+	if err := n.stats.Add(src); err != nil {
+		return nil, err
+	}
+	oldest := int64(math.MaxInt64)
+	for i := 0; i < rows; {
+		v := r.Version[i]
+		oldest = min(oldest, v)
+		j := i + 1
+		for j < rows && r.Version[j] == v {
+			j++
+		}
+		f, ok := n.hist[v]
+		if !ok {
+			return nil, fmt.Errorf("engine: rollout rows of policy version %d, whose observation normalisation is no longer known (versions kept: %v)", v, keys(n.hist))
+		}
+		if err := f.Apply(dst[i*od:j*od], src[i*od:j*od]); err != nil {
+			return nil, err
+		}
+		i = j
+	}
+	for v := range n.hist {
+		if v < oldest {
+			delete(n.hist, v)
+		}
+	}
+	return dst, nil
+}
+
+func keys(m map[int64]*normalize.Frozen) []int64 {
+	ks := make([]int64, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// commit merges the pending observations into the statistics (summed over every rank in a
+// DD-PPO job) and makes the current map theirs.
+func (n *obsNorm) commit(ctx context.Context, rs *rankState) error {
+	if n == nil {
+		return nil
+	}
+	if rs != nil {
+		if err := rs.g.AllReduceFloat64(ctx, mpi.Sum, n.stats.Pending()); err != nil {
+			return fmt.Errorf("engine: summing the observation statistics over the ranks: %w", err)
+		}
+	}
+	n.stats.Commit()
+	n.stats.Freeze(&n.cur)
+	return nil
+}
+
+// restore sets the statistics from a checkpoint's bytes, the current map theirs, and forgets
+// the maps of earlier versions.
+func (n *obsNorm) restore(b []byte) error {
+	if n == nil {
+		return nil
+	}
+	if b == nil {
+		return fmt.Errorf("engine: the checkpoint holds no observation statistics, and the run normalises observations")
+	}
+	if err := n.stats.UnmarshalBinary(b); err != nil {
+		return fmt.Errorf("engine: the checkpoint's observation statistics: %w", err)
+	}
+	n.stats.Freeze(&n.cur)
+	clear(n.hist)
+	return nil
+}
+
+// rewardNorm is the run's reward scaling; a nil *rewardNorm is none.
+type rewardNorm struct {
+	scale *normalize.Reward
+	buf   []float32
+	steps int // RolloutSteps: the steps the statistics take per rollout in a DD-PPO job
+}
+
+func newRewardNorm(cfg Config, envs int) *rewardNorm {
+	if !cfg.NormReward {
+		return nil
+	}
+	return &rewardNorm{scale: normalize.NewReward(envs, cfg.Gamma, cfg.ClipReward), steps: cfg.RolloutSteps}
+}
+
+// apply returns r's rewards scaled (the per-step statistics summed over every rank of a
+// DD-PPO job).
+func (n *rewardNorm) apply(ctx context.Context, r *batcher.Rollout, rs *rankState) ([]float32, error) {
+	rows := r.T * r.N
+	if len(n.buf) < rows {
+		n.buf = make([]float32, rows)
+	}
+	steps, reduce := r.T, func([]float64) error { return nil }
+	if rs != nil {
+		steps = max(n.steps, r.T)
+		reduce = func(sums []float64) error {
+			if err := rs.g.AllReduceFloat64(ctx, mpi.Sum, sums); err != nil {
+				return fmt.Errorf("engine: summing the reward statistics over the ranks: %w", err)
+			}
+			return nil
+		}
+	}
+	if len(n.scale.Returns) != r.N {
+		return nil, fmt.Errorf("engine: a rollout of %d envs; rewards are scaled for %d", r.N, len(n.scale.Returns))
+	}
+	if err := n.scale.Scale(n.buf[:rows], r.Rewards, r.Terminated, r.Truncated, r.T, steps, reduce); err != nil {
+		return nil, err
+	}
+	return n.buf[:rows], nil
+}
+
+// normalized returns r as the learner sees it: a copy of the rollout's header whose
+// observations and rewards are the normalised ones (the rollout's own buffers, the batchers'
+// raw values, are left as they are).
+func (t *trainer) normalized(ctx context.Context, r *batcher.Rollout) (*batcher.Rollout, error) {
+	if t.obsNorm == nil && t.rewNorm == nil {
+		return r, nil
+	}
+	c := *r
+	var err error
+	if t.obsNorm != nil {
+		if c.Obs, err = t.obsNorm.apply(r); err != nil {
+			return nil, err
+		}
+	}
+	if t.rewNorm != nil {
+		if c.Rewards, err = t.rewNorm.apply(ctx, r, t.rs); err != nil {
+			return nil, err
+		}
+	}
+	return &c, nil
+}
+
+// Checkpoint keys of the normalisation state.
+const (
+	ckptObsNorm    = "obs_norm"
+	ckptRewardNorm = "reward_norm"
+)
+
+// snapshotNorm puts the normalisation state into checkpoint c (rank 0's; nil on the other
+// ranks of a DD-PPO job, which send rank 0 their envs' returns).
+func (t *trainer) snapshotNorm(ctx context.Context, c *models.Checkpoint) error {
+	if t.obsNorm != nil && c != nil {
+		b, _ := t.obsNorm.stats.MarshalBinary()
+		c.Bytes[ckptObsNorm] = b
+	}
+	if t.rewNorm == nil {
+		return nil
+	}
+	b, _ := t.rewNorm.scale.MarshalBinary()
+	if t.rs != nil {
+		all, err := t.rs.g.Gather(ctx, 0, b)
+		if err != nil {
+			return err
+		}
+		for k := 1; c != nil && k < len(all); k++ {
+			c.Bytes[fmt.Sprintf("%s.rank%d", ckptRewardNorm, k)] = all[k]
+		}
+	}
+	if c != nil {
+		c.Bytes[ckptRewardNorm] = b
+	}
+	return nil
+}
+
+// restoreNorm sets the normalisation state from checkpoint c.
+func (t *trainer) restoreNorm(c *models.Checkpoint) error {
+	if err := t.obsNorm.restore(c.Bytes[ckptObsNorm]); err != nil {
+		return err
+	}
+	if t.rewNorm == nil {
+		return nil
+	}
+	key := ckptRewardNorm
+	if t.rs != nil && t.rs.rank > 0 {
+		key = fmt.Sprintf("%s.rank%d", ckptRewardNorm, t.rs.rank)
+	}
+	b, ok := c.Bytes[key]
+	if !ok {
+		return fmt.Errorf("engine: the checkpoint holds no reward statistics (%s), and the run scales rewards", key)
+	}
+	if err := t.rewNorm.scale.UnmarshalBinary(b); err != nil {
+		return fmt.Errorf("engine: the checkpoint's reward statistics: %w", err)
+	}
+	return nil
+}
