@@ -75,7 +75,10 @@
 // provider plugin (a separate library, Config.CUDAProviderLibrary or the cache), finds a CUDA
 // device with GetEpDevices and appends it with AppendExecutionProviderV2; when that cannot be
 // done it is an error saying why. auto falls back to CPU with a log line. Config.CUDAOptions
-// passes the provider's own options (use_tf32, cudnn_conv_algo_search, ...) by name. `make gpu-setup`
+// passes the provider's own options (use_tf32, cudnn_conv_algo_search, ...) by name. The
+// buffers stay in host memory: ONNX Runtime copies a host input to the GPU when it is bound
+// to a run, so on CUDA every Run binds the inputs again (the input's copy is part of every
+// Run's time), and copies the outputs back. Fed weights are copied when a set is selected. `make gpu-setup`
 // puts the plugin (built for CUDA 13) in the cache; it needs the CUDA 13 user-space libraries on
 // LD_LIBRARY_PATH. The plugin installs its own signal handlers when it loads and initialises,
 // replacing Go's (onnxruntime_go issue 140: Ctrl-C would crash instead of reaching
