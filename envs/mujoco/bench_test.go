@@ -4,7 +4,6 @@ package mujoco
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -14,75 +13,112 @@ import (
 )
 
 // BenchmarkStep steps HalfCheetah-v4 and Humanoid-v4 with random actions through the VecEnv
-// (16 envs, on 1 and 2 env threads) and, in the same run, the bare C loop of mj_step on the
-// same model with the same number of threads (frame_skip mj_steps per env step, a fresh
-// mjData per thread). It reports both in env steps/s and the VecEnv's share of the bare loop.
+// (16 envs on 1 and 2 env threads) and, in the same run, the bare C loop of mj_step on the same
+// model doing the same physics: a mirror of each env, set to the VecEnv's state before each
+// round of steps, stepped frame_skip times (and mj_rnePostConstraint where the env calls it)
+// with the same controls by one C call per shard per step, and reset (mj_resetData, the state,
+// mj_forward) where the VecEnv's env was reset to the state that env was reset to. It reports
+// both in env steps/s and the VecEnv's share of the bare loop.
 func BenchmarkStep(b *testing.B) {
 	for _, id := range []string{"HalfCheetah-v4", "Humanoid-v4"} {
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%s/threads=%d", id, threads), func(b *testing.B) {
-				const n = 16
-				v, err := envs.Make(id, envs.Config{NumEnvs: n, Seed: 1, Threads: threads})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer v.Close()
-				spec := v.Spec()
-				acts := envtest.RandomActions(spec.Action, n, 64, 3)
-				if err := v.Reset(); err != nil {
-					b.Fatal(err)
-				}
-				vecTime, bareTime := time.Duration(0), time.Duration(0)
-				steps := 0
-				for b.Loop() {
-					start := time.Now()
-					for k := range 20 {
-						if err := v.Step(acts[k%len(acts)]); err != nil {
-							b.Fatal(err)
-						}
-					}
-					vecTime += time.Since(start)
-					bareTime += bareLoop(b, id, threads, 20*n/threads)
-					steps += 20 * n
-				}
-				vec := float64(steps) / vecTime.Seconds()
-				bare := float64(steps) / bareTime.Seconds()
-				b.ReportMetric(vec, "steps/s")
-				b.ReportMetric(bare, "bare-steps/s")
-				b.ReportMetric(100*vec/bare, "%of-bare")
+				benchStep(b, id, threads)
 			})
 		}
 	}
 }
 
-// bareLoop times steps env steps (frame_skip mj_steps each) of the bare C loop on each of
-// threads goroutines at once, each on its own mjData with random controls in ctrlrange.
-func bareLoop(b *testing.B, id string, threads, steps int) time.Duration {
+func benchStep(b *testing.B, id string, threads int) {
+	const n, rounds = 16, 20
 	df := defs(id)
 	md, err := df.model()
 	if err != nil {
 		b.Fatal(err)
 	}
-	ds := make([]*data, threads)
-	for i := range ds {
-		d, err := newData(md)
-		if err != nil {
+	v, err := envs.Make(id, envs.Config{NumEnvs: n, Seed: 1, Threads: threads})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer v.Close()
+	ph, _ := envs.PhysicsOf(v)
+	acts := envtest.RandomActions(v.Spec().Action, n, 64, 3)
+	if err := v.Reset(); err != nil {
+		b.Fatal(err)
+	}
+	// The mirror: one mjData per env, in the VecEnv's shards.
+	mirror := make([]*data, n)
+	for i := range mirror {
+		if mirror[i], err = newData(md); err != nil {
 			b.Fatal(err)
 		}
-		defer d.free()
-		rng := rand.New(rand.NewPCG(uint64(i), 1))
-		df.task.resetState(md, rng, make([]float64, md.nq), make([]float64, md.nv))
-		for j := range d.ctrl {
-			lo, hi := md.ctrlRange[2*j], md.ctrlRange[2*j+1]
-			d.ctrl[j] = lo + (hi-lo)*rng.Float64()
+		defer mirror[i].free()
+	}
+	k := min(threads, n)
+	shards := make([]dataPtrs, k)
+	for s := range k {
+		shards[s] = newDataPtrs(mirror[s*n/k : (s+1)*n/k])
+		defer shards[s].free()
+	}
+	type reset struct {
+		env        int
+		qpos, qvel []float64
+	}
+	resets := make([][]reset, rounds) // per step of a round: the envs the VecEnv reset
+	qpos, qvel := make([]float64, md.nq), make([]float64, md.nv)
+	var vecTime, bareTime time.Duration
+	steps, j := 0, 0
+	for b.Loop() {
+		for i, d := range mirror {
+			ph.State(i, qpos, qvel)
+			md.setState(d, qpos, qvel)
 		}
-		ds[i] = d
+		j0 := j
+		for r := range rounds {
+			start := time.Now()
+			if err := v.Step(acts[j%len(acts)]); err != nil {
+				b.Fatal(err)
+			}
+			vecTime += time.Since(start)
+			j++
+			resets[r] = resets[r][:0]
+			buf := v.Buffers()
+			for i := range n {
+				if buf.Terminated[i] == 1 || buf.Truncated[i] == 1 {
+					rs := reset{env: i, qpos: make([]float64, md.nq), qvel: make([]float64, md.nv)}
+					ph.State(i, rs.qpos, rs.qvel)
+					resets[r] = append(resets[r], rs)
+				}
+			}
+		}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for s := range k {
+			lo, hi := s*n/k, (s+1)*n/k
+			wg.Go(func() {
+				for r := range rounds {
+					a := acts[(j0+r)%len(acts)].Box
+					for i := lo; i < hi; i++ {
+						for c := range md.nu {
+							mirror[i].ctrl[c] = float64(a[i*md.nu+c])
+						}
+					}
+					md.step(shards[s].p, hi-lo, df.frameSkip, df.rne)
+					for _, rs := range resets[r] {
+						if lo <= rs.env && rs.env < hi {
+							md.reset(mirror[rs.env], rs.qpos, rs.qvel)
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		bareTime += time.Since(start)
+		steps += rounds * n
 	}
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, d := range ds {
-		wg.Go(func() { md.bareSteps(d, steps*df.frameSkip) })
-	}
-	wg.Wait()
-	return time.Since(start)
+	vec := float64(steps) / vecTime.Seconds()
+	bare := float64(steps) / bareTime.Seconds()
+	b.ReportMetric(vec, "steps/s")
+	b.ReportMetric(bare, "bare-steps/s")
+	b.ReportMetric(100*vec/bare, "%of-bare")
 }
