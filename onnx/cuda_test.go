@@ -4,7 +4,9 @@ import (
 	"flag"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"unsafe"
 )
 
 // cudaTests turns on the tests that need an NVIDIA GPU, the CUDA provider plugin in the cache
@@ -103,8 +105,8 @@ func TestCUDAFreshInputs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cpu := open(t, name, Config{MaxBatch: 64})
 			gpu := open(t, name, Config{MaxBatch: 64, Provider: ProviderCUDA, CUDAOptions: map[string]string{"use_tf32": "0"}})
-			if gpu.Provider() != ProviderCUDA || !gpu.rebind {
-				t.Fatalf("provider %s, rebind %v", gpu.Provider(), gpu.rebind)
+			if gpu.Provider() != ProviderCUDA || !gpu.rebind || !gpu.PinnedHost() {
+				t.Fatalf("provider %s, rebind %v, pinned host buffers %v", gpu.Provider(), gpu.rebind, gpu.PinnedHost())
 			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			const n = 48
@@ -137,5 +139,35 @@ func TestCUDAFreshInputs(t *testing.T) {
 				previous = want
 			}
 		})
+	}
+}
+
+// TestPageAligned: page-locked buffers start on a page and own their pages.
+func TestPageAligned(t *testing.T) {
+	for _, n := range []int{1, 511, 512, 513, 100000} {
+		a, b := pageAligned(n), pageAligned(n)
+		pa, pb := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+		if pa%pageSize != 0 || len(a)*8%pageSize != 0 || len(a) < n || cap(a) != len(a) {
+			t.Fatalf("n=%d: start %#x, %d elements, cap %d", n, pa, len(a), cap(a))
+		}
+		if pa < pb+uintptr(len(b)*8) && pb < pa+uintptr(len(a)*8) {
+			t.Fatalf("n=%d: two buffers share memory", n)
+		}
+	}
+}
+
+// TestPinHostWithoutCUDA: without a CUDA runtime, page-locking says so (a CUDA session then
+// keeps pageable buffers and logs why); with one, it works and is undone.
+func TestPinHostWithoutCUDA(t *testing.T) {
+	mem := pageAligned(1024)
+	if err := pinHost(mem); err != nil {
+		if !strings.Contains(err.Error(), "libcudart.so.13") {
+			t.Fatalf("error %q does not name libcudart.so.13", err)
+		}
+		return
+	}
+	t.Log("this machine has a CUDA runtime: page-locked and unlocked 8 KiB")
+	if err := unpinHost(mem); err != nil {
+		t.Fatal(err)
 	}
 }
