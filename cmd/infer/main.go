@@ -30,7 +30,8 @@
 // --cuda-option KEY=VALUE (repeatable) passes an option to ONNX Runtime's CUDA execution
 // provider by its name, e.g. use_tf32=0 for full float32 convolutions and matrix products
 // (the provider's default lets them round their inputs to TF32); the summary echoes them as
-// cuda_options, and ort_version names the ONNX Runtime library that ran.
+// cuda_options, and ort_version names the ONNX Runtime library that ran. On CUDA the host
+// buffers are page-locked (pinned_host in the summary) unless --pageable is given.
 package main
 
 import (
@@ -97,6 +98,7 @@ type summary struct {
 	Outputs     []outputSummary   `json:"outputs"`
 	Provider    string            `json:"provider"`
 	CUDAOptions map[string]string `json:"cuda_options,omitempty"`
+	PinnedHost  bool              `json:"pinned_host"`
 	ORTVersion  string            `json:"ort_version"`
 	MS          float64           `json:"ms"`
 	// With --repeat: the timed runs after the first, their mean time and throughput, and
@@ -122,6 +124,7 @@ type options struct {
 	cudaOptions        cudaOptions
 	threads            int
 	cast, allowNaN     bool
+	pageable           bool
 	batch, repeat      int // --batch and --repeat: the benchmark
 	log                cli.LogFlags
 }
@@ -143,6 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.batch, "batch", 0, fmt.Sprintf("repeat the input rows cyclically up to this batch, at most %d (0: the input's own)", maxBatch))
 	fs.IntVar(&o.repeat, "repeat", 0, "time this many more runs after the first and report their throughput")
 	fs.Var(&o.inputs, "input", "observations as .npy: PATH, or NAME=PATH (repeatable)")
+	fs.BoolVar(&o.pageable, "pageable", false, "with --provider cuda, keep the host buffers pageable instead of page-locking them")
 	fs.Var(o.cudaOptions, "cuda-option", "CUDA execution provider option KEY=VALUE, e.g. use_tf32=0 (repeatable; only with --provider cuda or auto)")
 	o.log.Register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -191,7 +195,7 @@ func (o options) check() (onnx.Config, error) {
 	if len(o.cudaOptions) > 0 && p == onnx.ProviderCPU {
 		return onnx.Config{}, errors.New("--cuda-option needs --provider cuda or auto")
 	}
-	cfg := onnx.Config{Library: o.library, Provider: p, IntraOpThreads: o.threads, AllowNaN: o.allowNaN}
+	cfg := onnx.Config{Library: o.library, Provider: p, IntraOpThreads: o.threads, AllowNaN: o.allowNaN, PageableHost: o.pageable}
 	if len(o.cudaOptions) > 0 {
 		cfg.CUDAOptions = o.cudaOptions
 	}
@@ -264,7 +268,7 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 	ms := float64(time.Since(start).Microseconds()) / 1000
 
 	_, version := onnx.Loaded()
-	sum := summary{Model: o.model, Batch: n, Provider: string(s.Provider()), ORTVersion: version, MS: ms}
+	sum := summary{Model: o.model, Batch: n, Provider: string(s.Provider()), ORTVersion: version, MS: ms, PinnedHost: s.PinnedHost()}
 	if s.Provider() == onnx.ProviderCUDA {
 		sum.CUDAOptions = cfg.CUDAOptions
 	}
