@@ -1977,6 +1977,8 @@ def write_readme(metas):
         "mean / log_std / value / actions live (`bind`, graph outputs or inner tensor names), the head, the",
         "action scaling, the recurrent state pairs, the ops, the PyTorch return and notes.",
         "",
+        "The MuJoCo fixtures (issue 27) are in `mujoco/`, written by `scripts/gen_fixtures_mujoco.py`.",
+        "",
         "Files per fixture: `NAME.onnx`; `NAME.input.npy` (16 observations, the graph's dtype) and",
         "`NAME.<output>.npy` (PyTorch's value of each graph output for them; fixed-batch exports are run one",
         "row at a time and joined on the output's batch axis); recurrent fixtures also `NAME.seq_obs.npy`",
