@@ -72,8 +72,9 @@ ENVS = {
     "InvertedPendulum-v4": (4, 1, -3.0, 3.0),
     "Humanoid-v4": (376, 17, -0.4, 0.4),
 }
-RESET_ARGS = ["--envs", "16", "--workers", "1", "--rollout", "1", "--steps", "16", "--seed", "7"]
 BIAS_STD = 0.5  # see random_biases
+# The batcher flags the observations are recorded with (see the docstring).
+RESET_ARGS = ["--envs", "16", "--workers", "1", "--rollout", "1", "--steps", "16", "--seed", "7"]
 POOL_ARGS = ["--envs", "8", "--workers", "1", "--rollout", "64", "--steps", "512", "--seed", "8"]
 
 
