@@ -60,3 +60,4 @@ lint:
 fixtures:
 	/usr/bin/python3 scripts/gen_fixtures.py
 	/usr/bin/python3 scripts/gen_fixtures_foreign.py
+	/usr/bin/python3 scripts/gen_fixtures_mujoco.py
