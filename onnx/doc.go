@@ -75,7 +75,10 @@
 // provider plugin (a separate library, Config.CUDAProviderLibrary or the cache), finds a CUDA
 // device with GetEpDevices and appends it with AppendExecutionProviderV2; when that cannot be
 // done it is an error saying why. auto falls back to CPU with a log line. Config.CUDAOptions
-// passes the provider's own options (use_tf32, cudnn_conv_algo_search, ...) by name. The
+// passes the provider's own options (use_tf32, cudnn_conv_algo_search, ...) by name;
+// cudnn_conv_algo_search is HEURISTIC unless given (ONNX Runtime's EXHAUSTIVE search chose
+// slower convolutions on the H200). A CUDA session page-locks its host buffers
+// (cudaHostRegister) unless Config.PageableHost is set. The
 // buffers stay in host memory: ONNX Runtime copies a host input to the GPU when it is bound
 // to a run, so on CUDA every Run binds the inputs again (the input's copy is part of every
 // Run's time), and copies the outputs back. Fed weights are copied when a set is selected. `make gpu-setup`

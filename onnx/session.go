@@ -43,10 +43,12 @@ type Config struct {
 	// Default: libonnxruntime_providers_cuda.so in [CacheDir].
 	CUDAProviderLibrary string
 	// CUDAOptions are the CUDA execution provider's options, by their ONNX Runtime names
-	// (for example "use_tf32": "0" for full float32 matrix products and convolutions, or
-	// "cudnn_conv_algo_search": "HEURISTIC"), passed to AppendExecutionProviderV2 when the
-	// session runs on CUDA; the provider refuses a name it does not know, and the session
-	// with it. Ignored on CPU. Default: none (the provider's own defaults).
+	// (for example "use_tf32": "0" for full float32 matrix products and convolutions),
+	// passed to AppendExecutionProviderV2 when the session runs on CUDA; the provider
+	// refuses a name it does not know, and the session with it. Ignored on CPU. Default:
+	// the provider's own defaults, except cudnn_conv_algo_search, which is HEURISTIC unless
+	// given here (ONNX Runtime's EXHAUSTIVE chose algorithms 2.5 times slower for the
+	// Nature-CNN fixture at batch 4096 on the H200; docs/GPU.md).
 	CUDAOptions map[string]string
 	// PageableHost leaves a CUDA session's host buffers pageable. Default false: they are
 	// page-locked (cudaHostRegister, from the libcudart.so.13 the plugin loads), so that each
