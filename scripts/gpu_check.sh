@@ -337,12 +337,16 @@ phase_infer() {
 	infer_one cnn-1-fp32 cnn 1 fp32 2000
 	infer_one cnn-256-fp32 cnn 256 fp32 200
 	infer_one cnn-1024-fp32 cnn 1024 fp32 60
+	infer_one cnn-2048-fp32 cnn 2048 fp32 40
 	infer_one cnn-4096-fp32 cnn 4096 fp32 20
 	infer_one mlp-1024-fp32 mlp 1024 fp32 2000
 	infer_one mlp-65536-fp32 mlp 65536 fp32 300
 	infer_one cnn-1024-default cnn 1024 default 60
 	infer_one cnn-4096-default cnn 4096 default 20
 	infer_one mlp-65536-default mlp 65536 default 300
+	# ONNX Runtime's own convolution algorithm search, which towerrl replaces by HEURISTIC.
+	infer_one cnn-2048-fp32-exhaustive cnn 2048 fp32 40 --cuda-option cudnn_conv_algo_search=EXHAUSTIVE
+	infer_one cnn-4096-fp32-exhaustive cnn 4096 fp32 20 --cuda-option cudnn_conv_algo_search=EXHAUSTIVE
 	# Pageable host buffers (--pageable): what page-locking them saves on the copies.
 	infer_one cnn-256-fp32-pageable cnn 256 fp32 200 --pageable
 	infer_one cnn-1024-fp32-pageable cnn 1024 fp32 60 --pageable
