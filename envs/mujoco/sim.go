@@ -38,9 +38,7 @@ type sim struct {
 	qvel []float64
 	nu   int
 
-	failed  []bool // per env: MuJoCo failed in this Step
-	fails   int    // MuJoCo errors met so far
-	lastErr error  // the last of them
+	failed []bool // per env: MuJoCo failed in this Step
 }
 
 var (
@@ -71,12 +69,9 @@ func newSim(df *def, n int) (envs.Dynamics, error) {
 func (s *sim) Reset(i int, rng *rand.Rand, obs []float32) {
 	s.def.task.resetState(s.md, rng, s.qpos, s.qvel)
 	d := s.ds[i]
-	if err := s.md.reset(d, s.qpos, s.qvel); err != nil {
-		// mj_resetData and mj_forward from a finite state near the model's own do not fail;
-		// if MuJoCo ever does, the error is counted and the observation is of what it left.
-		s.fails++
-		s.lastErr = err
-	}
+	// mj_resetData and mj_forward from a finite state near the model's own do not fail; if
+	// MuJoCo ever did, its error unwinds (no crash) and the observation is of what it left.
+	_ = s.md.reset(d, s.qpos, s.qvel)
 	s.def.task.observe(s.md, d, obs)
 }
 
@@ -101,11 +96,10 @@ func (s *sim) Step(a envs.Actions, obs, rewards, terminated []float32) {
 			break
 		}
 		s.failed[lo+k] = true
-		s.fails++
-		s.lastErr = err
 		lo += k + 1
 	}
 	for i, d := range s.ds {
+		t.observe(md, d, obs[i*od:(i+1)*od])
 		if s.failed[i] {
 			rewards[i], terminated[i] = 0, 1
 			continue
@@ -116,7 +110,6 @@ func (s *sim) Step(a envs.Actions, obs, rewards, terminated []float32) {
 		if term {
 			terminated[i] = 1
 		}
-		t.observe(md, d, obs[i*od:(i+1)*od])
 	}
 }
 

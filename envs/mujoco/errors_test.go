@@ -1,0 +1,43 @@
+//go:build mujoco && cgo
+
+package mujoco
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// MuJoCo's internal errors, which would end the process under its default handler, come back
+// as Go errors: a model file that does not compile, and a step that runs out of MuJoCo's stack.
+func TestLibraryErrorsAreErrors(t *testing.T) {
+	if _, err := loadModel("bad.xml", []byte("<mujoco><worldbody><body><geom type='sphere'/></body>")); err == nil {
+		t.Fatal("a truncated model compiled")
+	} else if !strings.Contains(err.Error(), "bad.xml") {
+		t.Errorf("error %q does not name the file", err)
+	}
+	// A stack of 100 numbers holds a free box's steps in the air, not once it lands: mj_step
+	// then calls mju_error ("Stack overflow").
+	md, err := loadModel("tiny.xml", []byte(`<mujoco><size nstack="100"/><worldbody>
+		<body pos="0 0 0.3"><joint type="free"/><geom type="box" size="0.1 0.1 0.1"/></body>
+		<geom type="plane" size="1 1 0.1"/></worldbody></mujoco>`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := newData(md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.free()
+	ptrs := newDataPtrs([]*data{d, d})
+	defer ptrs.free()
+	k, err := md.step(ptrs.p, 2, 500, false)
+	if !errors.Is(err, errMuJoCo) || k != 0 || !strings.Contains(err.Error(), "Stack overflow") {
+		t.Fatalf("step on an exhausted stack: env %d, %v; want env 0 and MuJoCo's message", k, err)
+	}
+	// The guard is released and set again: a later call fails the same way instead of jumping
+	// into a stale frame.
+	if _, err := md.step(ptrs.at(1), 1, 500, false); err == nil {
+		t.Fatal("the second step succeeded on an exhausted stack")
+	}
+}
