@@ -112,7 +112,10 @@ const evalSteps = 64 // the rollout length Evaluate collects in
 
 func newFootprint(spec envs.Spec, shards bool) footprint {
 	od, ad := uint64(spec.Observation.Dim()), uint64(spec.Action.Dim())
-	f := footprint{perRow: 8*od + 8*ad + 32, perEnv: 48*od + 32*ad + 256, perWorker: 4 << 20, perEpisode: 64, fixed: 64 << 20}
+	f := footprint{perRow: 8*od + 8*ad + 32, perEnv: 48*od + 32*ad + 256 + uint64(max(spec.EnvBytes, 0)), perWorker: 4 << 20, perEpisode: 64, fixed: 64 << 20}
+	if spec.EnvBytes > 0 { // a simulated env's rows also hold its qpos and qvel (float64)
+		f.perRow += 16 * od
+	}
 	if shards {
 		f.perRow += 4*max(od, ad) + 4*od + 10
 	}

@@ -63,6 +63,10 @@ type Spec struct {
 	// RewardThreshold is Gymnasium's reward_threshold (informational; 0 when
 	// Gymnasium registers none).
 	RewardThreshold float64
+	// EnvBytes is the memory one env holds besides its rows of the Buffers (a physics
+	// engine's data: about 3.3 MB for a MuJoCo env), for memory checks made before envs are
+	// made; 0 for envs whose state is a few numbers.
+	EnvBytes int64
 }
 
 // Actions carries one step's actions for every env of a VecEnv (or the one

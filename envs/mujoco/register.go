@@ -71,8 +71,13 @@ func spec(id string, obsDim, actDim int, bound float32, limit int, threshold flo
 		Action:          envs.NewBox(-bound, bound, actDim),
 		MaxEpisodeSteps: limit,
 		RewardThreshold: threshold,
+		EnvBytes:        envBytes,
 	}
 }
+
+// envBytes bounds one env's mjData under MuJoCo 2.2.2 with these models (3.2 to 3.4 MB: its
+// arena and stack), and its state and scratch in Go.
+const envBytes = 4 << 20
 
 // byID holds the registered defs by id (written by init functions only).
 var byID = map[string]*def{}
