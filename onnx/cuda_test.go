@@ -4,6 +4,7 @@ import (
 	"flag"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unsafe"
@@ -169,5 +170,87 @@ func TestPinHostWithoutCUDA(t *testing.T) {
 	t.Log("this machine has a CUDA runtime: page-locked and unlocked 8 KiB")
 	if err := unpinHost(mem); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// reselectWeights runs the sequence that needs a set's copy refreshed on CUDA: set A at batch
+// 16, set B at batch 8, then A rewritten and selected again at batch 16, whose binding last
+// bound A before it was rewritten. It returns each step's outputs.
+func reselectWeights(t *testing.T, s *Session, defaults [][]float32, obs []float32) [][][]float32 {
+	t.Helper()
+	a, err := s.NewWeights(perturbed(defaults, rand.New(rand.NewPCG(1, 1)), 0.1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.NewWeights(perturbed(defaults, rand.New(rand.NewPCG(2, 2)), 0.1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps [][][]float32
+	for k, step := range []struct {
+		set   *Weights
+		batch int
+	}{{a, 16}, {b, 8}, {a, 16}} {
+		if k == 2 {
+			for i, buf := range perturbed(defaults, rand.New(rand.NewPCG(3, 3)), 0.1) {
+				copy(a.Buffers()[i], buf)
+			}
+		}
+		if err := s.UseWeights(step.set); err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, outputsOf(t, s, obs, step.batch))
+	}
+	return steps
+}
+
+// TestWeightsReselectedOnCPU runs, on CPU, the path that binds a set again when it is
+// selected again (CUDA's): the outputs are the plain session's, and the binding records the
+// selection it bound.
+func TestWeightsReselectedOnCPU(t *testing.T) {
+	_, data := readModel(t, "mlp_tanh")
+	defaults, err := WeightValues(data, mlpWeights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := readNPY(t, filepath.Join(fixtures, "mlp_tanh.input.npy")).F32
+	plain := newSession(t, data, Config{MaxBatch: 16, Weights: mlpWeights})
+	rebound := newSession(t, data, Config{MaxBatch: 16, Weights: mlpWeights})
+	rebound.rebind = true
+	want, got := reselectWeights(t, plain, defaults, obs), reselectWeights(t, rebound, defaults, obs)
+	for k := range want {
+		if d := maxDiff(got[k], want[k]); d != 0 {
+			t.Fatalf("step %d: outputs differ by %g", k, d)
+		}
+	}
+	if b := rebound.bindings[16]; b.use != rebound.uses {
+		t.Fatalf("batch 16's binding bound selection %d, the session is at %d", b.use, rebound.uses)
+	}
+}
+
+// TestCUDAFedWeights: on the GPU, a weight set rewritten and selected again is what the next
+// Run of every batch size computes with, within 1e-5 of the CPU provider.
+func TestCUDAFedWeights(t *testing.T) {
+	if !*cudaTests {
+		t.Skip("needs a GPU: run with -cuda (scripts/gpu_check.sh does on the GPU machine)")
+	}
+	_, data := readModel(t, "mlp_tanh")
+	defaults, err := WeightValues(data, mlpWeights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := readNPY(t, filepath.Join(fixtures, "mlp_tanh.input.npy")).F32
+	cpu := newSession(t, data, Config{MaxBatch: 16, Weights: mlpWeights})
+	gpu := newSession(t, data, Config{MaxBatch: 16, Weights: mlpWeights, Provider: ProviderCUDA,
+		CUDAOptions: map[string]string{"use_tf32": "0"}})
+	want, got := reselectWeights(t, cpu, defaults, obs), reselectWeights(t, gpu, defaults, obs)
+	for k := range want {
+		for o := range want[k] {
+			e := relErr(got[k][o], want[k][o])
+			t.Logf("step %d output %d: relative error %.2g against CPU", k, o, e)
+			if e > 1e-5 {
+				t.Errorf("step %d output %d: relative error %g against the CPU provider", k, o, e)
+			}
+		}
 	}
 }

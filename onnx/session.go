@@ -182,6 +182,7 @@ type binding struct {
 	io      *ort.IoBinding
 	values  []ort.Value
 	weights *Weights // the fed weight set bound, nil while the model's own values are used
+	use     uint64   // Session.uses when weights was bound
 }
 
 // Session runs one ONNX model over batches held in buffers it allocates once.
@@ -203,6 +204,7 @@ type Session struct {
 	weights  []port           // fed weights (Config.Weights), without memory: the caller's
 	sets     []*Weights       // every set NewWeights made, released by Close
 	current  *Weights         // the set Run binds; nil: the model's own values
+	uses     uint64           // UseWeights calls so far
 	rebind   bool             // bind the inputs at every Run (a provider that copies them at binding)
 	pinned   [][]uint64       // the page-locked buffers, unlocked by Close
 	closed   bool

@@ -69,8 +69,9 @@ func (s *Session) NewWeights(bufs [][]float32) (*Weights, error) {
 }
 
 // UseWeights makes every later Run read the fed weights from w, a set this session made.
-// It is cheap (each batch size's I/O binding takes the new set at its next Run) and belongs,
-// like Run, to the goroutine that owns the session.
+// It is cheap (each batch size's I/O binding takes the new set at its next Run; on CUDA that
+// Run copies the set to the GPU, also when w was selected before) and belongs, like Run, to
+// the goroutine that owns the session.
 func (s *Session) UseWeights(w *Weights) error {
 	if s.closed {
 		return ErrClosed
@@ -79,6 +80,7 @@ func (s *Session) UseWeights(w *Weights) error {
 		return fmt.Errorf("%w: UseWeights takes a set this session made with NewWeights", ErrConfig)
 	}
 	s.current = w
+	s.uses++
 	return nil
 }
 
@@ -91,9 +93,12 @@ func (w *Weights) destroy() error {
 	return errors.Join(errs...)
 }
 
-// bindWeights binds the current weight set into b, when b holds another.
+// bindWeights binds the current weight set into b, when b holds another or, on a provider
+// that copies inputs when they are bound (CUDA), when the set was selected again since b bound
+// it: a binding of another batch size may hold the set's copy from an earlier selection,
+// written over since (the double-buffered publishing of the batcher does that).
 func (s *Session) bindWeights(b *binding) error {
-	if b.weights == s.current {
+	if b.weights == s.current && (!s.rebind || b.use == s.uses) {
 		return nil
 	}
 	for i, v := range s.current.values {
@@ -101,7 +106,7 @@ func (s *Session) bindWeights(b *binding) error {
 			return fmt.Errorf("onnx: binding weight %q: %w", s.weights[i].Name, err)
 		}
 	}
-	b.weights = s.current
+	b.weights, b.use = s.current, s.uses
 	return nil
 }
 
