@@ -271,7 +271,7 @@ phase_torch() {
 # same binary without -cuda, where they skip.
 phase_gotest() {
 	need bin/onnx.test "cache/towerrl/onnxruntime-${ORT_VERSION}/libonnxruntime.so.1"
-	local args=(-test.run 'CUDA|Rebind' -test.v)
+	local args=(-test.run 'CUDA|Rebind|Reselected|PinHost' -test.v)
 	if ((!DRY)); then
 		need "cache/towerrl/onnxruntime-${ORT_VERSION}/libonnxruntime_providers_cuda.so"
 		args+=(-cuda)
