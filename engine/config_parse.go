@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,7 +18,15 @@ import (
 // "ent_coef" of 0 given explicitly means no entropy bonus (it is stored as -1, which
 // WithDefaults keeps at 0), as in Stable-Baselines3's configs, instead of the default.
 func ParseConfig(data []byte) (Config, error) {
-	var c Config
+	return ParseConfigOver(Config{}, data)
+}
+
+// ParseConfigOver decodes a JSON object of Config fields over base, as ParseConfig does: the
+// fields data holds replace base's (an explicit false or 0 too), the others keep base's
+// values. It layers a config file over a preset (package engine/preset).
+func ParseConfigOver(base Config, data []byte) (Config, error) {
+	c := base
+	c.Hidden = slices.Clone(base.Hidden) // decoding an array reuses the slice's memory
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {

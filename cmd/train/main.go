@@ -1,9 +1,13 @@
 // Command train trains a policy with PPO and exports it as ONNX.
 //
-//	train --env ID [--algo ppo] [--config file.json] [--out DIR] [--towers N] [--workers W]
-//	      [--envs M] [--total-steps N] [--seed S] [--init-policy P] [--resume DIR]
+//	train --env ID [--algo ppo] [--preset NAME|none] [--show-preset] [--config file.json]
+//	      [--out DIR] [--towers N] [--workers W] [--envs M] [--total-steps N] [--seed S]
+//	      [--lr X] [--gamma G] [--norm-obs] [--norm-reward] ... [--init-policy P] [--resume DIR]
 //
-// Flags override the config file's fields; unset fields take CleanRL's defaults. A progress
+// With no other flag, --env X trains with towerrl's preset for the algorithm and X (package
+// engine/preset, docs/presets.md), if it has one: the preset's fields, then the config file's
+// over them, then the flags given; unset fields take CleanRL's defaults. --show-preset prints
+// the preset in force and exits; config.json names it. A progress
 // line per iteration goes to stderr; one JSON object to stdout: eval_return_mean, env_steps,
 // wall_seconds, policy (the exported ONNX), and more.
 //
@@ -22,11 +26,9 @@ import (
 	"io"
 	"math"
 	"os"
-	"strings"
 
 	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"github.com/towerrl/towerrl/engine"
-	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/engine/curve"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner/mpi"
@@ -38,30 +40,17 @@ import (
 func main() {
 	fs := flag.CommandLine
 	var (
-		env        = fs.String("env", "", "Gymnasium environment id (required unless in --config)")
-		algoName   = fs.String("algo", "", "algorithm: "+strings.Join(algo.Names(), ", ")+" (default ppo)")
-		configPath = fs.String("config", "", "JSON file of engine.Config fields")
+		cf         configFlags
+		configPath = fs.String("config", "", "JSON file of engine.Config fields (over the preset's; flags override both)")
+		show       = fs.Bool("show-preset", false, "print the preset in force for --env and --algo (with --preset and --config as given) as JSON on stdout, and exit")
 		out        = fs.String("out", "", "run directory (default runs/<env>-<seed>)")
-		towers     = fs.Int("towers", 0, "learner towers (default 1)")
-		workers    = fs.Int("workers", 0, "batcher workers (default 1)")
-		envs       = fs.Int("envs", 0, "envs per worker (default 4 for Discrete actions, 1 for Box)")
-		total      = fs.Int64("total-steps", 0, "env steps to train for (default 500000 Discrete, 1000000 Box; appo 600000 Discrete, impala 1000000)")
-		seed       = fs.Uint64("seed", 0, "seed")
-		noSpin     = fs.Bool("no-spin", false, "towers park at once instead of spinning while they wait for each other (machines shared with other work; same results)")
-		initPolicy = fs.String("init-policy", "", "pretrained ONNX policy to fine-tune")
-		queue      = fs.Int("queue-size", 0, "impala/appo: rollouts buffered between batchers and learner (default 2)")
-		broadcast  = fs.Int("broadcast-interval", 0, "impala/appo: learner iterations between weight publishes (default 1)")
-		maxLag     = fs.Int64("max-policy-lag", 0, "impala/appo: drop rollouts more policy versions behind than this (default 0: never)")
-		epochs     = fs.Int("epochs", 0, "passes over each rollout (num_sgd_iter; default 4 Discrete, 10 Box; appo 3 Discrete, impala 2)")
-		minibatch  = fs.Int("minibatches", 0, "minibatches per pass (default 4 Discrete, 32 Box)")
-		syncFrac   = fs.Float64("sync-frac", 0, "ddppo: once this fraction of the ranks (rounded up) has finished collecting, the others stop early, keeping at least 25% of the rollout (default 0.6, which on 2 ranks never preempts: use 0.5; 1: off)")
 		resume     = fs.String("resume", "", "run directory to resume")
 		library    = fs.String("ort-lib", "", "ONNX Runtime library (default: $"+onnx.LibraryEnv+", then the per-user cache)")
 		profile    = fs.String("profile", "", "folder to write a CPU profile (cpu.pprof) and a heap profile (heap.pprof) of the run into")
 		sf         serveFlags
 		lf         cli.LogFlags
-		hf         cli.HeadFlags
 	)
+	cf.register(fs)
 	fs.StringVar(&sf.addr, "serve", "", "serve remote batchers (batcher --connect) on this host:port, with an embedded NATS server whose store is DIR/nats and whose batcher credential is DIR/batcher.creds; no local batchers unless --local-workers")
 	fs.StringVar(&sf.nats, "nats", "", "serve remote batchers through this external NATS server (nats://host:port) instead of an embedded one")
 	fs.StringVar(&sf.natsCreds, "nats-creds", "", "the learner's credential for --nats")
@@ -71,7 +60,6 @@ func main() {
 	fs.IntVar(&sf.credits, "credits", -1, "with --serve or --nats: rollouts the batchers may collect ahead of the learner (flow control; 0: off, batchers collect freely; default 1 for ppo, queue_size for impala and appo)")
 	fs.IntVar(&sf.localWorkers, "local-workers", 0, "with --serve or --nats: batchers the learner runs itself, each with a collect task of its own (beside --tasks), publishing through the NATS server like remote ones")
 	lf.Register(fs)
-	hf.Register(fs)
 	flag.Parse()
 	cli.MainGraceful("train", lf, func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) (err error) {
 		if *profile != "" {
@@ -81,46 +69,15 @@ func main() {
 			}
 			defer func() { err = errors.Join(err, end()) }()
 		}
-		// Flags given on the command line override the config file's fields, or, with --resume,
-		// the run's own (only engine.ResumeChangeable fields may change).
-		override := map[string]func(*engine.Config){
-			"env":         func(c *engine.Config) { c.Env = *env },
-			"algo":        func(c *engine.Config) { c.Algo = *algoName },
-			"towers":      func(c *engine.Config) { c.Towers = *towers },
-			"workers":     func(c *engine.Config) { c.Workers = *workers },
-			"envs":        func(c *engine.Config) { c.Envs = *envs },
-			"total-steps": func(c *engine.Config) { c.TotalSteps = *total },
-			"seed":        func(c *engine.Config) { c.Seed = *seed },
-			"no-spin":     func(c *engine.Config) { c.NoSpin = *noSpin },
-			"init-policy": func(c *engine.Config) { c.InitPolicy = *initPolicy },
-			"epochs":      func(c *engine.Config) { c.Epochs = *epochs },
-			"minibatches": func(c *engine.Config) { c.Minibatches = *minibatch },
-			"sync-frac":   func(c *engine.Config) { c.SyncFrac = *syncFrac },
-			// Asynchronous algorithms (impala, appo).
-			"queue-size":         func(c *engine.Config) { c.QueueSize = *queue },
-			"broadcast-interval": func(c *engine.Config) { c.BroadcastInterval = *broadcast },
-			"max-policy-lag":     func(c *engine.Config) { c.MaxPolicyLag = *maxLag },
-			// How a foreign --init-policy is bound (as batcher's and eval's flags).
-			"head":          func(c *engine.Config) { c.Head = hf.Head },
-			"action-space":  func(c *engine.Config) { c.ActionSpace = hf.ActionSpace },
-			"logits-output": func(c *engine.Config) { c.LogitsOutput = hf.Params },
-			"logstd-output": func(c *engine.Config) { c.LogStdOutput = hf.LogStd },
-			"value-output":  func(c *engine.Config) { c.ValueOutput = hf.Value },
-		}
-		var set []func(*engine.Config)
-		fs.Visit(func(f *flag.Flag) {
-			if o, ok := override[f.Name]; ok {
-				set = append(set, o)
-			}
-		})
-		change := func(c *engine.Config) {
-			for _, o := range set {
-				o(c)
-			}
+		// Flags given on the command line override the preset's and the config file's fields,
+		// or, with --resume, the run's own (only engine.ResumeChangeable fields may change).
+		change, err := cf.overrides(fs)
+		if err != nil {
+			return err
 		}
 		if *resume != "" {
-			if *configPath != "" || *out != "" {
-				return errors.New("--resume DIR continues the run in DIR with its own config.json: drop --config and --out")
+			if *configPath != "" || *out != "" || cf.preset != "" || *show {
+				return errors.New("--resume DIR continues the run in DIR with its own config.json (and the preset it names): drop --config, --out, --preset and --show-preset")
 			}
 			ranks, leave, jerr := joinJob(false)
 			if jerr != nil {
@@ -129,17 +86,23 @@ func main() {
 			defer leaveJob(ctx, leave, &err)
 			return run(ctx, os.Stdout, log, stop, engine.Config{}, change, "", *resume, *library, ranks, sf)
 		}
-		var cfg engine.Config
-		if *configPath != "" {
-			b, err := os.ReadFile(*configPath)
-			if err == nil {
-				cfg, err = engine.ParseConfig(b)
-			}
-			if err != nil {
-				return fmt.Errorf("--config: %w", err)
-			}
+		file, err := readConfig(*configPath)
+		if err != nil {
+			return err
 		}
-		change(&cfg)
+		cfg, c, err := resolve(file, change)
+		if err != nil {
+			return err
+		}
+		if *show {
+			return showPreset(os.Stdout, cfg, c)
+		}
+		if c.ok {
+			log.Info(fmt.Sprintf("preset %s (train --show-preset prints it; flags and --config override its fields; --preset none: the plain defaults)", c.p.Name),
+				zap.String("about", c.p.About))
+		} else {
+			log.Info("preset none: " + c.why)
+		}
 		dir := *out
 		if dir == "" {
 			dir = fmt.Sprintf("runs/%s-%d", cfg.Env, cfg.Seed)

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/towerrl/towerrl/engine"
@@ -37,5 +40,92 @@ func TestTrainAndResume(t *testing.T) {
 	}
 	if err := run(context.Background(), &out, zap.NewNop(), nil, engine.Config{}, nil, dir, "", "", nil, serveFlags{}); err == nil {
 		t.Fatal("no --env accepted")
+	}
+}
+
+// configure parses args as train's command line and resolves the run's configuration
+// (preset, then the config file, then the flags given).
+func configure(t *testing.T, file []byte, args ...string) (engine.Config, chosen, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	var cf configFlags
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	change, err := cf.overrides(fs)
+	if err != nil {
+		return engine.Config{}, chosen{}, err
+	}
+	return resolve(file, change)
+}
+
+// TestPresets: --env alone takes the env's preset, named in config.json; a flag overrides its
+// field (an explicit false or 0 too), a --config file's fields go over the preset's and flags
+// over both; --preset none gives the plain defaults; --show-preset prints the preset in force;
+// a preset that does not exist is an error naming it.
+func TestPresets(t *testing.T) {
+	cfg, c, err := configure(t, nil, "--env", "CartPole-v1")
+	if err != nil || !c.ok || cfg.Preset != "ppo/CartPole-v1" || cfg.TotalSteps != 500_000 || cfg.EntCoef != 0.01 {
+		t.Fatalf("no flags: %+v %v", cfg, err)
+	}
+	cfg, _, err = configure(t, nil, "--env", "CartPole-v1", "--total-steps", "2048", "--ent-coef", "0", "--norm-obs", "--hidden", "16,8")
+	if err != nil || cfg.TotalSteps != 2048 || cfg.EntCoef != -1 || !cfg.NormObs || len(cfg.Hidden) != 2 || cfg.Hidden[1] != 8 ||
+		cfg.Preset != "ppo/CartPole-v1" || cfg.RolloutSteps != 128 {
+		t.Fatalf("flags over the preset: %+v %v", cfg, err)
+	}
+	file := []byte(`{"env": "CartPole-v1", "rollout_steps": 64, "lr": 0.001}`)
+	cfg, _, err = configure(t, file, "--lr", "0.002")
+	if err != nil || cfg.RolloutSteps != 64 || cfg.LR != 0.002 || cfg.Envs != 4 || cfg.Preset != "ppo/CartPole-v1" {
+		t.Fatalf("config file over the preset, flags over both: %+v %v", cfg, err)
+	}
+	cfg, c, err = configure(t, nil, "--env", "CartPole-v1", "--preset", "none")
+	if err != nil || c.ok || cfg.Preset != "none" || cfg.TotalSteps != 0 || cfg.LR != 0 {
+		t.Fatalf("--preset none: %+v %v", cfg, err)
+	}
+	cfg, _, err = configure(t, []byte(`{"env": "CartPole-v1", "preset": "none"}`))
+	if err != nil || cfg.Preset != "none" || cfg.TotalSteps != 0 {
+		t.Fatalf(`"preset": "none" in a config file: %+v %v`, cfg, err)
+	}
+	if _, _, err := configure(t, nil, "--env", "CartPole-v1", "--preset", "ppo/CartPole-v0"); err == nil ||
+		!strings.Contains(err.Error(), `"ppo/CartPole-v0" does not exist`) {
+		t.Fatalf("a preset that does not exist: %v", err)
+	}
+	if _, _, err := configure(t, nil, "--env", "CartPole-v1", "--hidden", "16,x"); err == nil || !strings.Contains(err.Error(), "--hidden") {
+		t.Fatalf("bad --hidden: %v", err)
+	}
+
+	var out bytes.Buffer
+	cfg, c, _ = configure(t, nil, "--env", "CartPole-v1")
+	if err := showPreset(&out, cfg, c); err != nil {
+		t.Fatal(err)
+	}
+	var shown struct {
+		Preset, About string
+		Config        map[string]any
+	}
+	if err := json.Unmarshal(out.Bytes(), &shown); err != nil || shown.Preset != "ppo/CartPole-v1" || shown.Config["rollout_steps"] != 128.0 || shown.About == "" {
+		t.Fatalf("--show-preset: %s (%v)", out.String(), err)
+	}
+	out.Reset()
+	cfg, c, _ = configure(t, nil, "--env", "CartPole-v1", "--preset", "none")
+	if err := showPreset(&out, cfg, c); err != nil || !strings.Contains(out.String(), `"preset":"none"`) || !strings.Contains(out.String(), "--preset none") {
+		t.Fatalf("--show-preset with --preset none: %s %v", out.String(), err)
+	}
+
+	// config.json names the preset.
+	cfg, _, _ = configure(t, nil, "--env", "CartPole-v1", "--total-steps", "2048")
+	cfg.EvalEpisodes = -1
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := run(context.Background(), &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var written engine.Config
+	if err := json.Unmarshal(b, &written); err != nil || written.Preset != "ppo/CartPole-v1" || written.TotalSteps != 2048 {
+		t.Fatalf("config.json: preset %q, total_steps %d (%v)", written.Preset, written.TotalSteps, err)
 	}
 }
