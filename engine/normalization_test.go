@@ -237,3 +237,42 @@ func TestLearnerSeesTheCollectionMap(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAsyncNormalised: APPO, whose batchers stream rollouts while the learner trains (rows of
+// several versions in one rollout, each normalised with its own version's map), runs with
+// both normalisations and publishes every iteration or every third.
+func TestAsyncNormalised(t *testing.T) {
+	for _, bi := range []int{1, 3} {
+		cfg := Config{Env: "Pendulum-v1", Algo: "appo", Envs: 2, RolloutSteps: 64, Minibatches: 2, TotalSteps: 128 * 12, Seed: 1,
+			EvalEpisodes: 2, NormObs: true, NormReward: true, BroadcastInterval: bi, QueueSize: 3}
+		dir := filepath.Join(t.TempDir(), "run")
+		if _, err := Train(context.Background(), cfg, Options{Out: dir}); err != nil {
+			t.Fatalf("broadcast interval %d: %v", bi, err)
+		}
+		if _, err := onnx.WeightValues(readFile(t, filepath.Join(dir, "policy.onnx")), []string{models.ObsNormMean}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestForeignNormalisedWhenAsked fine-tunes foreign policies with NormObs set: CleanRL's
+// export (its graph trained as given) and RLlib's MLP (a new critic: policy.onnx is the
+// original graph written back); both policy.onnx files carry the normaliser in front of their
+// own graph and evaluate. Without NormObs (the default for a fine-tune) none is added.
+func TestForeignNormalisedWhenAsked(t *testing.T) {
+	for _, c := range []struct {
+		fixture string
+		norm    bool
+	}{{"cleanrl_cartpole", true}, {"rllib_cartpole_mlp", true}, {"vecnorm_cartpole", false}} {
+		cfg := Config{Env: "CartPole-v1", InitPolicy: filepath.Join("..", "testdata", "foreign", c.fixture+".onnx"), Envs: 2, RolloutSteps: 64,
+			TotalSteps: 128 * 4, Seed: 1, EvalEpisodes: 2, NormObs: c.norm, ValueWarmup: -1}
+		dir := filepath.Join(t.TempDir(), "run")
+		if _, err := Train(context.Background(), cfg, Options{Out: dir}); err != nil {
+			t.Fatalf("%s: %v", c.fixture, err)
+		}
+		_, err := onnx.WeightValues(readFile(t, filepath.Join(dir, "policy.onnx")), []string{models.ObsNormMean})
+		if (err == nil) != c.norm {
+			t.Fatalf("%s (norm_obs %v): policy.onnx's normaliser: %v", c.fixture, c.norm, err)
+		}
+	}
+}
