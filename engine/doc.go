@@ -28,6 +28,20 @@
 // once per step over shared parameters (states zeroed where an episode ends), so the first
 // epoch's probability ratios are 1.
 //
+// # Normalisation
+//
+// With Config.NormObs, observations are normalised by their running mean and variance
+// (package engine/normalize), and the map is part of the policy: ops in front of the network
+// in every export (models.PrependObsNorm), its mean and scale published in place with the
+// weights, so the batchers, policy.onnx and remote batchers all take raw observations. The
+// statistics stay fixed while a rollout is collected and trained on (each row is normalised
+// with the map of the version that collected it, as the batchers' sessions did) and take the
+// rollout's raw observations after the update (summed over DD-PPO's ranks). With
+// Config.NormReward the learner's rewards are divided by the running standard deviation of
+// each env's discounted return and clipped (VecNormalize's reward scaling); metrics and
+// evaluation use raw rewards. Both states are in the checkpoint. See normalization.go and
+// docs/presets.md.
+//
 // # Asynchronous algorithms
 //
 // An algorithm that trains on whole sequences (algo.Sequential: impala, appo) runs

@@ -25,7 +25,11 @@ import (
 // (over every rank of a DD-PPO job), and the new map goes out with the new weights.
 //
 // Rewards are scaled by the trainer alone, before the targets: the rollout's raw rewards give
-// the episodes' returns in the metrics and evaluation.
+// the episodes' returns in the metrics and evaluation. Each env's running return follows the
+// rollouts in the order they are trained on: exact for the run's own batchers (each rollout
+// continues the last), an approximation with remote batchers (Options.Source), whose collect
+// tasks' rollouts arrive interleaved and share the envs' indices, and where a rollout is
+// dropped.
 
 // obsNorm is the run's observation normalisation; a nil *obsNorm is none, and its methods
 // then leave everything as it is.
