@@ -1,7 +1,7 @@
 # towerrl — the commands a person types. Logic lives in Go and in scripts/.
 GO ?= go
 
-.PHONY: all setup gpu-setup test demo bench lint fixtures fuzz mpi
+.PHONY: all setup gpu-setup gpu-pack test demo bench lint fixtures fuzz mpi
 
 all: test
 
@@ -29,6 +29,7 @@ gpu-setup: setup
 ## then learner/mpi under mpirun (needs Open MPI: apt-get install openmpi-bin libopenmpi-dev)
 test: setup lint
 	$(GO) test -count=1 ./...
+	bash scripts/gpu_check.sh --dry-run
 	$(GO) test -race -count=1 ./...
 	GO=$(GO) bash scripts/portable.sh
 	GO=$(GO) bash scripts/mpi_test.sh
@@ -36,6 +37,10 @@ test: setup lint
 ## demo: the main job: train PPO on CartPole-v1, evaluate the ONNX policy over 100 episodes
 demo: setup
 	@bash scripts/demo.sh
+
+## gpu-pack: build and pack what the GPU check sends to a GPU machine (docs/GPU.md)
+gpu-pack: gpu-setup
+	@bash scripts/gpu_check.sh pack
 
 ## bench: the performance figures quoted in the issues
 bench: setup
