@@ -97,16 +97,15 @@ func (n *obsNorm) record(version int64) {
 }
 
 // apply returns r's observations normalised, each row with the map of its version, and adds
-// the raw ones to the statistics' pending batch. Maps of versions older than the rollout's
-// oldest are dropped: later rollouts hold none of them.
-func (n *obsNorm) apply(r *batcher.Rollout) ([]float32, error) {
+// the raw ones to the statistics' pending batch. It returns the oldest version among the rows.
+func (n *obsNorm) apply(r *batcher.Rollout) ([]float32, int64, error) {
 	rows, od := r.T*r.N, r.ObsDim
 	if n.obs == nil || len(n.obs) < rows*od {
 		n.obs = make([]float32, rows*od)
 	}
 	src, dst := r.Obs[:rows*od], n.obs[:rows*od]
 	if err := n.stats.Add(src); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	oldest := int64(math.MaxInt64)
 	for i := 0; i < rows; {
@@ -118,20 +117,28 @@ func (n *obsNorm) apply(r *batcher.Rollout) ([]float32, error) {
 		}
 		f, ok := n.hist[v]
 		if !ok {
-			return nil, fmt.Errorf("engine: rollout rows of policy version %d, whose observation normalisation is no longer known (versions kept: %v)", v, keys(n.hist))
+			return nil, 0, fmt.Errorf("engine: rollout rows of policy version %d, whose observation normalisation is no longer known (versions kept: %v)", v, keys(n.hist))
 		}
 		if err := f.Apply(dst[i*od:j*od], src[i*od:j*od]); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		i = j
 	}
-	for v := range n.hist {
-		if v < oldest {
-			delete(n.hist, v)
+	return dst, oldest, nil
+}
+
+// prune forgets the maps of the versions before v.
+func (n *obsNorm) prune(v int64) {
+	for k := range n.hist {
+		if k < v {
+			delete(n.hist, k)
 		}
 	}
-	return dst, nil
 }
+
+// sourceLagWindow is how many versions back an asynchronous run fed by remote batchers with no
+// MaxPolicyLag keeps the observation maps of.
+const sourceLagWindow = 1024
 
 func keys(m map[int64]*normalize.Frozen) []int64 {
 	ks := make([]int64, 0, len(m))
@@ -225,8 +232,23 @@ func (t *trainer) normalized(ctx context.Context, r *batcher.Rollout) (*batcher.
 	c := *r
 	var err error
 	if t.obsNorm != nil {
-		if c.Obs, err = t.obsNorm.apply(r); err != nil {
+		var oldest int64
+		if c.Obs, oldest, err = t.obsNorm.apply(r); err != nil {
 			return nil, err
+		}
+		// The maps later rollouts may need. The run's own batchers hand rollouts over in
+		// order, each worker's versions never going back, so none holds a version older than
+		// this one's oldest. Remote batchers' rollouts interleave: ppo trains on the current
+		// version only; impala and appo on those within MaxPolicyLag.
+		switch {
+		case t.source == nil:
+			t.obsNorm.prune(oldest)
+		case t.async == nil:
+			t.obsNorm.prune(t.version)
+		case t.cfg.MaxPolicyLag > 0:
+			t.obsNorm.prune(t.version - t.cfg.MaxPolicyLag)
+		default:
+			t.obsNorm.prune(t.version - sourceLagWindow)
 		}
 	}
 	if t.rewNorm != nil {
