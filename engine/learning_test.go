@@ -200,6 +200,7 @@ type batcherSource struct {
 	versions []int64
 	acks     int
 	stale    bool
+	behind   int64 // versions a stale rollout claims to be behind (0: 1)
 	n        int
 }
 
@@ -227,7 +228,7 @@ func (s *batcherSource) Next(ctx context.Context) (Received, error) {
 	s.n++
 	if s.stale && s.n%2 == 0 {
 		for i := range r.Version {
-			r.Version[i]--
+			r.Version[i] = max(r.Version[i]-max(s.behind, 1), 0)
 		}
 	}
 	ack := func(context.Context) error { s.mu.Lock(); s.acks++; s.mu.Unlock(); return nil }

@@ -279,11 +279,11 @@ func TestForeignNormalisedWhenAsked(t *testing.T) {
 
 // TestSourceNormalised feeds a run with normalisation from a RolloutSource (remote batchers'
 // stand-in, which builds its policy from each published ONNX export, normaliser included),
-// every other rollout a version behind: ppo drops those, appo trains on them with their own
-// version's map.
+// every other rollout two versions behind (older than the rollout before it, as interleaved
+// remote batchers' can be): ppo drops those, appo trains on them with their own version's map.
 func TestSourceNormalised(t *testing.T) {
 	for _, name := range []string{"ppo", "appo"} {
-		src := &batcherSource{t: t, steps: 64, stale: true}
+		src := &batcherSource{t: t, steps: 64, stale: true, behind: 2}
 		_, err := Train(context.Background(), Config{Env: "CartPole-v1", Algo: name, Envs: 4, RolloutSteps: 64, TotalSteps: 256 * 6,
 			Seed: 4, EvalEpisodes: 2, NormObs: true, NormReward: true}, Options{Source: src})
 		if src.b != nil {
