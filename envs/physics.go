@@ -29,9 +29,10 @@ type PhysicsAccess struct {
 	od     int       // observation values per env
 }
 
-// PhysicsOf returns the physics of e, a VecEnv of Make or an Env of New; ok is false for an
-// environment that is not simulated (classic control) or another implementation.
-func PhysicsOf(e any) (p *PhysicsAccess, ok bool) {
+// PhysicsOf returns the physics of e, a VecEnv of Make or an Env of New (both have Spec); ok
+// is false for an environment that is not simulated (classic control) or another
+// implementation (a DeviceEnv: ask the VecEnv it wraps).
+func PhysicsOf(e interface{ Spec() Spec }) (p *PhysicsAccess, ok bool) {
 	switch v := e.(type) {
 	case *vecEnv:
 		ph, ok := v.dyn.(Physics)
