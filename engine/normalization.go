@@ -61,7 +61,11 @@ func (n *obsNorm) wrap(model []byte) ([]byte, error) {
 	if n == nil || model == nil {
 		return model, nil
 	}
-	return models.PrependObsNormBytes(model, n.input, n.model())
+	b, err := models.PrependObsNormBytes(model, n.input, n.model())
+	if err != nil {
+		return nil, fmt.Errorf("engine: norm_obs: %w", err)
+	}
+	return b, nil
 }
 
 // layout adds the map's mean and scale to a policy's publish layout, after the parameters'

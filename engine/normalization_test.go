@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -292,5 +293,34 @@ func TestSourceNormalised(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestFineTuneOwnNormalisedPolicy fine-tunes a towerrl policy.onnx that has a normaliser: its
+// map stays frozen and in front; asking for another is refused, saying why.
+func TestFineTuneOwnNormalisedPolicy(t *testing.T) {
+	ctx := context.Background()
+	first := filepath.Join(t.TempDir(), "first")
+	cfg := Config{Env: "Pendulum-v1", Envs: 2, RolloutSteps: 64, Minibatches: 2, TotalSteps: 128 * 3, EvalEpisodes: -1, NormObs: true}
+	if _, err := Train(ctx, cfg, Options{Out: first}); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(first, "policy.onnx")
+	before, err := onnx.WeightValues(readFile(t, policy), []string{models.ObsNormMean})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft := Config{Env: "Pendulum-v1", InitPolicy: policy, Envs: 2, RolloutSteps: 64, Minibatches: 2, TotalSteps: 128 * 3, EvalEpisodes: -1}
+	dir := filepath.Join(t.TempDir(), "ft")
+	if _, err := Train(ctx, ft, Options{Out: dir}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := onnx.WeightValues(readFile(t, filepath.Join(dir, "policy.onnx")), []string{models.ObsNormMean})
+	if err != nil || after[0][1] != before[0][1] {
+		t.Fatalf("the fine-tuned policy's map %v, the original's %v (%v)", after, before, err)
+	}
+	ft.NormObs = true
+	if _, err := Train(ctx, ft, Options{Out: filepath.Join(t.TempDir(), "twice")}); err == nil || !strings.Contains(err.Error(), "normalises its observations") {
+		t.Fatalf("a second normaliser: %v", err)
 	}
 }

@@ -67,7 +67,7 @@ func PrependObsNorm(m *onnxpb.ModelProto, input string, n ObsNorm) error {
 	names := []string{ObsNormMean, ObsNormScale, ObsNormOut, "obs_norm.diff", "obs_norm.scaled", "obs_norm.clip_min", "obs_norm.clip_max"}
 	for _, t := range g.GetInitializer() {
 		if slices.Contains(names, t.GetName()) {
-			return fmt.Errorf("%w: the graph already has an initializer %q", ErrConfig, t.GetName())
+			return fmt.Errorf("%w: the graph already has an initializer %q: it normalises its observations with a towerrl normaliser already (fine-tuning keeps that one; do not ask for another)", ErrConfig, t.GetName())
 		}
 	}
 	for _, nd := range g.GetNode() {
