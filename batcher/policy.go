@@ -257,7 +257,10 @@ func NewPolicy(ctx context.Context, model []byte, version int64, env envs.Spec, 
 // every row inside [−1, 1] where the bounds are wider (a policy trained on normalised actions,
 // as SAC's squashed ones are, taken as env units). Empty: nothing to say, or no probe possible.
 func (p *Policy) probeScale(ctx context.Context, env envs.Spec) string {
-	if !p.spec.Head.Continuous() || p.Recurrent() {
+	// towerrl's own exports name their head and action space in their metadata: a Gaussian
+	// mean past the bounds there is the policy's (PPO's means are not squashed; the env
+	// clips), not a binding to correct.
+	if !p.spec.Head.Continuous() || p.Recurrent() || p.binding.Family == layout.FamilyTowerRL {
 		return ""
 	}
 	const n = probeEnvs

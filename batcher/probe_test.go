@@ -2,6 +2,7 @@ package batcher
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx"
 )
@@ -54,5 +56,36 @@ func TestProbeScaleWarns(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("SAC's squashed output taken as a Gaussian mean: no scale warning; warnings %v", got)
+	}
+}
+
+// TestProbeQuietOnOwnExports: a towerrl export names its head and action space in its
+// metadata, so a Gaussian mean past the bounds (a trained PPO policy's, which the env clips) is
+// not taken for a binding to correct: no scale warning.
+func TestProbeQuietOnOwnExports(t *testing.T) {
+	env, err := envs.Lookup("Pendulum-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := head.Spec{Head: head.GaussianKind, EnvID: env.ID, ObsShape: []int{3}, Low: []float32{-2}, High: []float32{2}}
+	params, err := models.NewParams(models.Config{Spec: spec, Hidden: []int{8}}, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bias, _, ok := params.Tensor("actor_mean.2.bias")
+	if !ok {
+		t.Fatalf("no actor_mean.2.bias in %v", params.Names())
+	}
+	bias[0] = 10 // every mean near 10, five times the bound
+	data, err := models.Export(params, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.WarnLevel)
+	if _, err := NewPolicy(context.Background(), data, 0, env, PolicyConfig{Session: onnx.Config{Logger: zap.New(core)}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range logs.All() {
+		t.Errorf("unexpected warning %q", e.Message)
 	}
 }
