@@ -10,6 +10,7 @@ import (
 
 	"github.com/towerrl/towerrl/engine"
 	"github.com/towerrl/towerrl/envs"
+	_ "github.com/towerrl/towerrl/envs/mujoco" // its envs, where built with -tags mujoco
 )
 
 // TestEveryEnvHasAPPOPreset: every env registered in this binary has a ppo preset, every
@@ -65,9 +66,14 @@ func TestChoose(t *testing.T) {
 	if _, ok, err = Choose(None, "ppo", "CartPole-v1", false); err != nil || ok {
 		t.Fatalf("none: %v %v", ok, err)
 	}
-	// An env that is not registered (MuJoCo without libmujoco) has no preset, and no error.
+	// An env that is not registered has no preset, and no error; nor has a MuJoCo env in a build
+	// without MuJoCo (its preset is used where it is built).
 	if _, ok, err = Choose("", "ppo", "NoSuchEnv-v9", false); err != nil || ok {
 		t.Fatalf("unregistered env: %v %v", ok, err)
+	}
+	_, built := envs.Lookup("HalfCheetah-v4")
+	if p, ok, err = Choose("", "ppo", "HalfCheetah-v4", false); err != nil || ok != (built == nil) {
+		t.Fatalf("HalfCheetah-v4 (available: %v): preset %q, %v, %v", built == nil, p.Name, ok, err)
 	}
 	for _, name := range []string{"ppo/NoSuchEnv-v9", "nope/CartPole-v1", "ppo/", "a/b/c"} {
 		_, _, err := Choose(name, "ppo", "CartPole-v1", false)
