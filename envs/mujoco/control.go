@@ -86,8 +86,7 @@ func (reacherTask) resetState(md *model, rng *rand.Rand, qpos, qvel []float64) {
 
 // before records the distance reward of the state the action is applied to.
 func (t *reacherTask) before(_ *model, d *data, pre *[3]float64) {
-	f, g := d.xpos[3*t.fingertip:3*t.fingertip+3], d.xpos[3*t.target:3*t.target+3]
-	pre[0] = -math.Sqrt((f[0]-g[0])*(f[0]-g[0]) + (f[1]-g[1])*(f[1]-g[1]) + (f[2]-g[2])*(f[2]-g[2]))
+	pre[0] = -dist3(d, t.fingertip, t.target)
 }
 
 func (t *reacherTask) after(_ *model, _ *data, pre *[3]float64, a []float32) (float64, bool) {
@@ -122,6 +121,7 @@ func (pusherTask) resetState(md *model, rng *rand.Rand, qpos, qvel []float64) {
 	clear(qvel[len(qvel)-4:])
 }
 
+// dist3 is the distance between the positions (xpos) of bodies a and b.
 func dist3(d *data, a, b int) float64 {
 	x, y := d.xpos[3*a:3*a+3], d.xpos[3*b:3*b+3]
 	return math.Sqrt((x[0]-y[0])*(x[0]-y[0]) + (x[1]-y[1])*(x[1]-y[1]) + (x[2]-y[2])*(x[2]-y[2]))
