@@ -2,22 +2,47 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/envs"
 )
 
 // RolloutSource feeds a run with rollouts collected elsewhere — remote batchers, through the
 // learner's NATS server (cmd/train --serve, package remote) — instead of its own batchers,
 // and takes its policies. See Options.Source.
 type RolloutSource interface {
+	// Expect tells the source what the run trains on, once, before the first Publish. A
+	// source of untrusted rollouts (remote batchers) holds every rollout against it and
+	// drops those that do not fit before they reach the trainer; the trainer checks the
+	// sizes and versions again and drops what does not fit its batch (counted in
+	// Result.RolloutsDropped), so no rollout can stop the run.
+	Expect(RolloutSpec) error
 	// Next returns the next rollout (it belongs to the trainer) with its acknowledgement,
 	// which the trainer calls once the rollout's rows are in the learner's batch or the
 	// rollout is dropped: an acknowledged rollout is never delivered again.
 	Next(ctx context.Context) (Received, error)
 	// Publish makes policy version (an ONNX model) the one the collectors use.
 	Publish(ctx context.Context, version int64, model []byte) error
+}
+
+// RolloutSpec is what a run trains on: rollouts of Env (its id, observation shape and
+// action space) over T steps of N envs, and, for a recurrent policy, its recurrent states
+// (none without).
+type RolloutSpec struct {
+	Env    envs.Spec
+	T, N   int
+	States []RolloutState
+}
+
+// RolloutState is a recurrent state a rollout carries: its name (the policy's graph input)
+// and its elements per env.
+type RolloutState struct {
+	Name string
+	Dim  int
 }
 
 // Received is a rollout a RolloutSource delivered: the rollout, its acknowledgement, and what
@@ -42,6 +67,8 @@ type TransportMetrics struct {
 // sourceRun is the trainer's state with a RolloutSource.
 type sourceRun struct {
 	src     RolloutSource
+	spec    RolloutSpec
+	stop    <-chan struct{}             // Options.Stop: ends a wait for a rollout
 	ack     func(context.Context) error // the held rollout's, until release
 	dropped int64                       // rollouts refused: too old for ppo, or another shape
 	trained int64                       // rollouts taken into the learner's batch
@@ -51,6 +78,26 @@ type sourceRun struct {
 	bytes    int64
 	latency  time.Duration
 	since    time.Time
+}
+
+// newSourceRun tells src what the run trains on (RolloutSource.Expect) and returns the
+// trainer's state for it. stop is Options.Stop.
+func newSourceRun(src RolloutSource, stop <-chan struct{}, cfg Config, spec envs.Spec, pm policyModel) (*sourceRun, error) {
+	rs := RolloutSpec{Env: spec, T: cfg.RolloutSteps, N: cfg.Workers * cfg.Envs}
+	if f, ok := pm.(*foreign); ok {
+		for k, st := range f.bind.State {
+			shape, _ := f.stateShape(k, 1)
+			n := 1
+			for _, d := range shape {
+				n *= d
+			}
+			rs.States = append(rs.States, RolloutState{Name: st.Input, Dim: n})
+		}
+	}
+	if err := src.Expect(rs); err != nil {
+		return nil, err
+	}
+	return &sourceRun{src: src, spec: rs, stop: stop}, nil
 }
 
 // transport reports the iteration's transport and starts counting the next one's.
@@ -67,15 +114,22 @@ func (s *sourceRun) transport() *TransportMetrics {
 	return m
 }
 
-// collectSource takes the source's next rollout of the run's shape (Workers×Envs envs,
-// RolloutSteps steps); for a synchronous algorithm also of the current policy version (ppo
-// is on-policy), for an asynchronous one at most MaxPolicyLag versions behind (when set).
-// Rollouts too old are acknowledged and counted as dropped.
+// errStopWaiting is collectSource's error when Options.Stop closed while it waited for a
+// rollout: the iteration has done nothing yet, and the run stops with a checkpoint of the
+// iterations before it (stopWaiting).
+var errStopWaiting = fmt.Errorf("%w while waiting for rollouts", ErrStopped)
+
+// collectSource takes the source's next rollout that fits the run: of its shape
+// (Workers×Envs envs, RolloutSteps steps, the env's observation and action sizes, every
+// column long enough), of versions the run has had (0 to the current one), and for a
+// synchronous algorithm of the current version (ppo is on-policy), for an asynchronous one
+// at most MaxPolicyLag versions behind (when set). A rollout that does not fit is
+// acknowledged and counted as dropped: a remote one that slipped past its source's checks
+// costs one rollout, never the run. A closed Options.Stop ends the wait (errStopWaiting).
 func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
 	s := t.source
-	n := t.cfg.Workers * t.cfg.Envs
 	for {
-		got, err := s.src.Next(ctx)
+		got, err := s.next(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -83,14 +137,7 @@ func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
 		s.rollouts++
 		s.bytes += int64(got.Bytes)
 		s.latency += got.Latency
-		// ppo trains on the current version only; impala and appo on rollouts at most
-		// MaxPolicyLag versions behind (when it is set).
-		stale := false
-		if len(r.Version) > 0 && r.T*r.N > 0 {
-			lag := t.version - minVersion(r.Version[:r.T*r.N])
-			stale = t.async == nil && lag > 0 || t.async != nil && t.cfg.MaxPolicyLag > 0 && lag > t.cfg.MaxPolicyLag
-		}
-		if r.T == t.cfg.RolloutSteps && r.N == n && !stale {
+		if t.fits(r) == nil {
 			s.ack = ack
 			s.trained++
 			return r, nil
@@ -99,19 +146,113 @@ func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
 			return nil, err
 		}
 		s.dropped++
-		if !stale {
-			return nil, fmt.Errorf("engine: a remote rollout of %d envs × %d steps; the run trains on %d × %d (workers × envs, rollout_steps): start the batchers with the run's tasks",
-				r.N, r.T, n, t.cfg.RolloutSteps)
-		}
 	}
 }
 
-func minVersion(vs []int64) int64 {
-	m := vs[0]
-	for _, v := range vs[1:] {
-		m = min(m, v)
+// next is the source's Next, ended early by Options.Stop (errStopWaiting).
+func (s *sourceRun) next(ctx context.Context) (Received, error) {
+	if s.stop == nil {
+		return s.src.Next(ctx)
 	}
-	return m
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	got, err := s.src.Next(wctx)
+	if err != nil && ctx.Err() == nil && stopped(s.stop) {
+		return Received{}, errStopWaiting
+	}
+	return got, err
+}
+
+// fits reports why rollout r cannot be trained by this run (nil when it can): its sizes
+// against the run's spec and the trainer's batch, every column's length, and its versions
+// against the run's (see collectSource).
+func (t *trainer) fits(r *batcher.Rollout) error {
+	sp := t.source.spec
+	if r == nil {
+		return errors.New("no rollout")
+	}
+	od := sp.Env.Observation.Dim()
+	_, discrete := sp.Env.Action.(envs.Discrete)
+	ad := sp.Env.Action.Dim()
+	if r.T != sp.T || r.N != sp.N || r.ObsDim != od || r.ActDim != ad || r.Discrete != discrete {
+		return fmt.Errorf("a rollout of %d steps × %d envs, observations of %d, actions of %d (discrete %v); the run trains on %d × %d, %d, %d (discrete %v)",
+			r.T, r.N, r.ObsDim, r.ActDim, r.Discrete, sp.T, sp.N, od, ad, discrete)
+	}
+	rows, n := r.T*r.N, r.N
+	for _, c := range []struct {
+		name      string
+		have, min int
+	}{
+		{"Obs", len(r.Obs), rows * od}, {"Actions", len(r.Actions), rows * ad}, {"Rewards", len(r.Rewards), rows},
+		{"Terminated", len(r.Terminated), rows}, {"Truncated", len(r.Truncated), rows}, {"LogP", len(r.LogP), rows},
+		{"Values", len(r.Values), rows}, {"Version", len(r.Version), rows}, {"FinalObs", len(r.FinalObs), rows * od},
+		{"FinalValues", len(r.FinalValues), rows}, {"LastObs", len(r.LastObs), n * od}, {"LastValues", len(r.LastValues), n},
+		{"EpisodeStarts", len(r.EpisodeStarts), rows},
+	} {
+		if c.have < c.min {
+			return fmt.Errorf("column %s holds %d values, the run's rollouts %d", c.name, c.have, c.min)
+		}
+	}
+	if len(r.StateNames) != len(r.States) {
+		return fmt.Errorf("%d recurrent state names for %d states", len(r.StateNames), len(r.States))
+	}
+	for _, st := range sp.States {
+		k := slices.Index(r.StateNames, st.Name)
+		if k < 0 || len(r.States[k]) != rows*st.Dim {
+			return fmt.Errorf("recurrent state %q missing or not of %d values per row", st.Name, st.Dim)
+		}
+	}
+	lo, hi := versionRange(r.Version[:rows])
+	switch {
+	case lo < 0 || hi > t.version:
+		return fmt.Errorf("policy versions %d to %d; the run has had 0 to %d", lo, hi, t.version)
+	case t.async == nil && lo < t.version:
+		return fmt.Errorf("policy version %d; ppo trains on the current one, %d", lo, t.version)
+	case t.async != nil && t.cfg.MaxPolicyLag > 0 && t.version-lo > t.cfg.MaxPolicyLag:
+		return fmt.Errorf("policy version %d, more than max_policy_lag %d behind %d", lo, t.cfg.MaxPolicyLag, t.version)
+	}
+	return nil
+}
+
+// versionRange is the oldest and newest version among vs (0, 0 when empty).
+func versionRange(vs []int64) (lo, hi int64) {
+	if len(vs) == 0 {
+		return 0, 0
+	}
+	lo, hi = vs[0], vs[0]
+	for _, v := range vs[1:] {
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	return lo, hi
+}
+
+// stopWaiting ends a run whose Options.Stop closed while iteration it waited for rollouts:
+// as a stop after iteration it, policy.onnx and a checkpoint of the iterations done are
+// written (when the run saves) and the error wraps ErrStopped with the resume command.
+func (t *trainer) stopWaiting(ctx context.Context, run *runDir, ckptPath string, it, iters int, saving bool) error {
+	if !saving {
+		return fmt.Errorf("%w after iteration %d of %d", ErrStopped, it, iters)
+	}
+	if t.root() {
+		if err := t.writePolicy(run); err != nil {
+			return err
+		}
+	}
+	if err := t.checkpoint(ctx, ckptPath, it); err != nil {
+		return err
+	}
+	if err := t.waitWrites(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w while waiting for rollouts, after iteration %d of %d, with a checkpoint; continue it with: train --resume %s",
+		ErrStopped, it, iters, run.Path())
 }
 
 // publishSource exports the current weights and publishes them to the collectors.

@@ -162,7 +162,9 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 		if t.rs != nil {
 			return res, fmt.Errorf("%w: a DD-PPO rank collects with its own batchers, not from Options.Source", ErrConfig)
 		}
-		t.source = &sourceRun{src: opts.Source}
+		if t.source, err = newSourceRun(opts.Source, opts.Stop, cfg, spec, pm); err != nil {
+			return res, err
+		}
 	}
 	first := 0
 	if ckpt != nil {
@@ -198,6 +200,9 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 	}
 	for it := first; it < iters; it++ {
 		m, err := t.iterate(ctx, it, iters)
+		if errors.Is(err, errStopWaiting) { // remote collection: a stop must not wait for batchers
+			return res, t.stopWaiting(ctx, run, ckptPath, it, iters, saving)
+		}
 		if err != nil {
 			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
 		}

@@ -60,6 +60,7 @@ type serving struct {
 
 	mu    sync.Mutex // guards srv, src and local while they start and stop
 	cfg   engine.Config
+	spec  engine.RolloutSpec // what the run trains on (Expect): every rollout is held against it
 	srv   *remote.Server
 	src   *remote.Source
 	local *localBatchers
@@ -313,6 +314,14 @@ func (l *localBatchers) stop(ended bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return errors.Join(l.errs...)
+}
+
+// Expect implements engine.RolloutSource.
+func (s *serving) Expect(sp engine.RolloutSpec) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spec = sp
+	return nil
 }
 
 // Publish implements engine.RolloutSource: the policy goes into the object store and the

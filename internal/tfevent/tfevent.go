@@ -19,6 +19,7 @@
 package tfevent
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -291,9 +292,10 @@ const (
 // Truncate cuts the event file at path back to its records of steps up to step, so that a run
 // resumed from step continues it with no step written twice: it keeps the records before the
 // first whose event's step is past step, or before the first torn or corrupt one (what a
-// process killed while writing leaves). It returns how many records it kept. A file whose
-// first record is not a whole TFRecord holding an Event is not an event file this package
-// wrote: it is left alone and the error wraps [ErrCorrupt].
+// process killed while writing leaves; a file torn in its first record is emptied). It
+// returns how many records it kept. A file whose first record is whole but not a TFRecord
+// holding an Event is not an event file this package wrote: it is left alone and the error
+// wraps [ErrCorrupt].
 func Truncate(path string, step int64) (kept int, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -306,7 +308,7 @@ func Truncate(path string, step int64) (kept int, err error) {
 		if ok {
 			s, ok = eventStep(ev)
 		}
-		if !ok && kept == 0 {
+		if !ok && kept == 0 && !torn(data) {
 			return 0, fmt.Errorf("%w: %s: its first record is not a TFRecord holding an Event; not truncated", ErrCorrupt, path)
 		}
 		if !ok || s > step {
@@ -321,6 +323,19 @@ func Truncate(path string, step int64) (kept int, err error) {
 		}
 	}
 	return kept, nil
+}
+
+// torn reports whether b ends inside its first record, whose length it states with a
+// matching checksum, or inside the header Create writes first (what a process killed while
+// writing a file's first record leaves).
+func torn(b []byte) bool {
+	if len(b) < 12 {
+		// The file_version event: wall_time (9 bytes) and file_version (2 + 13) bytes.
+		head := AppendRecord(nil, make([]byte, 9+2+len(FileVersion)))[:12]
+		return bytes.HasPrefix(head, b)
+	}
+	whole := len(b) >= 16 && binary.LittleEndian.Uint64(b[:8]) <= uint64(len(b)-16)
+	return binary.LittleEndian.Uint32(b[8:12]) == MaskedCRC(b[:8]) && !whole
 }
 
 // nextRecord returns the data of the TFRecord at the start of b and the record's size, ok

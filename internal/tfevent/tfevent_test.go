@@ -312,6 +312,23 @@ func TestTruncate(t *testing.T) {
 	if got, _ := os.ReadFile(other); string(got) != "my notes\n" {
 		t.Errorf("a text file was changed to %q", got)
 	}
+	// Torn in its first record (killed while Create wrote it): emptied.
+	torn := filepath.Join(dir, "events.out.tfevents.torn")
+	w2, err := tfevent.Create(dir, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.Close()
+	first, _ := os.ReadFile(w2.Path())
+	for _, n := range []int{0, 5, 12, 20, len(first) - 1} {
+		os.WriteFile(torn, first[:n], 0o644)
+		if kept, err := tfevent.Truncate(torn, 0); err != nil || kept != 0 {
+			t.Errorf("Truncate of a file torn after %d bytes of its first record: kept %d, %v; want 0, nil", n, kept, err)
+		}
+		if fi, err := os.Stat(torn); err != nil || fi.Size() != 0 {
+			t.Errorf("a file torn after %d bytes of its first record was not emptied: %v, %v", n, fi, err)
+		}
+	}
 	if _, err := tfevent.Truncate(filepath.Join(dir, "missing"), 0); err == nil {
 		t.Error("Truncate of a missing file succeeded")
 	}
