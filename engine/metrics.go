@@ -130,6 +130,9 @@ type Result struct {
 	// Rank and Ranks place a DD-PPO process in its job (absent for one process).
 	Rank  int `json:"rank,omitempty"`
 	Ranks int `json:"ranks,omitempty"`
+	// Complete is set by a Resume of a run that had already trained all its iterations:
+	// nothing was trained, and the evaluation is of its trained policy.
+	Complete bool `json:"already_complete,omitempty"`
 }
 
 // explainedVariance is 1 − Var(returns − values)/Var(returns), NaN when the returns are constant.

@@ -268,14 +268,26 @@ func (t *trainer) snapshot(ctx context.Context, iteration int) (*models.Checkpoi
 
 // save writes c to path on a goroutine, off the training's critical path; waitCheckpoint
 // waits for it. The write is atomic, so a process killed meanwhile leaves the previous
-// checkpoint. The caller writes the metrics line of c's iteration first: a checkpoint is
-// never ahead of metrics.jsonl.
+// checkpoint. The caller writes the metrics line of c's iteration first, and the goroutine
+// waits for the policy.onnx being written, if any, before it writes: a checkpoint is never
+// ahead of metrics.jsonl or of policy.onnx, so a process killed between the two writes leaves
+// an older checkpoint, which a resume trains on from, writing the same policy.onnx again.
+// When the policy write fails, the checkpoint is not written and waitCheckpoint gives the
+// policy's error.
 func (t *trainer) save(ctx context.Context, path string, c *models.Checkpoint) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("engine: checkpoint: %w", err)
 	}
+	policy := t.polW
+	t.polW = nil // the checkpoint's write carries its result now
 	done := make(chan error, 1)
-	go func() { done <- models.SaveCheckpoint(ctx, path, c) }()
+	go func() {
+		if err := waitWrite(&policy); err != nil {
+			done <- err
+			return
+		}
+		done <- models.SaveCheckpoint(ctx, path, c)
+	}()
 	t.ckpt = done
 	return nil
 }
@@ -299,6 +311,11 @@ func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {
 	t.opt.SetSteps(int(c.Ints["adam_steps"]))
 	t.steps, t.eps, t.version = c.Ints["env_steps"], c.Ints["episodes"], c.Ints["version"]
 	if err := t.restoreNorm(c); err != nil {
+		return err
+	}
+	// t.model is the export of the restored weights: what the final evaluation scores and
+	// policy.onnx holds when the run has no iteration left to train.
+	if err := t.export(); err != nil {
 		return err
 	}
 	if err := t.publish(ctx); err != nil {

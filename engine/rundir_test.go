@@ -231,7 +231,8 @@ func copyRun(t *testing.T, src string) string {
 
 // TestPolicyWriteFails: policy.onnx is written on a goroutine; when a write fails (here its
 // path became a folder that is not empty), the run stops with the write's error, naming the
-// file, and the checkpoints written before stay.
+// file, and the checkpoints written before stay; the checkpoint of the iteration whose policy
+// failed is not written (a checkpoint is never ahead of policy.onnx: issue 28, item 11).
 func TestPolicyWriteFails(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	block := func(m Metrics) {
@@ -246,7 +247,7 @@ func TestPolicyWriteFails(t *testing.T) {
 		t.Fatalf("a run whose policy.onnx cannot be written: %v", err)
 	}
 	ck, lerr := models.LoadCheckpoint(context.Background(), filepath.Join(dir, checkpointFile))
-	if lerr != nil || ck.Ints["iteration"] < 2 {
+	if lerr != nil || ck.Ints["iteration"] != 0 {
 		t.Fatalf("the checkpoint after the failed write: %v (%v)", lerr, err)
 	}
 	t.Logf("%v; checkpoint at iteration %d", err, ck.Ints["iteration"])

@@ -198,6 +198,13 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 				cfg.TotalSteps, t.rs.size, cfg.Workers*cfg.Envs*cfg.RolloutSteps)
 		}
 	}
+	complete := ckpt != nil && first >= iters
+	if complete && t.root() {
+		// Nothing left to train: policy.onnx must be the checkpoint's policy.
+		if err := t.repairPolicy(run); err != nil {
+			return res, err
+		}
+	}
 	for it := first; it < iters; it++ {
 		m, err := t.iterate(ctx, it, iters)
 		if errors.Is(err, errStopWaiting) { // remote collection: a stop must not wait for batchers
@@ -273,8 +280,8 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 		return res, err
 	}
 	h := paramsHash(t.pm.flatParams())
-	res = Result{EnvSteps: t.steps, Iterations: iters, TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(), Dir: run.Path(),
-		ParamsSHA256: hex.EncodeToString(h[:])}
+	res = Result{EnvSteps: t.steps, Iterations: max(first, iters), TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(), Dir: run.Path(),
+		ParamsSHA256: hex.EncodeToString(h[:]), Complete: complete}
 	if t.rs != nil {
 		res.Rank, res.Ranks = t.rs.rank, t.rs.size
 	}

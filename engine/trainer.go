@@ -181,27 +181,53 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 // disk), two writes never overlap, and waitPolicy gives a write's error. The bytes are the
 // export's own: later updates do not touch them.
 func (t *trainer) writePolicy(run *runDir) error {
-	if err := t.export(); err != nil {
-		return err
-	}
-	art, err := t.pm.artifact(t.raw, t.version)
-	if err == nil {
-		art, err = t.obsNorm.wrap(art)
-	}
+	art, trained, err := t.artifacts()
 	if err != nil {
 		return err
 	}
-	var trained []byte
-	if t.pm.trained(t.raw) != nil {
-		trained = t.model
-	}
-	if err := t.waitPolicy(); err != nil {
+	// The checkpoint being written waits for the previous policy.onnx (save): waiting for
+	// both keeps two policy writes from overlapping.
+	if err := t.waitWrites(); err != nil {
 		return err
 	}
 	done := make(chan error, 1)
 	go func() { done <- run.Policy(art, trained) }()
 	t.polW = done
 	return nil
+}
+
+// artifacts exports the current parameters (t.model) and returns the bytes of policy.onnx
+// and, when the graph trained differs, of policy_with_critic.onnx (else nil).
+func (t *trainer) artifacts() (art, trained []byte, err error) {
+	if err := t.export(); err != nil {
+		return nil, nil, err
+	}
+	art, err = t.pm.artifact(t.raw, t.version)
+	if err == nil {
+		art, err = t.obsNorm.wrap(art)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if t.pm.trained(t.raw) != nil {
+		trained = t.model
+	}
+	return art, trained, nil
+}
+
+// repairPolicy makes the run directory's policy.onnx (and policy_with_critic.onnx) the
+// current parameters' when it is missing or holds other bytes: a process killed after its
+// last checkpoint was written and before policy.onnx was (runs of older versions wrote the two
+// at once) left an older one. Files that match are not written again.
+func (t *trainer) repairPolicy(run *runDir) error {
+	art, trained, err := t.artifacts()
+	if err != nil {
+		return err
+	}
+	if run.HasPolicy(art, trained) {
+		return nil
+	}
+	return run.Policy(art, trained)
 }
 
 // waitPolicy waits for the policy.onnx being written, if any, and returns its error.

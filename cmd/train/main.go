@@ -181,6 +181,10 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 	if err != nil {
 		return err
 	}
+	if res.Complete {
+		log.Info(fmt.Sprintf("the run in %s was complete: all %d iterations were trained before, so nothing was trained now; the summary evaluates its policy.onnx (resume with a larger --total-steps to train on)",
+			res.Dir, res.Iterations))
+	}
 	if srv, ok := opts.Source.(*serving); ok {
 		return cli.Summary(stdout, struct {
 			engine.Result

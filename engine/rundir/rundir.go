@@ -1,5 +1,6 @@
 // Package rundir is a training run's folder: config.json, metrics.jsonl (one JSON line per
-// iteration), policy.onnx, checkpoint/, curve.png, held under an exclusive lock (package
+// iteration, and the same metrics in an attached [Log]: TensorBoard's event files),
+// policy.onnx, checkpoint/, curve.png, held under an exclusive lock (package
 // internal/dirlock) for the run's life and written through the one atomic writer (package
 // internal/atomicfile). A new run takes only a new or empty folder; a resumed one keeps the
 // metrics lines its checkpoint covers. Package engine drives it; it knows nothing of training.
@@ -21,6 +22,7 @@ import (
 
 	"github.com/towerrl/towerrl/internal/atomicfile"
 	"github.com/towerrl/towerrl/internal/dirlock"
+	"github.com/towerrl/towerrl/internal/tfevent"
 )
 
 // ErrRunDir is wrapped by errors about a run directory that cannot be used: not empty, locked
@@ -54,8 +56,19 @@ type Dir[M any] struct {
 	resumable bool
 	lock      *dirlock.Lock
 	metrics   *os.File
-	history   []M // for the learning curve
+	history   []M    // for the learning curve
+	log       Log[M] // nil: none
 }
+
+// A Log is a second record of a run's metrics, written after each line of metrics.jsonl
+// (package engine's TensorBoard event files, whose names start with tfevent.Prefix).
+type Log[M any] interface {
+	Write(m M) error
+	Close() error
+}
+
+// Attach makes l receive every metrics line from now on; Close closes it.
+func (r *Dir[M]) Attach(l Log[M]) { r.log = l }
 
 // Lock takes dir's exclusive lock (internal/dirlock), or says which process holds it.
 func Lock(dir string) (*dirlock.Lock, error) {
@@ -240,6 +253,11 @@ func (r *Dir[M]) Metrics(m M) error {
 	if _, err := r.metrics.Write(append(line, '\n')); err != nil {
 		return fmt.Errorf("engine: writing metrics: %w", err)
 	}
+	if r.log != nil {
+		if err := r.log.Write(m); err != nil {
+			return fmt.Errorf("engine: writing metrics: %w", err)
+		}
+	}
 	r.history = append(r.history, m)
 	return nil
 }
@@ -256,6 +274,22 @@ func (r *Dir[M]) Policy(model, trained []byte) error {
 		}
 	}
 	return WriteFile(r.PolicyPath(), model)
+}
+
+// HasPolicy reports whether policy.onnx holds model and policy_with_critic.onnx holds
+// trained (or, with trained nil, does not exist).
+func (r *Dir[M]) HasPolicy(model, trained []byte) bool {
+	if r.dir == "" {
+		return true
+	}
+	same := func(path string, want []byte) bool {
+		got, err := os.ReadFile(path)
+		if want == nil {
+			return errors.Is(err, fs.ErrNotExist)
+		}
+		return err == nil && bytes.Equal(got, want)
+	}
+	return same(r.PolicyPath(), model) && same(filepath.Join(r.dir, TrainedFile), trained)
 }
 
 // Curve draws curve.png from the iterations of this process with plot, when given, and
@@ -281,6 +315,11 @@ func (r *Dir[M]) Discard() error {
 		}
 	}
 	errs = append(errs, RemoveTemps(r.dir))
+	if events, err := tfevent.Files(r.dir); err == nil { // the folder was empty: they are this run's
+		for _, path := range events {
+			errs = append(errs, os.Remove(path))
+		}
+	}
 	if r.created {
 		errs = append(errs, r.Close())
 		os.Remove(filepath.Join(r.dir, LockFile))
@@ -289,9 +328,13 @@ func (r *Dir[M]) Discard() error {
 	return errors.Join(errs...)
 }
 
-// Close closes metrics.jsonl and releases the lock.
+// Close closes metrics.jsonl and the attached Log, and releases the lock.
 func (r *Dir[M]) Close() error {
 	var errs []error
+	if r.log != nil {
+		errs = append(errs, r.log.Close())
+		r.log = nil
+	}
 	if r.metrics != nil {
 		errs = append(errs, r.metrics.Close())
 		r.metrics = nil
