@@ -57,6 +57,10 @@ type Options struct {
 	// Slowdown times slower. Values of 1 or less: none.
 	Slowdown float64
 
+	// NoTensorBoard turns off the TensorBoard event files (events.out.tfevents.*) written into
+	// Out beside metrics.jsonl, with CleanRL's tag names (docs/tensorboard.md).
+	NoTensorBoard bool
+
 	// ready, set by Train and Resume on rank 0 of a DD-PPO job, sends the run to the other
 	// ranks just before training.
 	ready func(shared) error
@@ -141,6 +145,9 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte, saving bool) (res Result, err error) {
 	start := time.Now()
 	defer func() { err = errors.Join(err, run.Close()) }()
+	if err := openTensorBoard(run, cfg, opts.NoTensorBoard); err != nil {
+		return res, err
+	}
 	spec, _ := envs.Lookup(cfg.Env)
 	hs, names, err := cfg.binding(spec)
 	if err != nil {

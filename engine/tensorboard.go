@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/towerrl/towerrl/internal/tfevent"
+)
+
+// The TensorBoard tags of an iteration's metrics: CleanRL's names for what CleanRL logs, then
+// towerrl's own. The x axis is the env steps trained so far (Metrics.EnvSteps).
+const (
+	tagReturn       = "charts/episodic_return"    // mean return of the episodes ended in the iteration
+	tagLength       = "charts/episodic_length"    // their mean length
+	tagSPS          = "charts/SPS"                // env steps per second of wall time, over the iteration
+	tagLR           = "charts/learning_rate"      // the iteration's learning rate
+	tagValueLoss    = "losses/value_loss"         //
+	tagPolicyLoss   = "losses/policy_loss"        //
+	tagEntropy      = "losses/entropy"            //
+	tagApproxKL     = "losses/approx_kl"          //
+	tagClipFrac     = "losses/clipfrac"           // not for impala, which does not clip
+	tagExplainedVar = "losses/explained_variance" //
+	tagHyperparams  = "hyperparameters"           // the run's config.json as a table (text), once
+)
+
+// tensorBoard writes a run's metrics into TensorBoard event files in its run directory
+// (package internal/tfevent), one event per iteration, handed to the operating system before
+// the iteration's checkpoint: a TensorBoard watching the folder follows the run live. It is
+// the run directory's Log (rundir.Log).
+type tensorBoard struct {
+	w *tfevent.Writer
+	// The env steps and wall seconds of the previous iteration of this process (of the
+	// checkpoint resumed from, and 0 s, at first), for charts/SPS.
+	steps int64
+	wall  float64
+	vs    []tfevent.Scalar // reused
+}
+
+// openTensorBoard attaches a TensorBoard log to run (with a folder, unless off). A resumed
+// run's event files are first cut back to the step of the checkpoint it continues (what a
+// killed run wrote past it goes, as its metrics.jsonl lines do), and this process writes a new
+// file from there, so the files hold each step once. A fresh run's file starts with the
+// configuration as the text summary "hyperparameters".
+func openTensorBoard(run *runDir, cfg Config, off bool) error {
+	if run.Path() == "" || off {
+		return nil
+	}
+	var step int64
+	if h := run.History(); len(h) > 0 {
+		step = h[len(h)-1].EnvSteps
+	}
+	files, err := tfevent.Files(run.Path())
+	if err != nil {
+		return fmt.Errorf("engine: TensorBoard log: %w", err)
+	}
+	for _, path := range files {
+		if _, err := tfevent.Truncate(path, step); err != nil {
+			return fmt.Errorf("engine: TensorBoard log: %w; move the file out of the run directory (or resume with --no-tensorboard)", err)
+		}
+	}
+	now := time.Now()
+	w, err := tfevent.Create(run.Path(), now)
+	if err != nil {
+		return fmt.Errorf("engine: TensorBoard log: %w (or train with --no-tensorboard)", err)
+	}
+	if len(files) == 0 {
+		text, err := hyperparameters(cfg)
+		if err == nil {
+			err = w.Text(now, step, tagHyperparams, text)
+		}
+		if err != nil {
+			return fmt.Errorf("engine: TensorBoard log: %w", errors.Join(err, w.Close()))
+		}
+	}
+	run.Attach(&tensorBoard{w: w, steps: step})
+	return nil
+}
+
+// Write writes m's figures at step m.EnvSteps (those that are NaN, such as the return of an
+// iteration in which no episode ended, are left out).
+func (b *tensorBoard) Write(m Metrics) error {
+	f := func(tag string, v Float) { b.vs = append(b.vs, tfevent.Scalar{Tag: tag, Value: float64(v)}) }
+	b.vs = b.vs[:0]
+	f(tagReturn, m.ReturnMean)
+	f(tagLength, m.LengthMean)
+	sps := Float(float64(m.EnvSteps-b.steps) / (float64(m.WallSeconds) - b.wall))
+	b.steps, b.wall = m.EnvSteps, float64(m.WallSeconds)
+	f(tagSPS, sps)
+	f(tagLR, m.LR)
+	f(tagValueLoss, m.ValueLoss)
+	f(tagPolicyLoss, m.PolicyLoss)
+	f(tagEntropy, m.Entropy)
+	f(tagApproxKL, m.ApproxKL)
+	f(tagClipFrac, m.ClipFrac)
+	f(tagExplainedVar, m.ExplainedVar)
+	f("charts/episodic_return_min", m.ReturnMin)
+	f("charts/episodic_return_max", m.ReturnMax)
+	f("charts/episodes", Float(m.Episodes))
+	f("charts/policy_version", Float(m.Version))
+	f("charts/collect_sps", m.CollectSPS)
+	f("charts/learn_sps", m.LearnSPS)
+	f("time/collect_seconds", m.CollectSeconds)
+	f("time/learn_seconds", m.LearnSeconds)
+	f("time/publish_seconds", m.PublishSeconds)
+	f("time/checkpoint_seconds", m.CheckpointSeconds)
+	if m.AllReduceSeconds != 0 {
+		f("ddppo/allreduce_seconds", m.AllReduceSeconds)
+		f("ddppo/allreduce_us_per_update", m.AllReducePerUpdate)
+	}
+	if p := m.Preemption; p != nil {
+		f("ddppo/preempted_ranks", Float(p.Preempted))
+		f("ddppo/preempt_wait_seconds", p.WaitSeconds)
+	}
+	if a := m.Async; a != nil {
+		f("async/policy_lag_mean", a.PolicyLagMean)
+		f("async/policy_lag_max", Float(a.PolicyLagMax))
+		f("async/queue", Float(a.Queue))
+		f("async/dropped", Float(a.Dropped))
+		f("async/batcher_idle", a.BatcherIdle)
+		f("async/learner_idle", a.LearnerIdle)
+	}
+	if t := m.Transport; t != nil {
+		f("transport/rollouts", Float(t.Rollouts))
+		f("transport/bytes", Float(t.Bytes))
+		f("transport/bytes_per_sec", t.BytesPerSec)
+		f("transport/latency_seconds", t.LatencySeconds)
+	}
+	return b.w.Scalars(time.Now(), m.EnvSteps, b.vs)
+}
+
+// Close closes the event file.
+func (b *tensorBoard) Close() error { return b.w.Close() }
+
+// hyperparameters is cfg as CleanRL logs its arguments: a Markdown table of every field of
+// config.json, in its order, each value in its JSON form.
+func hyperparameters(cfg Config) (string, error) {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil { // {
+		return "", err
+	}
+	var sb strings.Builder
+	sb.WriteString("|param|value|\n|-|-|")
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&sb, "\n|%s|%s|", key, strings.ReplaceAll(string(v), "|", `\|`))
+	}
+	return sb.String(), nil
+}
