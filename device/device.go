@@ -34,8 +34,8 @@ func (k Kind) String() string {
 // Errors returned by this package. Match them with errors.Is.
 var (
 	// ErrNoCUDA is returned when CUDA is asked for in a build without the
-	// cuda build tag.
-	ErrNoCUDA = errors.New("device: built without CUDA (build tag cuda)")
+	// build tag towerrl_cuda.
+	ErrNoCUDA = errors.New("device: built without CUDA (build tag towerrl_cuda)")
 	// ErrUnknown is returned by Open for a device kind nobody registered.
 	ErrUnknown = errors.New("device: unknown device")
 	// ErrShape is returned when a shape does not match the buffer it describes.

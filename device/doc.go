@@ -4,8 +4,11 @@
 // A [Device] is opened by name with [Open] ("cpu", "cuda", "cuda:1") or
 // directly with [CPU] and [CUDA]. Devices register their kind with [Register]
 // at init; a duplicate kind panics. The CPU is always available. CUDA support
-// is compiled in only with the build tag cuda; without it [CUDA] and
-// Open("cuda") return an error wrapping [ErrNoCUDA] that names the tag.
+// is compiled in only with the build tag towerrl_cuda (not cuda, under which
+// gorgonia builds its own CUDA engine and needs cuDNN); without it [CUDA] and
+// Open("cuda") return an error wrapping [ErrNoCUDA] that names the tag. With
+// it nothing is linked: the driver (libcuda.so.1) and cuBLAS are loaded when a
+// GPU is first opened, and a machine without them gets an error naming them.
 //
 // A [Tensor] is a named, shaped float32 buffer tagged with its device. The
 // usual way to get one is [Device.Mirror]: a device tensor that mirrors a
