@@ -142,7 +142,7 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 		log.Info(line)
 	}
 	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change, Plot: curve.Write,
-		Ranks: ranks}
+		Ranks: ranks, NoTensorBoard: *noTensorBoard}
 	if sf.on() {
 		srv, serr := newServing(ctx, sf, cfg, dir, resume, library, log)
 		if serr != nil {
