@@ -1,7 +1,7 @@
 # towerrl — the commands a person types. Logic lives in Go and in scripts/.
 GO ?= go
 
-.PHONY: all setup gpu-setup gpu-pack test demo bench lint fixtures fuzz mpi
+.PHONY: all setup gpu-setup gpu-pack build test demo bench lint fixtures fuzz mpi
 
 all: test
 
@@ -22,6 +22,11 @@ setup:
 ## checksummed) beside it, for --device cuda on a machine with an NVIDIA GPU
 gpu-setup: setup
 	@bash scripts/setup-cuda-ep.sh
+
+## build: every tool (cmd/*: train, batcher, eval, infer) into bin/, with the MuJoCo envs where
+## MuJoCo is installed; the README and docs/ run them as bin/<tool>
+build:
+	$(GO) build -o bin/ ./cmd/...
 
 ## test: lint, the whole suite, then the whole suite again under the race detector (some
 ## numerical checks too slow for -race run only in the first pass), then the portability
@@ -53,9 +58,10 @@ fuzz: setup
 	FUZZTIME=$(FUZZTIME) GO=$(GO) bash scripts/fuzz.sh
 
 ## mpi: build the tools with MPI support (build tag mpi, for DD-PPO under mpirun; needs Open MPI:
-## apt-get install openmpi-bin libopenmpi-dev) into bin/; scripts/mpi_test.sh tests it
+## apt-get install openmpi-bin libopenmpi-dev) into bin/, with the MuJoCo envs where MuJoCo is
+## installed; scripts/mpirun.sh runs them; scripts/mpi_test.sh tests the collective
 mpi:
-	$(GO) build -tags mpi -o bin/ ./cmd/...
+	GOFLAGS="$$(GOFLAGS='$(GOFLAGS_USER)' bash scripts/goflags.sh mpi)" $(GO) build -o bin/ ./cmd/...
 
 ## lint: gofmt and go vet must be clean
 lint:

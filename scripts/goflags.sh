@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Prints GOFLAGS for the Makefile: the caller's own, plus -tags=mujoco where MuJoCo's headers are
-# installed (the MuJoCo envs are then built in; see scripts/setup-mujoco.sh). Run at each
-# command, so that a `make setup` that installs MuJoCo takes effect in the same make.
+# installed (the MuJoCo envs are then built in; see scripts/setup-mujoco.sh), plus the tags given
+# as arguments (`goflags.sh mpi` gives -tags=mujoco,mpi). Run at each command, so that a
+# `make setup` that installs MuJoCo takes effect in the same make. A caller's own -tags wins.
 flags="${GOFLAGS:-}"
-if [[ -f /usr/include/mujoco/mujoco.h && $flags != *-tags* ]]; then
-	flags="${flags:+$flags }-tags=mujoco"
+tags=()
+if [[ -f /usr/include/mujoco/mujoco.h ]]; then
+	tags+=(mujoco)
+fi
+tags+=("$@")
+if [[ $flags != *-tags* && ${#tags[@]} -gt 0 ]]; then
+	flags="${flags:+$flags }-tags=$(IFS=,; echo "${tags[*]}")"
 fi
 echo "$flags"
