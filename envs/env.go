@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/towerrl/towerrl/spaces"
 )
 
 // Errors returned by this package. Match them with errors.Is.
@@ -23,8 +25,8 @@ var (
 	ErrNeedsReset = errors.New("envs: Step needs a Reset first")
 	// ErrConfig is returned for an invalid Config; the message names the field.
 	ErrConfig = errors.New("envs: invalid config")
-	// ErrSpace is returned by ParseSpace for a malformed space.
-	ErrSpace = errors.New("envs: malformed space")
+	// ErrSpace is returned by ParseSpace for a malformed space (it is spaces.ErrSpace).
+	ErrSpace = spaces.ErrSpace
 	// ErrClosed is returned by calls on a closed environment.
 	ErrClosed = errors.New("envs: environment closed")
 )

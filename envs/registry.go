@@ -70,7 +70,7 @@ func validateSpec(s Spec) error {
 	if s.ID == "" {
 		return fmt.Errorf("empty id")
 	}
-	if err := s.Observation.validate(); err != nil {
+	if err := s.Observation.Validate(); err != nil {
 		return fmt.Errorf("observation: %w", err)
 	}
 	switch a := s.Action.(type) {
@@ -79,7 +79,7 @@ func validateSpec(s Spec) error {
 			return fmt.Errorf("action: discrete with N = %d", a.N)
 		}
 	case Box:
-		if err := a.validate(); err != nil {
+		if err := a.Validate(); err != nil {
 			return fmt.Errorf("action: %w", err)
 		}
 	default:

@@ -1,188 +1,20 @@
 package envs
 
-import (
-	"fmt"
-	"math"
-	"slices"
-	"strconv"
-	"strings"
+import "github.com/towerrl/towerrl/spaces"
+
+// The spaces of package spaces, under the names envs has always given them.
+type (
+	// Space is an action or observation space: a Discrete or a Box (spaces.Space).
+	Space = spaces.Space
+	// Discrete is the set {0, 1, …, N-1} (spaces.Discrete).
+	Discrete = spaces.Discrete
+	// Box is a float32 box (spaces.Box).
+	Box = spaces.Box
 )
 
-// Space is an action or observation space: a Discrete or a Box. The set is
-// closed; switch on the concrete type to tell them apart.
-type Space interface {
-	// Dim is the number of values one sample takes in a flat buffer row:
-	// 1 for Discrete, the product of the shape for Box.
-	Dim() int
-	// String is the space in the form of the towerrl.action_space ONNX
-	// metadata: "discrete:N" or "box:SHAPE:LOW:HIGH" (see ParseSpace).
-	String() string
-	isSpace()
-}
+// NewBox returns a box of the given shape with the same bounds for every element.
+func NewBox(low, high float32, shape ...int) Box { return spaces.NewBox(low, high, shape...) }
 
-// Discrete is the set {0, 1, …, N-1}. Samples are ints.
-type Discrete struct {
-	N int
-}
-
-// Dim is 1.
-func (Discrete) Dim() int { return 1 }
-
-// String returns "discrete:N".
-func (d Discrete) String() string { return "discrete:" + strconv.Itoa(d.N) }
-
-// Contains reports whether a is a valid action.
-func (d Discrete) Contains(a int) bool { return a >= 0 && a < d.N }
-
-func (Discrete) isSpace() {}
-
-// Box is a float32 box: Shape gives the dimensions; Low and High the
-// inclusive bounds of each element, flattened row-major (len = product of
-// Shape). Infinite bounds are ±math.MaxFloat32 as in Gymnasium, or ±Inf.
-type Box struct {
-	Shape     []int
-	Low, High []float32
-}
-
-// NewBox returns a box of the given shape with the same bounds for every
-// element.
-func NewBox(low, high float32, shape ...int) Box {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	b := Box{Shape: slices.Clone(shape), Low: make([]float32, n), High: make([]float32, n)}
-	for i := range n {
-		b.Low[i], b.High[i] = low, high
-	}
-	return b
-}
-
-// Dim is the product of the shape.
-func (b Box) Dim() int {
-	n := 1
-	for _, d := range b.Shape {
-		n *= d
-	}
-	return n
-}
-
-// Contains reports whether x (len Dim) lies inside the box. NaN never does.
-func (b Box) Contains(x []float32) bool {
-	if len(x) != len(b.Low) {
-		return false
-	}
-	for i, v := range x {
-		if !(v >= b.Low[i] && v <= b.High[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// String returns "box:SHAPE:LOW:HIGH": SHAPE is the dimensions joined by
-// "x"; LOW and HIGH are one number when all elements share the bound, else a
-// comma-separated list. For example "box:1:-2:2" or "box:2:-1.2,-0.07:0.6,0.07".
-func (b Box) String() string {
-	dims := make([]string, len(b.Shape))
-	for i, d := range b.Shape {
-		dims[i] = strconv.Itoa(d)
-	}
-	return "box:" + strings.Join(dims, "x") + ":" + formatBound(b.Low) + ":" + formatBound(b.High)
-}
-
-func (Box) isSpace() {}
-
-// validate checks that the bounds match the shape and are ordered.
-func (b Box) validate() error {
-	n := b.Dim()
-	if n <= 0 || len(b.Low) != n || len(b.High) != n {
-		return fmt.Errorf("box shape %v holds %d elements but has %d low and %d high bounds",
-			b.Shape, n, len(b.Low), len(b.High))
-	}
-	for i := range b.Low {
-		if !(b.Low[i] <= b.High[i]) {
-			return fmt.Errorf("box element %d: low %v is not <= high %v", i, b.Low[i], b.High[i])
-		}
-	}
-	return nil
-}
-
-func formatBound(v []float32) string {
-	same := true
-	for _, x := range v {
-		if x != v[0] {
-			same = false
-			break
-		}
-	}
-	if same && len(v) > 0 {
-		return strconv.FormatFloat(float64(v[0]), 'g', -1, 32)
-	}
-	parts := make([]string, len(v))
-	for i, x := range v {
-		parts[i] = strconv.FormatFloat(float64(x), 'g', -1, 32)
-	}
-	return strings.Join(parts, ",")
-}
-
-// ParseSpace parses the String form of a space: "discrete:N" or
-// "box:SHAPE:LOW:HIGH".
-func ParseSpace(s string) (Space, error) {
-	kind, rest, _ := strings.Cut(s, ":")
-	switch kind {
-	case "discrete":
-		n, err := strconv.Atoi(rest)
-		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%w: %q: N must be a positive integer", ErrSpace, s)
-		}
-		return Discrete{N: n}, nil
-	case "box":
-		f := strings.Split(rest, ":")
-		if len(f) != 3 {
-			return nil, fmt.Errorf("%w: %q: want box:SHAPE:LOW:HIGH", ErrSpace, s)
-		}
-		var b Box
-		n := 1
-		for _, d := range strings.Split(f[0], "x") {
-			v, err := strconv.Atoi(d)
-			if err != nil || v <= 0 {
-				return nil, fmt.Errorf("%w: %q: dimension %q is not a positive integer", ErrSpace, s, d)
-			}
-			b.Shape = append(b.Shape, v)
-			n *= v
-		}
-		var err error
-		if b.Low, err = parseBound(f[1], n); err != nil {
-			return nil, fmt.Errorf("%w: %q: low: %w", ErrSpace, s, err)
-		}
-		if b.High, err = parseBound(f[2], n); err != nil {
-			return nil, fmt.Errorf("%w: %q: high: %w", ErrSpace, s, err)
-		}
-		if err := b.validate(); err != nil {
-			return nil, fmt.Errorf("%w: %q: %w", ErrSpace, s, err)
-		}
-		return b, nil
-	}
-	return nil, fmt.Errorf("%w: %q: kind must be discrete or box", ErrSpace, s)
-}
-
-func parseBound(s string, n int) ([]float32, error) {
-	parts := strings.Split(s, ",")
-	if len(parts) != 1 && len(parts) != n {
-		return nil, fmt.Errorf("%d values for %d elements", len(parts), n)
-	}
-	out := make([]float32, n)
-	for i := range out {
-		p := parts[0]
-		if len(parts) == n {
-			p = parts[i]
-		}
-		v, err := strconv.ParseFloat(p, 32)
-		if err != nil && !math.IsInf(v, 0) {
-			return nil, err
-		}
-		out[i] = float32(v)
-	}
-	return out, nil
-}
+// ParseSpace parses the String form of a space: "discrete:N" or "box:SHAPE:LOW:HIGH" (see
+// spaces.Parse).
+func ParseSpace(s string) (Space, error) { return spaces.Parse(s) }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/towerrl/towerrl/spaces"
 )
 
 // Kind names a policy head.
@@ -74,6 +76,9 @@ type Spec struct {
 	N int
 	// Low and High bound each dimension of a Box space (Gaussian heads); len is the action size.
 	Low, High []float32
+	// ActionShape is a Box space's shape when it has more than one dimension (then Low and
+	// High are flattened row-major); empty means [len(Low)].
+	ActionShape []int
 	// Scale is how a tanh-gaussian head's actions reach the env; "" means ScaleEnv. Other
 	// heads ignore it.
 	Scale   Scale
@@ -131,88 +136,77 @@ func kindList() string {
 	return strings.Join(parts, ", ")
 }
 
-// ActionSpace formats the action space as the metadata contract does: "discrete:N" or
-// "box:DIM:LOW:HIGH" (LOW and HIGH one number for every dimension, or comma lists).
+// ActionSpace formats the action space as the metadata contract does, in package spaces' one
+// text form: "discrete:N" or "box:SHAPE:LOW:HIGH" (SHAPE is ActionShape, or the action size
+// when it is empty).
 func (s Spec) ActionSpace() string {
-	if s.Head == CategoricalKind {
-		return fmt.Sprintf("discrete:%d", s.N)
-	}
-	list := func(v []float32) string {
-		if slices.Min(v) == slices.Max(v) {
-			return strconv.FormatFloat(float64(v[0]), 'g', -1, 32)
-		}
-		parts := make([]string, len(v))
-		for i, x := range v {
-			parts[i] = strconv.FormatFloat(float64(x), 'g', -1, 32)
-		}
-		return strings.Join(parts, ",")
-	}
-	return fmt.Sprintf("box:%d:%s:%s", len(s.Low), list(s.Low), list(s.High))
+	return s.Space().String()
 }
 
-// ParseActionSpace parses "discrete:N" or "box:DIM:LOW:HIGH" into s's N or Low/High, and sets
-// s.Head to the matching head unless it is already set.
-//
-// N and DIM are at most MaxActions: the text may come from a file's metadata, and buffers are
-// sized by it before any env is consulted.
-func (s *Spec) ParseActionSpace(text string) error {
-	f := strings.Split(strings.TrimSpace(text), ":")
-	bad := func(why string) error {
-		return fmt.Errorf("%w: action space %q: %s (want discrete:N or box:DIM:LOW:HIGH)", ErrSpec, text, why)
+// Space is the action space as a typed value: Discrete{N} for a categorical head, else the Box
+// of ActionShape (or [len(Low)]), Low and High.
+func (s Spec) Space() spaces.Space {
+	if s.Head == CategoricalKind {
+		return spaces.Discrete{N: s.N}
 	}
-	switch {
-	case len(f) == 2 && f[0] == "discrete":
-		n, err := strconv.Atoi(f[1])
-		if err != nil || n < 1 || n > MaxActions {
-			return bad(fmt.Sprintf("N must be an integer from 1 to %d", MaxActions))
+	shape := s.ActionShape
+	if len(shape) == 0 {
+		shape = []int{len(s.Low)}
+	}
+	return spaces.Box{Shape: shape, Low: s.Low, High: s.High}
+}
+
+// SetSpace sets s's N, or Low, High and ActionShape, from an action space, and s.Head to the
+// matching head (categorical or gaussian) unless it is already set. Its size is at most
+// MaxActions.
+func (s *Spec) SetSpace(sp spaces.Space) error {
+	switch a := sp.(type) {
+	case spaces.Discrete:
+		if a.N < 1 || a.N > MaxActions {
+			return fmt.Errorf("%w: action space %s: N must be an integer from 1 to %d", ErrSpec, a, MaxActions)
 		}
-		s.N = n
+		s.N = a.N
 		if s.Head == "" {
 			s.Head = CategoricalKind
 		}
-	case len(f) == 4 && f[0] == "box":
-		dim, err := strconv.Atoi(f[1])
-		if err != nil || dim < 1 || dim > MaxActions {
-			return bad(fmt.Sprintf("DIM must be an integer from 1 to %d", MaxActions))
+	case spaces.Box:
+		if err := a.Validate(); err != nil {
+			return fmt.Errorf("%w: action space: %w", ErrSpec, err)
 		}
-		if s.Low, err = bounds(f[2], dim); err != nil {
-			return bad("LOW: " + err.Error())
+		if a.Dim() > MaxActions {
+			return fmt.Errorf("%w: action space %s: %d dimensions, more than %d", ErrSpec, a, a.Dim(), MaxActions)
 		}
-		if s.High, err = bounds(f[3], dim); err != nil {
-			return bad("HIGH: " + err.Error())
+		s.Low, s.High = slices.Clone(a.Low), slices.Clone(a.High)
+		s.ActionShape = nil
+		if len(a.Shape) > 1 {
+			s.ActionShape = slices.Clone(a.Shape)
 		}
 		if s.Head == "" {
 			s.Head = GaussianKind
 		}
 	default:
-		return bad("unknown form")
+		return fmt.Errorf("%w: action space %v is neither discrete nor a box", ErrSpec, sp)
 	}
 	return nil
 }
 
-// MaxActions bounds the N of a discrete and the DIM of a box action space (2^16; the largest
-// Gymnasium spaces have a few hundred).
-const MaxActions = 1 << 16
-
-func bounds(text string, dim int) ([]float32, error) {
-	parts := strings.Split(text, ",")
-	if len(parts) != 1 && len(parts) != dim {
-		return nil, fmt.Errorf("%d values for %d dimensions", len(parts), dim)
+// ParseActionSpace parses "discrete:N" or "box:SHAPE:LOW:HIGH" (spaces.Parse) into s as
+// SetSpace does. A box's SHAPE may have several dimensions ("box:2x3:-1:1"): its Gaussian head
+// has one mean per element, in row-major order.
+//
+// N and the elements of SHAPE are at most MaxActions: the text may come from a file's
+// metadata, and buffers are sized by it before any env is consulted.
+func (s *Spec) ParseActionSpace(text string) error {
+	sp, err := spaces.ParseMax(text, MaxActions)
+	if err != nil {
+		return fmt.Errorf("%w: action space: %w (want discrete:N or box:SHAPE:LOW:HIGH)", ErrSpec, err)
 	}
-	out := make([]float32, dim)
-	for i := range out {
-		p := parts[0]
-		if len(parts) == dim {
-			p = parts[i]
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(p), 32)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a number", p)
-		}
-		out[i] = float32(v)
-	}
-	return out, nil
+	return s.SetSpace(sp)
 }
+
+// MaxActions bounds the N of a discrete and the elements of a box action space (2^16; the
+// largest Gymnasium spaces have a few hundred).
+const MaxActions = 1 << 16
 
 // ParseShape parses a comma-separated shape such as "4" or "4,84,84".
 func ParseShape(text string) ([]int, error) {
