@@ -67,8 +67,9 @@ mpi:
 lint:
 	@bash scripts/lint.sh
 
-## fixtures: re-export the PyTorch fixtures (needs Debian's python3-torch, python3-onnx)
+## fixtures: re-export the PyTorch fixtures (needs Debian's python3-torch, python3-onnx) and the TensorBoard event file (python3-protobuf, protobuf-compiler)
 fixtures:
 	/usr/bin/python3 scripts/gen_fixtures.py
 	/usr/bin/python3 scripts/gen_fixtures_foreign.py
 	/usr/bin/python3 scripts/gen_fixtures_mujoco.py
+	/usr/bin/python3 scripts/gen_fixtures_tfevent.py
