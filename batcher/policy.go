@@ -373,7 +373,7 @@ func HeadTensors(infos []onnx.TensorInfo) []head.Tensor {
 // gaussian over a Box) with its observation shape.
 func envHeadSpec(env envs.Spec) (head.Spec, error) {
 	var s head.Spec
-	if err := s.ParseActionSpace(env.Action.String()); err != nil {
+	if err := s.SetSpace(env.Action); err != nil {
 		return s, fmt.Errorf("%w: %v", ErrPolicy, err)
 	}
 	s.ObsShape = slices.Clone(env.Observation.Shape)
