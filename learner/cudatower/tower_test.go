@@ -1,9 +1,16 @@
 package cudatower
 
 import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"flag"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,6 +21,48 @@ import (
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 )
+
+// dumpDir, when set, is where TestCUDATiming (and TestHostBackendMatchesCPUTower, for its
+// Gaussian separate-trunk case) write each minibatch's parameters, rows and the towers'
+// gradients (raw little-endian float32 files and a JSON index) for scripts/gpu_tower.py
+// check, which computes PyTorch's float64 gradient of the same loss.
+var dumpDir = flag.String("dump", "", "write the timed minibatches and gradients here")
+
+// dump writes a minibatch's inputs and gradients (grad_<tower>) under dumpDir/sub.
+func dump(t *testing.T, sub string, params *models.Params, mb *learner.SampleBatch, rows int, grads map[string][]float32) {
+	t.Helper()
+	dir := filepath.Join(*dumpDir, sub)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]float32{"params": params.Data(), "obs": mb.Obs[:rows*mb.ObsDim],
+		"actions": mb.Actions[:rows*mb.ActDim], "advantages": mb.Advantages[:rows], "returns": mb.Returns[:rows],
+		"logp": mb.LogP[:rows], "values": mb.Values[:rows]}
+	maps.Copy(files, grads)
+	for name, data := range files {
+		var buf bytes.Buffer
+		if err := binary.Write(&buf, binary.LittleEndian, data); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".f32"), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type param struct {
+		Name   string `json:"name"`
+		Offset int    `json:"offset"`
+		Shape  []int  `json:"shape"`
+	}
+	index := map[string]any{"rows": rows, "obs_dim": mb.ObsDim, "act_dim": mb.ActDim, "coefs": coefs}
+	var ps []param
+	for i, name := range params.Names() {
+		ps = append(ps, param{name, params.Offset(i), params.Shape(i)})
+	}
+	index["params"] = ps
+	if err := os.WriteFile(filepath.Join(dir, "index.json"), []byte(mustJSON(index)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // hostBackend is the backend in Go on the host: cuBLAS's column-major product written out
 // from its definition (sums in float64) and the two kernels, over one arena of float32s.
@@ -172,14 +221,14 @@ func relErr(got, want []float32) float64 {
 // checks the gradients (≤ tol relative over the whole vector, ≤ 10·tol per parameter, whose
 // small gradients, a bias's say, cancel more) and the statistics (≤ tol), and returns the
 // whole vector's relative error and the worst parameter's.
-func compare(t *testing.T, tw learner.Tower, params *models.Params, mb *learner.SampleBatch, rows int, tol float64) (float64, float64) {
+func compare(t *testing.T, tw learner.Tower, params *models.Params, mb *learner.SampleBatch, rows int, tol float64) (all, worst float64, got, want []float32) {
 	t.Helper()
 	ref, err := engine.PPOTowers(params, coefs)(0, device.CPU(), rows, params.Data())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ref.Close()
-	want, got := make([]float32, params.Size()), make([]float32, params.Size())
+	want, got = make([]float32, params.Size()), make([]float32, params.Size())
 	wantStats, gotStats := make([]float64, len(ref.StatNames())), make([]float64, len(tw.StatNames()))
 	if err := ref.Grad(mb, want, wantStats); err != nil {
 		t.Fatal(err)
@@ -187,11 +236,10 @@ func compare(t *testing.T, tw learner.Tower, params *models.Params, mb *learner.
 	if err := tw.Grad(mb, got, gotStats); err != nil {
 		t.Fatal(err)
 	}
-	all := relErr(got, want)
+	all = relErr(got, want)
 	if all > tol {
 		t.Errorf("gradient differs from the CPU tower's by %.3g (relative), want ≤ %g", all, tol)
 	}
-	worst := 0.0
 	for i, name := range params.Names() {
 		lo, hi := params.Offset(i), params.Size()
 		if i+1 < params.Len() {
@@ -216,7 +264,7 @@ func compare(t *testing.T, tw learner.Tower, params *models.Params, mb *learner.
 			t.Errorf("statistic %s = %g, the CPU tower's %g", name, gotStats[k], wantStats[k])
 		}
 	}
-	return all, worst
+	return all, worst, got, want
 }
 
 // TestHostBackendMatchesCPUTower: the tower's passes, run on the host backend, give the CPU
@@ -241,8 +289,11 @@ func TestHostBackendMatchesCPUTower(t *testing.T) {
 				t.Fatal(err)
 			}
 			mb := minibatch(rand.New(rand.NewPCG(uint64(i), 2)), c.cfg.Spec, obs, rows)
-			all, worst := compare(t, tw, params, mb, rows, 1e-5)
+			all, worst, got, want := compare(t, tw, params, mb, rows, 1e-5)
 			t.Logf("gradient relative error %.2g, worst parameter %.2g", all, worst)
+			if *dumpDir != "" && c.name == "gaussian/separate/tanh" {
+				dump(t, "host", params, mb, rows, map[string][]float32{"grad_host": got, "grad_cpu": want})
+			}
 			if err := tw.Close(); err != nil || !be.closed {
 				t.Errorf("Close: %v (backend closed: %v)", err, be.closed)
 			}
@@ -293,4 +344,12 @@ func TestTowerRefuses(t *testing.T) {
 	if _, err := Towers(params, alg)(0, device.CPU(), 8, params.Clone().Data()); err == nil {
 		t.Error("the factory took a copy of the parameters")
 	}
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
 }
