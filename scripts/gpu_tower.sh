@@ -4,8 +4,9 @@
 # the CPU tower) and PyTorch on the same GPU (scripts/gpu_tower.py: the same network and loss
 # timed, and a float64 gradient to check both towers against). docs/GPU.md holds the figures.
 #
-#   scripts/gpu_tower.sh pack        here: build cudatower.test (-tags towerrl_cuda) into
-#                                    out/gpu-tower/ (xz, with its sha256)
+#   scripts/gpu_tower.sh pack        here: build cudatower.test (-tags towerrl_cuda) from the
+#                                    commit checked out (HEAD) into out/gpu-tower/ (xz, with
+#                                    its sha256 and the commit)
 #   scripts/gpu_tower.sh run         there: unpack, check the sha256, run everything, results
 #                                    in $OUT (info.txt, gotest.txt, torch_bench.jsonl,
 #                                    torch_check.jsonl, summary.md)
@@ -41,9 +42,17 @@ PACK="${GPU_TOWER_PACK:-$ROOT/out/gpu-tower}"
 PYTHON="${PYTHON:-python3}" # one with torch and numpy (Debian's /usr/bin/python3 here, after apt-get install python3-torch)
 
 pack() {
+	local src
 	mkdir -p "$PACK"
-	say "building learner/cudatower's test binary with -tags towerrl_cuda"
-	CGO_ENABLED=1 nice -n 10 go test -c -tags towerrl_cuda -o "$PACK/cudatower.test" ./learner/cudatower/
+	PACK="$(cd "$PACK" && pwd)"
+	src="$(mktemp -d "${TMPDIR:-/tmp}/gpu_tower_src.XXXXXX")"
+	# The commit checked out, not the working tree (which other work may leave half-edited).
+	git archive HEAD | tar -x -C "$src"
+	say "building learner/cudatower's test binary with -tags towerrl_cuda at $(git rev-parse --short HEAD)"
+	(cd "$src" && CGO_ENABLED=1 nice -n 10 go test -c -tags towerrl_cuda -o "$PACK/cudatower.test" ./learner/cudatower/) ||
+		{ rm -rf "$src"; die "building the test binary failed"; }
+	rm -rf "$src"
+	git rev-parse HEAD >"$PACK/COMMIT"
 	xz -T0 -6 -f -k "$PACK/cudatower.test"
 	(cd "$PACK" && sha256sum cudatower.test >UNPACKED && sha256sum cudatower.test.xz >SHA256SUMS && rm cudatower.test)
 	say "packed $(du -h "$PACK/cudatower.test.xz" | cut -f1) in $PACK"
@@ -94,6 +103,7 @@ run() {
 		"$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1
 		echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 	} >"$results/info.txt"
+	[[ -f "$PACK/COMMIT" ]] && echo "towerrl commit: $(cat "$PACK/COMMIT")" >>"$results/info.txt"
 	cat "$results/info.txt" >&2
 	say "cudatower.test -test.v ${cudaflag[*]}"
 	local rc=0

@@ -328,26 +328,35 @@ func Open(ordinal int) (*Context, error) {
 		return nil, err
 	}
 	c.info.Driver = int(drv)
+	// cgo refuses a pointer into a struct that holds Go pointers (c does): the C calls fill
+	// locals, copied into c after.
 	name := make([]byte, 256)
-	if err := check(C.towerrl_open(C.int(ordinal), &c.dev, &c.ctx, (*C.char)(unsafe.Pointer(&name[0])), C.int(len(name))), "opening the GPU"); err != nil {
+	var dev C.CUdevice
+	var ctx C.CUcontext
+	if err := check(C.towerrl_open(C.int(ordinal), &dev, &ctx, (*C.char)(unsafe.Pointer(&name[0])), C.int(len(name))), "opening the GPU"); err != nil {
 		return nil, err
 	}
+	c.dev, c.ctx = dev, ctx
 	c.info.Name = C.GoString((*C.char)(unsafe.Pointer(&name[0])))
 	ptx := C.CString(kernelsPTX)
 	defer C.free(unsafe.Pointer(ptx))
-	if err := check(C.towerrl_module(c.ctx, ptx, &c.mod), "loading the kernels' PTX (sm_90)"); err != nil {
+	var mod C.CUmodule
+	if err := check(C.towerrl_module(c.ctx, ptx, &mod), "loading the kernels' PTX (sm_90)"); err != nil {
 		return nil, errors.Join(err, c.release())
 	}
+	c.mod = mod
 	for _, k := range []struct {
 		name string
 		f    *C.CUfunction
 	}{{"bias_act", &c.biasAct}, {"act_grad", &c.actGrad}} {
 		cn := C.CString(k.name)
-		err := check(C.towerrl_function(c.mod, cn, k.f), "finding kernel "+k.name)
+		var f C.CUfunction
+		err := check(C.towerrl_function(c.mod, cn, &f), "finding kernel "+k.name)
 		C.free(unsafe.Pointer(cn))
 		if err != nil {
 			return nil, errors.Join(err, c.release())
 		}
+		*k.f = f
 	}
 	return c, nil
 }
@@ -482,11 +491,12 @@ func (c *Context) NewBLAS() (*BLAS, int, error) {
 	if err := c.live(); err != nil {
 		return nil, 0, err
 	}
-	b := &BLAS{c: c}
+	var h C.cublasHandle_t
 	var v C.int
-	if err := checkBLAS(C.towerrl_blas_create(c.ctx, &b.h, &v), "cublasCreate"); err != nil {
+	if err := checkBLAS(C.towerrl_blas_create(c.ctx, &h, &v), "cublasCreate"); err != nil {
 		return nil, 0, err
 	}
+	b := &BLAS{c: c, h: h}
 	c.mu.Lock()
 	c.info.CUBLASVersion = int(v)
 	c.mu.Unlock()
