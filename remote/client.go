@@ -375,8 +375,21 @@ func (c *Client) Register(ctx context.Context, r Registration) error {
 	}
 	c.coordMu.Unlock()
 	var rep registerReply
-	if err := c.request(ctx, verbRegister, r, &rep); err != nil {
-		return err
+	for {
+		if err := c.request(ctx, verbRegister, r, &rep); err != nil {
+			return err
+		}
+		if rep.WaitMS == 0 {
+			break
+		}
+		c.log.Info("remote: another session of this batcher ID is alive (a previous process, or a client using this ID); waiting for it to fall silent",
+			zap.String("batcher", c.id))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("remote: registering %s: %w (another session of this ID is alive)", c.id, ctx.Err())
+		case <-time.After(time.Duration(rep.WaitMS) * time.Millisecond):
+		}
+		rep = registerReply{}
 	}
 	if rep.Ended {
 		c.end()
@@ -433,12 +446,16 @@ func (c *Client) heartbeat(interval time.Duration) {
 			c.end()
 			return
 		case rep.Unknown:
+			c.log.Warn("remote: the learner no longer knows this batcher (it restarted, this batcher was silent past its heartbeat timeout, or another process registered under its ID): registering again",
+				zap.String("batcher", c.id), zap.String("task", req.Task))
 			rctx, rcancel := context.WithTimeout(ctx, max(interval, time.Second))
 			if err := c.Register(rctx, reg); err != nil {
 				c.log.Warn("remote: registering again", zap.Error(err))
 			}
 			rcancel()
 		case rep.Lost:
+			c.log.Warn("remote: lost task "+req.Task+": the learner gave it to another batcher; asking for another",
+				zap.String("batcher", c.id))
 			c.revoke(req.Task)
 		}
 	}

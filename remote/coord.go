@@ -63,6 +63,9 @@ type (
 		Error       string `json:"error,omitempty"`
 		HeartbeatMS int64  `json:"heartbeat_ms"`
 		Ended       bool   `json:"ended,omitempty"`
+		// WaitMS: another session of this batcher ID is alive; register again after this
+		// long (a restarted batcher waits for its killed session to fall silent).
+		WaitMS int64 `json:"wait_ms,omitempty"`
 	}
 	beatReply struct {
 		Ended   bool `json:"ended,omitempty"`
@@ -133,6 +136,9 @@ func (s *Server) startCoordinator() error {
 				return
 			case now := <-t.C:
 				s.coord.sweep(now)
+				s.coord.mu.Lock()
+				s.coord.reclaimCredits(now, s.consumerIdle(now), s.cfg.CreditLease)
+				s.coord.mu.Unlock()
 			}
 		}
 	}()
@@ -144,7 +150,18 @@ func (c *coordinator) answer(h func([]byte) any) func(*nats.Msg) {
 	return func(m *nats.Msg) { c.respond(m, h(m.Data)) }
 }
 
+// Bounds on a registration: the whole message, its free-text fields (cut to maxFreeText),
+// and the batchers registered at once.
+const (
+	maxRegistrationBytes = 16 << 10
+	maxFreeText          = 256
+	maxMembers           = 1024
+)
+
 func (c *coordinator) register(data []byte) any {
+	if len(data) > maxRegistrationBytes {
+		return registerReply{Error: fmt.Sprintf("a registration of %d bytes; at most %d (shorten host, agent and detail)", len(data), maxRegistrationBytes)}
+	}
 	var r Registration
 	if err := json.Unmarshal(data, &r); err != nil {
 		return registerReply{Error: fmt.Sprintf("malformed registration: %v", err)}
@@ -152,6 +169,11 @@ func (c *coordinator) register(data []byte) any {
 	if err := checkToken(r.BatcherID); err != nil {
 		return registerReply{Error: fmt.Sprintf("batcher id %q: %v", r.BatcherID, err)}
 	}
+	if len(r.EnvID) > maxEnvLen || len(r.ObsShape) > 8 || len(r.ActionSpace) > maxFreeText || len(r.Task) > maxFreeText {
+		return registerReply{Error: fmt.Sprintf("env id of %d bytes, observation shape of %d dimensions, action space of %d bytes, task of %d bytes: too long",
+			len(r.EnvID), len(r.ObsShape), len(r.ActionSpace), len(r.Task))}
+	}
+	r.Host, r.Agent, r.Detail = cut(r.Host), cut(r.Agent), cut(r.Detail)
 	if c.admit != nil {
 		if err := c.admit(r); err != nil {
 			c.log.Warn("remote: refused a batcher", zap.String("batcher", r.BatcherID), zap.Error(err))
@@ -168,13 +190,26 @@ func (c *coordinator) register(data []byte) any {
 	if m == nil {
 		// A batcher ID names one batcher: a new session under it is that batcher started
 		// again, so the previous session is gone — its task and credits are free at once
-		// rather than after the heartbeat timeout.
+		// rather than after the heartbeat timeout. Unless the previous session is alive
+		// (heartbeated within 1.5 intervals): then the new one waits until it falls silent,
+		// so that a client cannot take over another's ID and evict it.
 		for old, om := range c.members {
-			if old.batcher == r.BatcherID {
-				c.log.Warn("remote: batcher registered again (a new process); its previous session is dropped",
-					zap.String("batcher", r.BatcherID))
-				c.drop(old, om)
+			if old.batcher != r.BatcherID {
+				continue
 			}
+			if since := time.Since(om.last); since < c.interval*3/2 {
+				c.log.Warn("remote: a second session registers under a live batcher's ID; it waits until that one falls silent",
+					zap.String("batcher", r.BatcherID))
+				return registerReply{WaitMS: max((c.interval*3/2 - since).Milliseconds(), 1)}
+			}
+			c.log.Warn("remote: batcher registered again (a new process); its previous session is dropped",
+				zap.String("batcher", r.BatcherID))
+			c.drop(old, om)
+		}
+		if len(c.members) >= maxMembers {
+			// Those that do not heartbeat are dropped after HeartbeatTimeout: ask again.
+			c.log.Warn("remote: a batcher waits: too many registered", zap.String("batcher", r.BatcherID), zap.Int("registered", len(c.members)))
+			return registerReply{WaitMS: max(c.interval.Milliseconds(), 1)}
 		}
 		m = &member{}
 		c.members[key] = m
@@ -188,6 +223,14 @@ func (c *coordinator) register(data []byte) any {
 		}
 	}
 	return registerReply{HeartbeatMS: c.interval.Milliseconds()}
+}
+
+// cut shortens free text to maxFreeText bytes.
+func cut(s string) string {
+	if len(s) > maxFreeText {
+		return s[:maxFreeText]
+	}
+	return s
 }
 
 func (c *coordinator) heartbeat(data []byte) any {

@@ -53,8 +53,9 @@ type credits struct {
 }
 
 type sessionCredits struct {
-	n, floor    int64 // the newest credit granted, and its floor
-	outstanding int   // credits granted whose rollouts the learner was not handed yet
+	n, floor    int64       // the newest credit granted, and its floor
+	outstanding int         // credits granted whose rollouts the learner was not handed yet
+	granted     []time.Time // when each outstanding credit was granted, oldest first
 }
 
 type creditWait struct {
@@ -130,6 +131,7 @@ func (c *coordinator) grant() {
 		}
 		sc.n, sc.floor = w.n, floor
 		sc.outstanding++
+		sc.granted = append(sc.granted, time.Now())
 		c.respond(w.msg, creditReply{Granted: true, Floor: floor})
 	}
 }
@@ -149,6 +151,9 @@ func (c *coordinator) delivered(key rolloutKey, version int64) {
 		return // collected without a credit (before a learner restart, or by an older batcher)
 	}
 	sc.outstanding--
+	if len(sc.granted) > 0 {
+		sc.granted = sc.granted[1:]
+	}
 	floor := int64(0)
 	if cr.onPolicy && version >= cr.published {
 		floor = version + 1
@@ -188,6 +193,36 @@ func (c *coordinator) expireCredits(now time.Time, ended bool) {
 		c.respond(w.msg, creditReply{Ended: ended})
 		return true
 	})
+}
+
+// reclaimCredits takes back the credits of a batcher that holds one without publishing
+// (issue 28, item 9d: a client that registers, takes the only credit, heartbeats and never
+// publishes held the learner at 0 iterations): when every credit is granted, a batcher waits
+// for one, and no rollout chunk has come for lease (idle), the session whose oldest credit
+// was granted more than lease ago is dropped, as if it had stopped heartbeating: its task
+// and credits go to the others. It holds c.mu.
+func (c *coordinator) reclaimCredits(now time.Time, idle time.Duration, lease time.Duration) {
+	cr := c.credits
+	if cr == nil || len(cr.free) > 0 || len(cr.waiting) == 0 || idle < lease {
+		return
+	}
+	var hog sessionKey
+	var since time.Time
+	for key, sc := range cr.sessions {
+		if len(sc.granted) > 0 && (since.IsZero() || sc.granted[0].Before(since)) {
+			hog, since = key, sc.granted[0]
+		}
+	}
+	if since.IsZero() || now.Sub(since) < lease {
+		return
+	}
+	c.log.Warn("remote: batcher holds a credit and published nothing for longer than the credit lease while others wait: its task and credits are taken back",
+		zap.String("batcher", hog.batcher), zap.Duration("held", now.Sub(since)), zap.Duration("lease", lease))
+	if m := c.members[hog]; m != nil {
+		c.drop(hog, m)
+	} else {
+		c.dropCredits(hog)
+	}
 }
 
 // publishedVersion notes the newest policy version, the floor of credits granted from now.

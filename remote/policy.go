@@ -192,6 +192,13 @@ func (c *Client) watchPolicy(ctx context.Context, out chan Policy) {
 				case ctx.Err() != nil:
 				case errors.Is(err, errSuperseded): // the learner publishes faster than this watcher reads
 					c.log.Debug("remote: skipping a policy", zap.Error(err))
+					if next == nil {
+						// Take the newest at once, whether or not its pointer has come on
+						// updates yet (a learner waiting for this batcher publishes no other).
+						if cur, gerr := kv.Get(ctx, keyPolicy); gerr == nil && !bytes.Equal(cur.Value(), e.Value()) {
+							next = cur
+						}
+					}
 				default:
 					c.log.Warn("remote: skipping a policy", zap.Error(err))
 				}
@@ -211,8 +218,9 @@ func (c *Client) watchPolicy(ctx context.Context, out chan Policy) {
 // fetchWatching is fetchPolicy, given up as superseded when the version it reads is pruned
 // while it is read. The learner prunes old versions once it has published newer ones, and a
 // read of a pruned version's chunks can hang until the read's timeout (5 s; measured here in
-// 1 of 3 throughput runs of 1M steps, when the learner publishes every few ms). So once a newer
-// pointer has arrived on updates, the object's info is looked up every prunedPoll, and the
+// 1 of 3 throughput runs of 1M steps, when the learner publishes every few ms, and two or
+// three times a run of APPO with one batcher, issue 28 item 3). So while it reads, the
+// object's info is looked up every prunedPoll (each lookup bounded by 10 prunedPoll), and the
 // read is cancelled when the object is gone; a read of a version merely superseded is let
 // finish (cancelling those starves a batcher whose reads are slower than the publishing).
 // It returns the newest Put entry taken from updates meanwhile (nil if none), and closed when
@@ -226,7 +234,8 @@ func (c *Client) fetchWatching(ctx context.Context, kv jetstream.KeyValue, obj j
 	done, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		var tick <-chan time.Time
+		tick := time.NewTicker(prunedPoll)
+		defer tick.Stop()
 		for {
 			select {
 			case u, ok := <-updates:
@@ -237,14 +246,12 @@ func (c *Client) fetchWatching(ctx context.Context, kv jetstream.KeyValue, obj j
 				}
 				if u != nil && u.Operation() == jetstream.KeyValuePut {
 					newer = u
-					if tick == nil {
-						t := time.NewTicker(prunedPoll)
-						defer t.Stop()
-						tick = t.C
-					}
 				}
-			case <-tick:
-				if info, err := obj.GetInfo(fctx, ptr.Object); errors.Is(err, jetstream.ErrObjectNotFound) || (err == nil && info.Deleted) {
+			case <-tick.C:
+				ictx, icancel := context.WithTimeout(fctx, prunedPoll*10)
+				info, err := obj.GetInfo(ictx, ptr.Object)
+				icancel()
+				if errors.Is(err, jetstream.ErrObjectNotFound) || (err == nil && info.Deleted) {
 					cancel()
 					return
 				}

@@ -24,7 +24,36 @@ type Stats struct {
 	Incomplete      int64            `json:"incomplete"`       // rollouts dropped with chunks missing after ChunkTimeout
 	Bytes           int64            `json:"bytes"`            // wire bytes (compressed chunks) of the delivered rollouts
 	PerBatcher      map[string]int64 `json:"per_batcher"`      // delivered, by batcher ID
+	// Refused counts the rollouts dropped because they do not fit ServeConfig.Spec (those
+	// Source.Next refuses included), by reason (env, shape, size, value, action, version,
+	// unfinished) and by the batcher ID they claim.
+	Refused         int64            `json:"refused"`
+	RefusedReasons  map[string]int64 `json:"refused_reasons,omitempty"`
+	RefusedBatchers map[string]int64 `json:"refused_batchers,omitempty"`
 }
+
+// refused counts and logs a rollout dropped for not fitting the Spec.
+func (s *Server) refused(batcherID string, key fmt.Stringer, err error) {
+	reason := reasonOf(err)
+	if reason == "" {
+		reason = "other"
+	}
+	s.mu.Lock()
+	s.stats.Refused++
+	s.stats.RefusedReasons[reason]++
+	if len(s.stats.RefusedBatchers) < maxRefusedBatchers || s.stats.RefusedBatchers[batcherID] > 0 {
+		s.stats.RefusedBatchers[batcherID]++
+	} else {
+		s.stats.RefusedBatchers["(others)"]++
+	}
+	s.mu.Unlock()
+	s.log.Warn("remote: dropping a rollout that does not fit the run", zap.String("batcher", batcherID),
+		zap.Stringer("rollout", key), zap.String("reason", reason), zap.Error(err))
+}
+
+// maxRefusedBatchers bounds the batcher IDs Stats.RefusedBatchers names (IDs are the
+// batchers' to choose); the rest are counted under "(others)".
+const maxRefusedBatchers = 256
 
 // Stats returns a copy of the counters.
 func (s *Server) Stats() Stats {
@@ -32,6 +61,8 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.PerBatcher = maps.Clone(s.stats.PerBatcher)
+	st.RefusedReasons = maps.Clone(s.stats.RefusedReasons)
+	st.RefusedBatchers = maps.Clone(s.stats.RefusedBatchers)
 	return st
 }
 
@@ -137,6 +168,7 @@ func (s *Server) Rollouts(ctx context.Context) (<-chan *Delivery, error) {
 		return nil, fmt.Errorf("remote: pulling from %s: %w", s.names.rolloutStream(), err)
 	}
 	s.consuming = true
+	s.lastChunk.Store(time.Now().UnixNano())
 	out := make(chan *Delivery)
 	s.wg.Add(1)
 	go func() {
@@ -162,6 +194,10 @@ type pendingRollout struct {
 	assembly[jetstream.Msg]
 	first time.Time
 }
+
+// maxPendingPerBatcher bounds the unfinished rollouts of one batcher ID (a batcher publishes
+// one rollout after another; a retry can interleave two).
+const maxPendingPerBatcher = 4
 
 // consumer is the state of one Rollouts loop; only its goroutine touches it.
 type consumer struct {
@@ -201,10 +237,17 @@ func (c *consumer) run(ctx context.Context, it jetstream.MessagesContext) {
 
 func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	s := c.s
+	s.lastChunk.Store(time.Now().UnixNano())
 	h, data, err := parseChunk(msg.Data())
 	if err != nil {
 		s.log.Warn("remote: dropping a message that is not a rollout chunk", zap.String("subject", msg.Subject()), zap.Error(err))
 		c.drop(msg, err)
+		return
+	}
+	if sp := s.cfg.Spec; sp != nil && h.blobLen > sp.maxBlob() {
+		err := refuse(refusedSize, "chunk %d of %d claims a rollout of %d bytes; the run's rollouts take at most %d", h.index, h.count, h.blobLen, sp.maxBlob())
+		s.refused(h.batcher, h.key(), err)
+		_ = msg.TermWithReason(err.Error())
 		return
 	}
 	meta, err := msg.Metadata()
@@ -240,6 +283,7 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 
 	p := c.asm[key]
 	if p == nil {
+		c.makeRoom(key.batcher)
 		p = &pendingRollout{first: time.Now()}
 		c.asm[key] = p
 	}
@@ -263,6 +307,13 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	delete(c.asm, key)
 	d, err := c.deliverable(key, p)
+	if errors.Is(err, ErrMisfit) {
+		s.refused(key.batcher, key, err)
+		for _, m := range p.handles {
+			_ = m.TermWithReason(err.Error())
+		}
+		return
+	}
 	if err != nil {
 		s.log.Warn("remote: dropping a rollout that does not decode", zap.Stringer("rollout", key), zap.Error(err))
 		for _, m := range p.handles {
@@ -274,6 +325,11 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	s.held[key] = d
 	s.dedup.mark(key)
 	s.mu.Unlock()
+	s.handing.Store(true)
+	defer func() {
+		s.handing.Store(false)
+		s.lastChunk.Store(time.Now().UnixNano())
+	}()
 	select {
 	case c.out <- d:
 		s.mu.Lock()
@@ -310,7 +366,11 @@ func (c *consumer) deliverable(key rolloutKey, p *pendingRollout) (*Delivery, er
 	if err != nil {
 		return nil, err
 	}
-	m, err := c.s.codec.decode(blob)
+	var check func(*RolloutMsg, []colHeader) error
+	if sp := c.s.cfg.Spec; sp != nil {
+		check = sp.header
+	}
+	m, err := c.s.codec.decodeChecked(blob, check)
 	if err != nil {
 		return nil, err
 	}
@@ -356,6 +416,53 @@ func (c *consumer) dropPending(key rolloutKey, why error) {
 	for _, m := range p.handles {
 		if m != nil {
 			c.drop(m, why)
+		}
+	}
+}
+
+// makeRoom drops the oldest unfinished rollouts of batcher, and then of any batcher, until a
+// new one of batcher fits the bounds (maxPendingPerBatcher, ServeConfig.MaxPending, and half
+// of StreamMaxMsgs in chunks): chunks that never complete cannot fill the stream.
+func (c *consumer) makeRoom(batcher string) {
+	for {
+		mine, chunks := 0, 0
+		var oldest, oldestMine rolloutKey
+		var tOld, tMine time.Time
+		for k, p := range c.asm {
+			chunks += p.got
+			if tOld.IsZero() || p.first.Before(tOld) {
+				oldest, tOld = k, p.first
+			}
+			if k.batcher == batcher {
+				mine++
+				if tMine.IsZero() || p.first.Before(tMine) {
+					oldestMine, tMine = k, p.first
+				}
+			}
+		}
+		limit := c.s.cfg.StreamMaxMsgs / 2
+		switch {
+		case mine >= maxPendingPerBatcher:
+			c.dropUnfinished(oldestMine, "more than 4 unfinished rollouts of one batcher")
+		case len(c.asm) >= c.s.cfg.MaxPending:
+			c.dropUnfinished(oldest, fmt.Sprintf("more than %d unfinished rollouts (ServeConfig.MaxPending)", c.s.cfg.MaxPending))
+		case limit > 0 && int64(chunks) >= limit && len(c.asm) > 0:
+			c.dropUnfinished(oldest, fmt.Sprintf("unfinished rollouts hold %d chunks, half the stream's bound", chunks))
+		default:
+			return
+		}
+	}
+}
+
+// dropUnfinished drops the chunks of an unfinished rollout to make room.
+func (c *consumer) dropUnfinished(key rolloutKey, why string) {
+	p := c.asm[key]
+	delete(c.asm, key)
+	err := refuse(refusedPending, "%s: %d of its %d chunks came in %v", why, p.got, p.count, time.Since(p.first).Round(time.Millisecond))
+	c.s.refused(key.batcher, key, err)
+	for _, m := range p.handles {
+		if m != nil {
+			_ = m.TermWithReason(err.Error())
 		}
 	}
 }

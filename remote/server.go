@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -86,6 +88,11 @@ type ServeConfig struct {
 	// instead of collecting a rollout the learner would drop.
 	OnPolicy bool
 
+	// CreditLease, with Credits, is how long a batcher may hold a credit while every credit
+	// is granted, another batcher waits for one and no rollout comes (default 10 s): then
+	// its task and credits are taken back, as from a batcher that stopped heartbeating.
+	CreditLease time.Duration
+
 	// HeartbeatInterval is how often batchers heartbeat (default 2 s); a batcher silent
 	// for HeartbeatTimeout (default 10 s) is presumed dead and its task reassigned.
 	HeartbeatInterval, HeartbeatTimeout time.Duration
@@ -93,6 +100,16 @@ type ServeConfig struct {
 	// returned to the batcher as the reason, so name what does not fit (both shapes). It is
 	// called from one goroutine at a time.
 	Admit func(Registration) error
+
+	// Spec, when set, is what the learner trains on: every rollout is held against it
+	// before it is decompressed and again once unpacked, and one that does not fit is
+	// dropped, counted and logged (see Spec). Nil: rollouts are only checked against their
+	// own headers.
+	Spec *Spec
+	// MaxPending bounds the rollouts whose chunks are arriving (default 16, and at most 4 per
+	// batcher ID): past it the oldest waiting is dropped (Stats.Incomplete), so unfinished
+	// rollouts cannot hold the stream's StreamMaxMsgs.
+	MaxPending int
 
 	// Logger receives the server's warnings and errors and this package's notes
 	// (default: none).
@@ -136,6 +153,15 @@ func (c *ServeConfig) defaults() {
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = 5 * c.HeartbeatInterval
 	}
+	if c.CreditLease == 0 {
+		c.CreditLease = 10 * time.Second
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 16
+		if c.StreamMaxMsgs > 0 {
+			c.MaxPending = int(min(16, max(1, c.StreamMaxMsgs/4)))
+		}
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -167,6 +193,8 @@ func (c *ServeConfig) validate() error {
 		{"HeartbeatInterval", c.HeartbeatInterval < 0},
 		{"HeartbeatTimeout", c.HeartbeatTimeout <= c.HeartbeatInterval},
 		{"Credits", c.Credits < 0},
+		{"MaxPending", c.MaxPending < 1},
+		{"CreditLease", c.CreditLease < 0},
 	} {
 		if f.bad {
 			return fmt.Errorf("remote: ServeConfig.%s is out of range (StreamMaxBytes and PullBytes ≥ 1 MiB, HeartbeatTimeout > HeartbeatInterval, counts ≥ 1, durations ≥ 0)", f.name)
@@ -174,6 +202,11 @@ func (c *ServeConfig) validate() error {
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		return errors.New("remote: ServeConfig.TLSCert and TLSKey go together: set both or neither")
+	}
+	if c.Spec != nil {
+		if err := c.Spec.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -210,6 +243,11 @@ type Server struct {
 	held      map[rolloutKey]*Delivery
 	dedup     *dedup
 	stats     Stats
+
+	// The Rollouts loop's activity, for the credit lease: when it last took a chunk (Unix
+	// nanoseconds) and whether it is handing a rollout to the learner now.
+	lastChunk atomic.Int64
+	handing   atomic.Bool
 
 	quit      chan struct{} // closed by Close
 	wg        sync.WaitGroup
@@ -386,7 +424,7 @@ func newServer(cfg ServeConfig, nm names, nc, pullNC *nats.Conn) *Server {
 	return &Server{
 		cfg: cfg, names: nm, log: cfg.Logger, nc: nc, pullNC: pullNC, codec: newCodec(0),
 		held: make(map[rolloutKey]*Delivery), dedup: newDedup(cfg.DedupWindow, cfg.DedupSessions),
-		stats: Stats{PerBatcher: map[string]int64{}},
+		stats: Stats{PerBatcher: map[string]int64{}, RefusedReasons: map[string]int64{}, RefusedBatchers: map[string]int64{}},
 		quit:  make(chan struct{}),
 	}
 }
@@ -411,6 +449,17 @@ func (s *Server) setup(ctx context.Context) error {
 		Duplicates:  2 * time.Minute,
 		Replicas:    s.cfg.Replicas,
 	})
+	if err != nil && strings.Contains(err.Error(), "insufficient storage") {
+		where := "the NATS server's JetStream store (raise its max_file_store, or lower StreamMaxBytes)"
+		if s.cfg.StoreDir != "" {
+			// The embedded server grants JetStream 75% of the free space of its store's
+			// filesystem, and the stream reserves StreamMaxBytes of it.
+			where = fmt.Sprintf("%s: the embedded server grants 75%% of the free space of its filesystem, so free %.1f GiB there",
+				s.cfg.StoreDir, float64(s.cfg.StreamMaxBytes)*4/3/(1<<30))
+		}
+		return fmt.Errorf("remote: creating the rollout stream %s: %w: the stream reserves %.1f GiB (StreamMaxBytes) in %s",
+			s.names.rolloutStream(), err, float64(s.cfg.StreamMaxBytes)/(1<<30), where)
+	}
 	if err != nil {
 		return fmt.Errorf("remote: creating the rollout stream %s: %w", s.names.rolloutStream(), err)
 	}
@@ -464,6 +513,19 @@ func (s *Server) setup(ctx context.Context) error {
 		return fmt.Errorf("remote: marking the run as running: %w", err)
 	}
 	return s.startCoordinator()
+}
+
+// consumerIdle is how long the Rollouts loop has waited for a chunk with none coming (0
+// while it hands a rollout to the learner, or when no loop runs).
+func (s *Server) consumerIdle(now time.Time) time.Duration {
+	s.mu.Lock()
+	consuming := s.consuming
+	s.mu.Unlock()
+	last := s.lastChunk.Load()
+	if !consuming || s.handing.Load() || last == 0 {
+		return 0
+	}
+	return now.Sub(time.Unix(0, last))
 }
 
 // URL is the address batchers dial: nats://host:port, or tls://host:port with TLS. With a

@@ -3,11 +3,10 @@ package remote
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
-
-	"go.uber.org/zap"
 
 	"github.com/towerrl/towerrl/batcher"
 )
@@ -16,17 +15,99 @@ import (
 // that they go the way of local ones: Next returns the next rollout, unpacked (Unpack),
 // and the trainer acknowledges it (Received.Ack, or AckAll for a whole stack) once it is
 // in a tower stack or discarded. A rollout is never handed out twice by one Server (see the
-// package documentation on de-duplication); one that does not unpack (a batcher of another
-// build, a bug) is acknowledged, so that it is not redelivered, logged and counted
-// (SourceStats.Malformed). Next is for one goroutine; Ack and AckAll may be called from any.
+// package documentation on de-duplication). One that does not unpack (a batcher of another
+// build, a bug, a forged message), does not fit ServeConfig.Spec, or carries a policy
+// version outside the window (see Next) is acknowledged, so that no learner meets it again,
+// logged with its batcher ID and counted (Stats.Refused, SourceStats.Malformed). Next is
+// for one goroutine; Ack and AckAll may be called from any.
 type Source struct {
 	srv    *Server
 	ch     <-chan *Delivery
 	cancel context.CancelFunc
 	pub    *policyPublisher
 
-	mu        sync.Mutex // guards malformed
+	mu        sync.Mutex // guards malformed and vers
 	malformed int64
+	vers      versions
+	onDrop    func(batcherID string, session, seq uint64) // set by OnDrop before Next
+}
+
+// OnDrop sets f to be called, on Next's goroutine, for each rollout Next drops (and
+// acknowledges) for not unpacking or not fitting the run, once it is acknowledged: a ledger
+// of what the learner consumed (cmd/train's test hook) sees those too. Call it before Next.
+func (src *Source) OnDrop(f func(batcherID string, session, seq uint64)) { src.onDrop = f }
+
+// dropped acknowledges a rollout Next drops and reports it to OnDrop's function.
+func (src *Source) dropped(ctx context.Context, d *Delivery) error {
+	if err := d.Ack(ctx); err != nil {
+		return fmt.Errorf("remote: acknowledging a rollout that does not fit the run, to drop it: %w", err)
+	}
+	if src.onDrop != nil {
+		src.onDrop(d.key.batcher, d.key.session, d.key.seq)
+	}
+	return nil
+}
+
+// versions are the policy versions a Source published, for the version window (see Next):
+// the first (the run's version when this learner started), the newest handed to Publish,
+// and for each one published since the first the rollout stream's last sequence number just
+// before its pointer moved (no rollout stored at or before it can have been collected with
+// it). At most maxVersionsKept are remembered, the oldest forgotten first.
+type versions struct {
+	started   bool
+	first     int64
+	handed    int64
+	seqAt     map[int64]uint64
+	oldestKey int64 // the oldest version in seqAt
+}
+
+const maxVersionsKept = 4096
+
+// published notes that version's pointer is about to move, the stream's last sequence being
+// lastSeq. It holds Source.mu.
+func (v *versions) published(version int64, lastSeq uint64) {
+	if v.seqAt == nil {
+		v.seqAt = map[int64]uint64{}
+		v.oldestKey = version
+	}
+	v.seqAt[version] = lastSeq
+	for len(v.seqAt) > maxVersionsKept {
+		delete(v.seqAt, v.oldestKey)
+		v.oldestKey++
+	}
+}
+
+// check holds the rows' versions against the window: none negative, none newer than the
+// newest handed to Publish, and each newer than the first one published before the rollout
+// was stored (its chunks' lowest stream sequence being firstSeq). It holds Source.mu.
+func (v *versions) check(vs []int64, firstSeq uint64) error {
+	if !v.started {
+		return refuse(refusedVersion, "the learner has published no policy yet")
+	}
+	prev := int64(math.MinInt64)
+	for i, x := range vs {
+		if x == prev {
+			continue
+		}
+		prev = x
+		switch {
+		case x < 0:
+			return refuse(refusedVersion, "row %d: policy version %d", i, x)
+		case x > v.handed:
+			return refuse(refusedVersion, "row %d: policy version %d, newer than the learner's %d", i, x, v.handed)
+		case x <= v.first:
+			continue // the run had it before this learner started, or had it first
+		}
+		at, ok := v.seqAt[x]
+		switch {
+		case !ok && x >= v.oldestKey:
+			return refuse(refusedVersion, "row %d: policy version %d, which this learner never published (it started at %d)", i, x, v.first)
+		case ok && firstSeq <= at:
+			return refuse(refusedVersion, "row %d: policy version %d, stored before this learner published it: collected with an earlier learner's version %d, which this run never had (it resumed at %d)",
+				i, x, x, v.first)
+		}
+	}
+	return nil
 }
 
 // Received is a rollout a Source handed out.
@@ -57,7 +138,7 @@ func (r *Received) Ack(ctx context.Context) error { return r.d.Ack(ctx) }
 // SourceStats counts what a Source handed out, beside its Server's Stats.
 type SourceStats struct {
 	Stats
-	Malformed int64 `json:"malformed"` // rollouts dropped because they did not unpack
+	Malformed int64 `json:"malformed"` // rollouts dropped because they did not unpack (also in Refused, as "shape")
 }
 
 // NewSource starts the Server's Rollouts loop (one at a time per Server) for a trainer.
@@ -69,7 +150,22 @@ func NewSource(ctx context.Context, s *Server) (*Source, error) {
 		cancel()
 		return nil, err
 	}
-	return &Source{srv: s, ch: ch, cancel: cancel, pub: newPolicyPublisher(s)}, nil
+	src := &Source{srv: s, ch: ch, cancel: cancel}
+	src.pub = newPolicyPublisher(s, src.publishing)
+	return src, nil
+}
+
+// publishing notes, before version's pointer moves, the stream's last sequence number (see
+// versions).
+func (src *Source) publishing(ctx context.Context, version int64) error {
+	info, err := src.srv.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("remote: reading the rollout stream's state before publishing version %d: %w", version, err)
+	}
+	src.mu.Lock()
+	src.vers.published(version, info.State.LastSeq)
+	src.mu.Unlock()
+	return nil
 }
 
 // Publish hands policy version (ONNX bytes, copied) to a goroutine of the Source that
@@ -78,6 +174,12 @@ func NewSource(ctx context.Context, s *Server) (*Source, error) {
 // newest. It returns the error of an earlier publication, if one failed (then nothing more is
 // published), or ErrClosed after Close. Flush waits for the versions handed over.
 func (src *Source) Publish(ctx context.Context, version int64, model []byte) error {
+	src.mu.Lock()
+	if !src.vers.started {
+		src.vers.started, src.vers.first = true, version
+	}
+	src.vers.handed = max(src.vers.handed, version)
+	src.mu.Unlock()
 	return src.pub.publish(version, model)
 }
 
@@ -87,6 +189,13 @@ func (src *Source) Flush(ctx context.Context) error { return src.pub.flush(ctx) 
 
 // Next returns the next rollout, waiting for one until ctx ends (ctx's error). It returns
 // ErrClosed once the Source or its Server is closed.
+//
+// The version window: every row's policy version must be one this Source was handed
+// (Publish) or one before the first it was handed (the run had those before this learner
+// started), and a version after the first must have been published before the rollout was
+// stored. So a learner resumed from a checkpoint refuses the rollouts left in the stream that
+// an earlier learner's later versions collected (versions the resumed run never had, even
+// once it publishes its own versions of the same numbers), and negative or future versions.
 func (src *Source) Next(ctx context.Context) (*Received, error) {
 	for {
 		var d *Delivery
@@ -102,13 +211,19 @@ func (src *Source) Next(ctx context.Context) (*Received, error) {
 		m := &d.Rollout
 		r, err := m.Unpack()
 		if err != nil {
-			src.srv.log.Warn("remote: dropping a rollout that does not unpack", zap.String("batcher", m.BatcherID),
-				zap.Uint64("seq", m.Seq), zap.Error(err))
+			src.srv.refused(m.BatcherID, d.key, &refusal{reason: refusedShape, msg: err.Error()})
 			src.mu.Lock()
 			src.malformed++
 			src.mu.Unlock()
-			if err := d.Ack(ctx); err != nil {
-				return nil, fmt.Errorf("remote: acknowledging a malformed rollout to drop it: %w", err)
+			if err := src.dropped(ctx, d); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := src.fits(d, r); err != nil {
+			src.srv.refused(m.BatcherID, d.key, err)
+			if err := src.dropped(ctx, d); err != nil {
+				return nil, err
 			}
 			continue
 		}
@@ -116,6 +231,25 @@ func (src *Source) Next(ctx context.Context) (*Received, error) {
 			PolicyVersion: m.PolicyVersion, Bytes: d.Bytes, Stored: d.Stored, Latency: time.Since(d.Stored),
 			Redelivered: d.Redelivered, d: d}, nil
 	}
+}
+
+// fits holds an unpacked rollout against the Spec's values (ServeConfig.Spec) and its
+// versions against the window of the versions published (versions.check).
+func (src *Source) fits(d *Delivery, r *batcher.Rollout) error {
+	if sp := src.srv.cfg.Spec; sp != nil {
+		if err := sp.values(r); err != nil {
+			return err
+		}
+	}
+	firstSeq := uint64(math.MaxUint64)
+	for _, q := range d.seqs {
+		if q > 0 {
+			firstSeq = min(firstSeq, q)
+		}
+	}
+	src.mu.Lock()
+	defer src.mu.Unlock()
+	return src.vers.check(r.Version[:r.T*r.N], firstSeq)
 }
 
 // AckAll acknowledges rollouts together, about one round trip for a whole stack (see
@@ -153,11 +287,12 @@ func (src *Source) Close() error {
 
 // policyPublisher is Source.Publish's goroutine and its mailbox of one policy.
 type policyPublisher struct {
-	srv  *Server
-	wake chan struct{} // capacity 1: a version is waiting
-	quit chan struct{}
-	wg   sync.WaitGroup
-	once sync.Once
+	srv    *Server
+	before func(ctx context.Context, version int64) error // called before each publication
+	wake   chan struct{}                                  // capacity 1: a version is waiting
+	quit   chan struct{}
+	wg     sync.WaitGroup
+	once   sync.Once
 
 	mu           sync.Mutex // guards the fields below
 	next         *policyJob // the newest version handed over and not taken yet
@@ -173,8 +308,8 @@ type policyJob struct {
 	model   []byte
 }
 
-func newPolicyPublisher(s *Server) *policyPublisher {
-	p := &policyPublisher{srv: s, wake: make(chan struct{}, 1), quit: make(chan struct{}), changed: make(chan struct{})}
+func newPolicyPublisher(s *Server, before func(context.Context, int64) error) *policyPublisher {
+	p := &policyPublisher{srv: s, before: before, wake: make(chan struct{}, 1), quit: make(chan struct{}), changed: make(chan struct{})}
 	p.wg.Add(1)
 	go p.run()
 	return p
@@ -216,7 +351,10 @@ func (p *policyPublisher) run() {
 			if job == nil {
 				break
 			}
-			err := p.srv.PublishPolicy(ctx, job.version, job.model)
+			err := p.before(ctx, job.version)
+			if err == nil {
+				err = p.srv.PublishPolicy(ctx, job.version, job.model)
+			}
 			p.mu.Lock()
 			if err != nil && p.err == nil {
 				p.err = fmt.Errorf("remote: publishing policy version %d in the background: %w", job.version, err)

@@ -547,7 +547,19 @@ func (r *reader) version() {
 // that is truncated, fails its checksum or does not decode is an error wrapping ErrCorrupt;
 // one of another format version wraps ErrFormat. It never panics and never allocates more
 // than the header claims (bounded by MaxRolloutBytes), and only after the checksum holds.
-func (c *codec) decode(blob []byte) (RolloutMsg, error) {
+func (c *codec) decode(blob []byte) (RolloutMsg, error) { return c.decodeChecked(blob, nil) }
+
+// colHeader is a column as a blob's header declares it.
+type colHeader struct {
+	name  string
+	dtype DType
+	n     int
+}
+
+// decodeChecked is decode with check, when not nil, called on the header (the rollout's
+// fields, its columns as declared) before anything is decompressed or allocated for the
+// payload: its error is returned as it is.
+func (c *codec) decodeChecked(blob []byte, check func(m *RolloutMsg, cols []colHeader) error) (RolloutMsg, error) {
 	var m RolloutMsg
 	r := reader{b: blob}
 	r.magic(rolloutMagic, "rollout")
@@ -569,15 +581,10 @@ func (c *codec) decode(blob []byte) (RolloutMsg, error) {
 	if r.err == nil && ncols > maxColumns {
 		return m, fmt.Errorf("%w: %d columns, at most %d", ErrCorrupt, ncols, maxColumns)
 	}
-	type colHdr struct {
-		name  string
-		dtype DType
-		n     int
-	}
-	cols := make([]colHdr, 0, ncols)
+	cols := make([]colHeader, 0, ncols)
 	sum := 0
 	for i := 0; i < ncols && r.err == nil; i++ {
-		h := colHdr{name: r.str(), dtype: DType(r.u8())}
+		h := colHeader{name: r.str(), dtype: DType(r.u8())}
 		n := r.u64()
 		if r.err != nil {
 			break
@@ -604,6 +611,11 @@ func (c *codec) decode(blob []byte) (RolloutMsg, error) {
 	}
 	if rawLen != uint64(sum) {
 		return m, fmt.Errorf("%w: header claims %d payload bytes, its columns %d", ErrCorrupt, rawLen, sum)
+	}
+	if check != nil {
+		if err := check(&m, cols); err != nil {
+			return m, err
+		}
 	}
 	if left := len(blob) - r.off; left < 4 || compLen != uint64(left-4) {
 		return m, fmt.Errorf("%w: header claims %d compressed bytes, %d are there (truncated or padded)", ErrCorrupt, compLen, left-4)

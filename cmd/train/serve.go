@@ -199,6 +199,12 @@ func (s *serving) start(ctx context.Context) error {
 			}
 			return nil
 		}}
+	if s.spec.T > 0 { // every rollout is held against the run's spec (Expect)
+		sc.Spec = &remote.Spec{Env: s.spec.Env, T: s.spec.T, N: s.spec.N}
+		for _, st := range s.spec.States {
+			sc.Spec.States = append(sc.Spec.States, remote.StateSpec{Name: st.Name, Dim: st.Dim})
+		}
+	}
 	var err error
 	if s.f.nats != "" {
 		sc.StoreDir, sc.CredsDir = "", ""
@@ -219,6 +225,11 @@ func (s *serving) start(ctx context.Context) error {
 	}
 	if s.src, err = remote.NewSource(s.base, s.srv); err != nil {
 		return errors.Join(err, s.srv.Close())
+	}
+	if s.ledger != nil { // a rollout the source drops is acknowledged too
+		s.src.OnDrop(func(id string, session, seq uint64) {
+			s.ledger.line("acked", id, session, seq)
+		})
 	}
 	s.log.Info(fmt.Sprintf("serving %d collect tasks (%s, %d envs × %d steps each): batcher --connect %s --creds %s",
 		tasks, env, n, s.cfg.RolloutSteps, s.srv.URL(), s.batcherCreds()))
@@ -401,7 +412,8 @@ func (s *serving) end(ctx context.Context, ended bool) error {
 		errs = append(errs, s.waitAck(ctx))
 		st := s.src.Stats()
 		s.log.Info("remote collection", zap.Int64("delivered", st.Delivered), zap.Int64("acked", st.Acked),
-			zap.Int64("duplicates", st.Duplicates), zap.Int64("malformed", st.Malformed))
+			zap.Int64("duplicates", st.Duplicates), zap.Int64("refused", st.Refused), zap.Any("refused_reasons", st.RefusedReasons),
+			zap.Any("refused_batchers", st.RefusedBatchers))
 		if ended {
 			fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			errs = append(errs, s.src.Flush(fctx), s.srv.End(ctx))
@@ -455,10 +467,12 @@ func openLedger(name string) (*ledger, error) {
 	return &ledger{f: f}, nil
 }
 
-func (l *ledger) note(what string, r *remote.Received) {
+func (l *ledger) note(what string, r *remote.Received) { l.line(what, r.BatcherID, r.Session, r.Seq) }
+
+func (l *ledger) line(what, batcherID string, session, seq uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fmt.Fprintf(l.f, "%s %s %x %d\n", what, r.BatcherID, r.Session, r.Seq)
+	fmt.Fprintf(l.f, "%s %s %x %d\n", what, batcherID, session, seq)
 }
 
 func (l *ledger) close() error {

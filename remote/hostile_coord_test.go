@@ -1,0 +1,116 @@
+package remote
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// TestHostileCoordinator is the test client of issue 28 against the coordinator, with the
+// batcher credential: a credit hog (registers, takes the task and the only credit,
+// heartbeats, never publishes) loses both within the credit lease once another batcher
+// waits; registrations of 900 KB are refused and a flood of 1,100 small ones holds at most
+// maxMembers; and a client registering under a live batcher's ID is told to wait, never
+// evicting it.
+func TestHostileCoordinator(t *testing.T) {
+	s := serve(t, ServeConfig{Credits: 1, CreditLease: 500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
+		HeartbeatTimeout: 2 * time.Second})
+	ctx := timeout(t, 60*time.Second)
+	if err := s.AddTask(Task{ID: "t", EnvID: "CartPole-v1", Envs: 2, RolloutLen: 4}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewSource(ctx, s) // the learner waits for rollouts
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+
+	hog := registered(t, s, "hog")
+	if task, err := hog.Task(ctx); err != nil || task.ID != "t" {
+		t.Fatalf("hog's task %+v, %v", task, err)
+	}
+	granted(t, askCredit(ctx, hog), 0)
+	honest := registered(t, s, "honest")
+	t0 := time.Now()
+	granted(t, askCredit(ctx, honest), 0)
+	if waited := time.Since(t0); waited > 5*time.Second {
+		t.Errorf("the honest batcher waited %v for the hog's credit (lease 0.5 s)", waited)
+	}
+	if task, err := honest.Task(ctx); err != nil || task.ID != "t" {
+		t.Errorf("the honest batcher's task %+v, %v: want t, taken back from the hog", task, err)
+	}
+
+	// Raw coordinator requests with the batcher credential.
+	opt, err := credsOption(s.CredsFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(s.URL(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	register := func(r Registration) registerReply {
+		t.Helper()
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := nc.Request(s.names.coord(verbRegister), b, 5*time.Second)
+		if err != nil {
+			t.Fatalf("registering %s: %v", r.BatcherID, err)
+		}
+		var rep registerReply
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	big := strings.Repeat("x", 900<<10)
+	for k := range 5 {
+		rep := register(Registration{BatcherID: fmt.Sprintf("big-%d", k), Session: 1, EnvID: "CartPole-v1", Detail: big})
+		if !strings.Contains(rep.Error, "at most 16384") {
+			t.Fatalf("a registration of 900 KB: %+v, want refused for its size", rep)
+		}
+	}
+	waits := 0
+	for k := range 1100 {
+		rep := register(Registration{BatcherID: fmt.Sprintf("flood-%d", k), Session: 1, EnvID: "CartPole-v1", Detail: strings.Repeat("y", 4000)})
+		if rep.WaitMS > 0 {
+			waits++
+		}
+	}
+	if n := len(s.Batchers()); n > maxMembers {
+		t.Errorf("%d batchers registered, at most %d", n, maxMembers)
+	}
+	for _, b := range s.Batchers() {
+		if len(b.Detail) > maxFreeText {
+			t.Fatalf("batcher %s keeps %d bytes of detail", b.BatcherID, len(b.Detail))
+		}
+	}
+	if waits < 1100-maxMembers {
+		t.Errorf("%d of 1100 flooding registrations told to wait, want at least %d", waits, 1100-maxMembers)
+	}
+
+	// Another session under the honest batcher's ID, while it heartbeats.
+	for range 5 {
+		rep := register(Registration{BatcherID: "honest", Session: 666, EnvID: "CartPole-v1"})
+		if rep.WaitMS == 0 {
+			t.Fatalf("a second session under a live batcher's ID: %+v, want told to wait", rep)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	found := false
+	for _, b := range s.Batchers() {
+		if b.BatcherID == "honest" {
+			found = b.Session == honest.Session() && b.Task == "t"
+		}
+	}
+	if !found {
+		t.Errorf("the honest batcher lost its place: %v", s.Batchers())
+	}
+}
