@@ -163,9 +163,6 @@ func (l *Learner) Released() <-chan *SampleBatch { return l.released }
 // Results is the outqueue; read it, or the learner stops when it is full.
 func (l *Learner) Results() <-chan Result { return l.results }
 
-// InqueueLen is the number of batches waiting to be loaded.
-func (l *Learner) InqueueLen() int { return len(l.inqueue) }
-
 // Weights copies the latest parameters into dst without stopping the learner (see Towers.Weights).
 func (l *Learner) Weights(dst []float32) (int64, error) { return l.towers.Weights(dst) }
 

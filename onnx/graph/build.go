@@ -67,18 +67,6 @@ type BuildOptions struct {
 	StopGradient []string
 }
 
-// Import parses a serialized ONNX model, makes fresh float32 parameters and builds a graph
-// for batch rows on a new gorgonia graph: the one-call path when no other graph shares the
-// parameters. For several towers, call [Parse], [Model.NewParams] once and [Model.Build] per
-// tower.
-func Import(data []byte, batch int) (*Graph, error) {
-	m, err := Parse(data)
-	if err != nil {
-		return nil, err
-	}
-	return m.Build(G.NewGraph(), m.NewParams(), batch)
-}
-
 // Build adds the computation of the named tensors (graph outputs or inner tensors; the graph
 // outputs when none are named) for batch rows to g: BuildWith with only Batch and Outputs.
 func (m *Model) Build(g *G.ExprGraph, p *Params, batch int, outputs ...string) (*Graph, error) {
@@ -351,9 +339,6 @@ func (gr *Graph) Inputs() G.Nodes { return slices.Clone(gr.inputs) }
 // ([Model.Outputs] order by default).
 func (gr *Graph) Outputs() G.Nodes { return slices.Clone(gr.outputs) }
 
-// OutputNames returns the names of the tensors computed, in [Graph.Outputs] order.
-func (gr *Graph) OutputNames() []string { return slices.Clone(gr.outNames) }
-
 // Learnables returns the nodes of the trainable parameters the graph uses, in [Params.Names]
 // order: the nodes to differentiate with gorgonia.Grad and to bind dual values for. Frozen
 // parameters and those the computed tensors do not depend on are left out.
@@ -369,7 +354,7 @@ func (gr *Graph) Input(name string) (*G.Node, error) {
 	return nil, fmt.Errorf("%w: the model has no input %q; its inputs are %v", ErrNoTensor, name, gr.model.inputNames())
 }
 
-// Output returns the node of a tensor the graph computes (one of [Graph.OutputNames]).
+// Output returns the node of a tensor the graph computes (one of the names it was built for).
 func (gr *Graph) Output(name string) (*G.Node, error) {
 	for k, out := range gr.outNames {
 		if out == name {

@@ -20,8 +20,6 @@
 //	// in place, between runs.
 //	data, err := m.WriteBack(params, graph.WriteOptions{BumpVersion: true})  // new ONNX bytes
 //
-// [Import] does Parse, NewParams and Build in one call for a single graph.
-//
 // Gorgonia graphs have static shapes, so a graph is built for one batch size; the ONNX
 // model's dynamic batch dimension (dimension 0 of each input) is fixed by Build, and
 // [BuildOptions.Shapes] gives the full shape of inputs whose batch is elsewhere or that have
@@ -40,8 +38,8 @@
 // says which operator computes each) or even an initializer (SB3's log_std); the default is
 // the graph outputs. Only the nodes those tensors depend on are built: an ArgMax, a
 // log-probability or an unsupported operator on another branch costs nothing and is never
-// reported. [Graph.Output] returns the node of each name asked for, [Graph.OutputNames] lists
-// them. An unknown name is an [ErrNoTensor] error naming the nearest tensor names.
+// reported. [Graph.Output] returns the node of each name asked for. An unknown name is an
+// [ErrNoTensor] error naming the nearest tensor names.
 //
 // [Parse] checks the structure only. [Model.Check] and Build report every node on the path to
 // the asked-for tensors whose operator the importer lacks, together, in one
