@@ -42,17 +42,18 @@ PACK="${GPU_TOWER_PACK:-$ROOT/out/gpu-tower}"
 PYTHON="${PYTHON:-python3}" # one with torch and numpy (Debian's /usr/bin/python3 here, after apt-get install python3-torch)
 
 pack() {
-	local src
+	local src commit
+	commit="$(git rev-parse HEAD)"
 	mkdir -p "$PACK"
 	PACK="$(cd "$PACK" && pwd)"
 	src="$(mktemp -d "${TMPDIR:-/tmp}/gpu_tower_src.XXXXXX")"
 	# The commit checked out, not the working tree (which other work may leave half-edited).
-	git archive HEAD | tar -x -C "$src"
-	say "building learner/cudatower's test binary with -tags towerrl_cuda at $(git rev-parse --short HEAD)"
+	git archive "$commit" | tar -x -C "$src"
+	say "building learner/cudatower's test binary with -tags towerrl_cuda at $commit"
 	(cd "$src" && CGO_ENABLED=1 nice -n 10 go test -c -tags towerrl_cuda -o "$PACK/cudatower.test" ./learner/cudatower/) ||
 		{ rm -rf "$src"; die "building the test binary failed"; }
 	rm -rf "$src"
-	git rev-parse HEAD >"$PACK/COMMIT"
+	echo "$commit" >"$PACK/COMMIT"
 	xz -T0 -6 -f -k "$PACK/cudatower.test"
 	(cd "$PACK" && sha256sum cudatower.test >UNPACKED && sha256sum cudatower.test.xz >SHA256SUMS && rm cudatower.test)
 	say "packed $(du -h "$PACK/cudatower.test.xz" | cut -f1) in $PACK"
