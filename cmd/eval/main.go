@@ -1,11 +1,15 @@
 // Command eval runs whole episodes with an ONNX policy and prints their statistics.
 //
-//	eval --policy P.onnx --env ID --episodes K [--seed S] [--sample] [--envs N]
+//	eval --policy P.onnx --env ID --episodes K [--seed S] [--sample] [--envs N] [--gif FILE]
 //
 // Actions are the most probable ones (a Gaussian's mean; SAC's tanh of its mean, mapped onto
 // the env's bounds) unless --sample is given. Env i of N runs ⌊(K+i)/N⌋ episodes, fixed in
 // advance. One JSON object goes to stdout:
 // {"episodes", "return_mean", "return_std", "length_mean", "returns", "policy", "env"}.
+//
+// --gif FILE also writes env 0's first episode (the first of "returns" when deterministic) as an
+// animated GIF to FILE, a new file: the classic-control envs drawn as Gymnasium draws them,
+// with the return so far in the top-left corner (package envs/render; "gif" in the summary).
 //
 // # Policies from other libraries
 //
@@ -43,14 +47,15 @@ import (
 )
 
 type summary struct {
-	Episodes   int       `json:"episodes"`
-	ReturnMean float64   `json:"return_mean"`
-	ReturnStd  float64   `json:"return_std"`
-	LengthMean float64   `json:"length_mean"`
-	Returns    []float64 `json:"returns"`
-	Policy     string    `json:"policy"`
-	Env        string    `json:"env"`
-	Device     string    `json:"device"`
+	Episodes   int         `json:"episodes"`
+	ReturnMean float64     `json:"return_mean"`
+	ReturnStd  float64     `json:"return_std"`
+	LengthMean float64     `json:"length_mean"`
+	Returns    []float64   `json:"returns"`
+	Policy     string      `json:"policy"`
+	Env        string      `json:"env"`
+	Device     string      `json:"device"`
+	GIF        *gifSummary `json:"gif,omitempty"`
 }
 
 type options struct {
@@ -60,6 +65,7 @@ type options struct {
 	sample          bool
 	maxEpisodeSteps int
 	flags           cli.PolicyFlags
+	gif             gifFlags
 	mem             batcher.Memory // what the size checks allow; zero: batcher.AvailableMemory()
 }
 
@@ -73,6 +79,7 @@ func main() {
 	fs.Uint64Var(&o.seed, "seed", 0, "seed for env resets and action sampling")
 	fs.BoolVar(&o.sample, "sample", false, "sample actions instead of taking the most probable one")
 	o.flags.Register(fs)
+	o.gif.register(fs)
 	var lf cli.LogFlags
 	lf.Register(fs)
 	flag.Parse()
@@ -90,6 +97,9 @@ func validate(o options) error {
 		return fmt.Errorf("--envs %d: want at least 1 (or 0: min(--episodes, 16))", o.envs)
 	}
 	if err := o.flags.CheckThreads(); err != nil {
+		return err
+	}
+	if err := o.gif.check(o.env); err != nil {
 		return err
 	}
 	if o.mem.Source == "" {
@@ -123,11 +133,15 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) erro
 		}
 	}
 	log.Info("evaluating", zap.String("policy", o.policy), zap.String("env", o.env), zap.Int("episodes", o.episodes))
-	res, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: o.env, Episodes: o.episodes, Envs: o.envs, Seed: o.seed,
-		Deterministic: !o.sample}, policy)
+	cfg := batcher.EvalConfig{Env: o.env, Episodes: o.episodes, Envs: o.envs, Seed: o.seed, Deterministic: !o.sample}
+	res, err := batcher.Evaluate(ctx, cfg, policy)
+	if err != nil {
+		return err
+	}
+	g, err := o.gif.write(ctx, log, cfg, policy)
 	if err != nil {
 		return err
 	}
 	return cli.Summary(stdout, summary{Episodes: len(res.Returns), ReturnMean: res.ReturnMean, ReturnStd: res.ReturnStd,
-		LengthMean: res.LengthMean, Returns: res.Returns, Policy: o.policy, Env: o.env, Device: res.Device})
+		LengthMean: res.LengthMean, Returns: res.Returns, Policy: o.policy, Env: o.env, Device: res.Device, GIF: g})
 }
