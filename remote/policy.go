@@ -60,6 +60,16 @@ func (s *Server) PublishPolicy(ctx context.Context, version int64, onnx []byte) 
 	if err != nil {
 		return fmt.Errorf("remote: publishing policy version %d: %w", version, err)
 	}
+	// No rollout stored up to now can have been collected with this version (see
+	// versions): note where the stream is before the pointer moves.
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("remote: reading the rollout stream's state before publishing version %d: %w", version, err)
+	}
+	s.learnerHas(version)
+	s.versMu.Lock()
+	s.vers.published(version, info.State.LastSeq)
+	s.versMu.Unlock()
 	if _, err := s.kv.Put(ctx, keyPolicy, ptr); err != nil {
 		return fmt.Errorf("remote: moving the latest-policy pointer to version %d: %w", version, err)
 	}

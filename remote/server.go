@@ -244,6 +244,9 @@ type Server struct {
 	dedup     *dedup
 	stats     Stats
 
+	versMu sync.Mutex // guards vers
+	vers   versions   // the policy versions published, for the version window (Source.Next)
+
 	// The Rollouts loop's activity, for the credit lease: when it last took a chunk (Unix
 	// nanoseconds) and whether it is handing a rollout to the learner now.
 	lastChunk atomic.Int64

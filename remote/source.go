@@ -26,9 +26,8 @@ type Source struct {
 	cancel context.CancelFunc
 	pub    *policyPublisher
 
-	mu        sync.Mutex // guards malformed and vers
+	mu        sync.Mutex // guards malformed
 	malformed int64
-	vers      versions
 	onDrop    func(batcherID string, session, seq uint64) // set by OnDrop before Next
 }
 
@@ -48,7 +47,34 @@ func (src *Source) dropped(ctx context.Context, d *Delivery) error {
 	return nil
 }
 
-// versions are the policy versions a Source published, for the version window (see Next):
+// learnerHas notes that the learner has policy version (Source.Publish hands it over, or
+// PublishPolicy publishes it): rollouts of it are not of the future.
+func (s *Server) learnerHas(version int64) {
+	s.versMu.Lock()
+	defer s.versMu.Unlock()
+	if !s.vers.started {
+		s.vers.started, s.vers.first, s.vers.handed = true, version, version
+	}
+	s.vers.handed = max(s.vers.handed, version)
+}
+
+// checkVersions holds a rollout's rows' versions against the window (versions.check); with
+// no policy published or handed over yet, only negative versions are refused.
+func (s *Server) checkVersions(vs []int64, firstSeq uint64) error {
+	s.versMu.Lock()
+	defer s.versMu.Unlock()
+	if !s.vers.started {
+		for i, x := range vs {
+			if x < 0 {
+				return refuse(refusedVersion, "row %d: policy version %d", i, x)
+			}
+		}
+		return nil
+	}
+	return s.vers.check(vs, firstSeq)
+}
+
+// versions are the policy versions a Server published, for the version window (see Next):
 // the first (the run's version when this learner started), the newest handed to Publish,
 // and for each one published since the first the rollout stream's last sequence number just
 // before its pointer moved (no rollout stored at or before it can have been collected with
@@ -64,11 +90,14 @@ type versions struct {
 const maxVersionsKept = 4096
 
 // published notes that version's pointer is about to move, the stream's last sequence being
-// lastSeq. It holds Source.mu.
+// lastSeq. It holds Server.versMu.
 func (v *versions) published(version int64, lastSeq uint64) {
 	if v.seqAt == nil {
 		v.seqAt = map[int64]uint64{}
 		v.oldestKey = version
+	}
+	if _, ok := v.seqAt[version]; ok {
+		return // published again: rollouts of the first publication are of it too
 	}
 	v.seqAt[version] = lastSeq
 	for len(v.seqAt) > maxVersionsKept {
@@ -79,11 +108,8 @@ func (v *versions) published(version int64, lastSeq uint64) {
 
 // check holds the rows' versions against the window: none negative, none newer than the
 // newest handed to Publish, and each newer than the first one published before the rollout
-// was stored (its chunks' lowest stream sequence being firstSeq). It holds Source.mu.
+// was stored (its chunks' lowest stream sequence being firstSeq). It holds Server.versMu.
 func (v *versions) check(vs []int64, firstSeq uint64) error {
-	if !v.started {
-		return refuse(refusedVersion, "the learner has published no policy yet")
-	}
 	prev := int64(math.MinInt64)
 	for i, x := range vs {
 		if x == prev {
@@ -150,22 +176,7 @@ func NewSource(ctx context.Context, s *Server) (*Source, error) {
 		cancel()
 		return nil, err
 	}
-	src := &Source{srv: s, ch: ch, cancel: cancel}
-	src.pub = newPolicyPublisher(s, src.publishing)
-	return src, nil
-}
-
-// publishing notes, before version's pointer moves, the stream's last sequence number (see
-// versions).
-func (src *Source) publishing(ctx context.Context, version int64) error {
-	info, err := src.srv.stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("remote: reading the rollout stream's state before publishing version %d: %w", version, err)
-	}
-	src.mu.Lock()
-	src.vers.published(version, info.State.LastSeq)
-	src.mu.Unlock()
-	return nil
+	return &Source{srv: s, ch: ch, cancel: cancel, pub: newPolicyPublisher(s)}, nil
 }
 
 // Publish hands policy version (ONNX bytes, copied) to a goroutine of the Source that
@@ -174,12 +185,7 @@ func (src *Source) publishing(ctx context.Context, version int64) error {
 // newest. It returns the error of an earlier publication, if one failed (then nothing more is
 // published), or ErrClosed after Close. Flush waits for the versions handed over.
 func (src *Source) Publish(ctx context.Context, version int64, model []byte) error {
-	src.mu.Lock()
-	if !src.vers.started {
-		src.vers.started, src.vers.first = true, version
-	}
-	src.vers.handed = max(src.vers.handed, version)
-	src.mu.Unlock()
+	src.srv.learnerHas(version)
 	return src.pub.publish(version, model)
 }
 
@@ -247,9 +253,7 @@ func (src *Source) fits(d *Delivery, r *batcher.Rollout) error {
 			firstSeq = min(firstSeq, q)
 		}
 	}
-	src.mu.Lock()
-	defer src.mu.Unlock()
-	return src.vers.check(r.Version[:r.T*r.N], firstSeq)
+	return src.srv.checkVersions(r.Version[:r.T*r.N], firstSeq)
 }
 
 // AckAll acknowledges rollouts together, about one round trip for a whole stack (see
@@ -287,12 +291,11 @@ func (src *Source) Close() error {
 
 // policyPublisher is Source.Publish's goroutine and its mailbox of one policy.
 type policyPublisher struct {
-	srv    *Server
-	before func(ctx context.Context, version int64) error // called before each publication
-	wake   chan struct{}                                  // capacity 1: a version is waiting
-	quit   chan struct{}
-	wg     sync.WaitGroup
-	once   sync.Once
+	srv  *Server
+	wake chan struct{} // capacity 1: a version is waiting
+	quit chan struct{}
+	wg   sync.WaitGroup
+	once sync.Once
 
 	mu           sync.Mutex // guards the fields below
 	next         *policyJob // the newest version handed over and not taken yet
@@ -308,8 +311,8 @@ type policyJob struct {
 	model   []byte
 }
 
-func newPolicyPublisher(s *Server, before func(context.Context, int64) error) *policyPublisher {
-	p := &policyPublisher{srv: s, before: before, wake: make(chan struct{}, 1), quit: make(chan struct{}), changed: make(chan struct{})}
+func newPolicyPublisher(s *Server) *policyPublisher {
+	p := &policyPublisher{srv: s, wake: make(chan struct{}, 1), quit: make(chan struct{}), changed: make(chan struct{})}
 	p.wg.Add(1)
 	go p.run()
 	return p
@@ -351,10 +354,7 @@ func (p *policyPublisher) run() {
 			if job == nil {
 				break
 			}
-			err := p.before(ctx, job.version)
-			if err == nil {
-				err = p.srv.PublishPolicy(ctx, job.version, job.model)
-			}
+			err := p.srv.PublishPolicy(ctx, job.version, job.model)
 			p.mu.Lock()
 			if err != nil && p.err == nil {
 				p.err = fmt.Errorf("remote: publishing policy version %d in the background: %w", job.version, err)
