@@ -219,10 +219,12 @@ func (d *DQN) tower(_ int, dev device.Device, rows int, params []float32) (learn
 		return nil, fmt.Errorf("dqn: towers run on the CPU, not %s", dev)
 	}
 	t := &tower{cfg: &d.cfg, net: d.net, obsDim: d.obsDim, rows: rows, params: params, target: d.target,
-		on: d.net.NewWork(rows), tgt: d.net.NewWork(rows)}
+		both: d.net.NewWork(rows), tgt: d.net.NewWork(rows)}
 	if !d.cfg.Vanilla {
-		t.next = d.net.NewWork(rows)
+		// Q(s) and Q(s′) in one product of 2·rows rows; only the first half is differentiated.
+		t.both = d.net.NewWork(2 * rows)
 	}
+	t.on = t.both.Prefix(rows)
 	return t, nil
 }
 
@@ -232,8 +234,8 @@ type tower struct {
 	net            mlp.Net
 	obsDim, rows   int
 	params, target []float32 // shared; read only
-	on, tgt, next  *mlp.Work // Q(s), Q_target(s′), Q(s′) (Double DQN only)
-	actions        []int
+	both           *mlp.Work // Q(s), then Q(s′) for Double DQN
+	on, tgt        *mlp.Work // Q(s) (both's first rows), Q_target(s′)
 }
 
 func (t *tower) StatNames() []string { return StatNames }
@@ -244,6 +246,7 @@ func (t *tower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) 
 	if n != t.rows {
 		return fmt.Errorf("dqn: a tower of %d rows got %d", t.rows, n)
 	}
+	double := !t.cfg.Vanilla
 	for i := range n {
 		copy(t.on.In()[i*o:(i+1)*o], mb.Obs[2*i*o:(2*i+1)*o])
 		copy(t.tgt.In()[i*o:(i+1)*o], mb.Obs[(2*i+1)*o:(2*i+2)*o])
@@ -252,20 +255,19 @@ func (t *tower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) 
 			return fmt.Errorf("dqn: row %d's action %v is not one of the %d actions", i, a, na)
 		}
 	}
-	t.net.Forward(t.params, t.on)
-	t.net.Forward(t.target, t.tgt)
-	if t.next != nil {
-		copy(t.next.In(), t.tgt.In())
-		t.net.Forward(t.params, t.next)
+	if double {
+		copy(t.both.In()[n*o:], t.tgt.In())
 	}
-	q, qt, dq := t.on.Out(), t.tgt.Out(), t.on.DOut()
+	t.net.Forward(t.params, t.both)
+	t.net.Forward(t.target, t.tgt)
+	q, qt, dq := t.both.Out(), t.tgt.Out(), t.on.DOut()
 	clear(dq[:n*na])
 	var loss, qsum float64
 	for i := range n {
 		row := qt[i*na : (i+1)*na]
 		k := argmax(row)
-		if t.next != nil {
-			k = argmax(t.next.Out()[i*na : (i+1)*na])
+		if double {
+			k = argmax(q[(n+i)*na : (n+i+1)*na])
 		}
 		y := float64(mb.Rewards[i]) + t.cfg.Gamma*(1-float64(mb.Terminated[i]))*float64(row[k])
 		a := int(mb.Actions[i])

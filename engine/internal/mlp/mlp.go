@@ -113,6 +113,22 @@ func (n Net) NewWork(rows int) *Work {
 	return w
 }
 
+// Prefix is a Work over the first rows rows of w, sharing its buffers: a Forward of w followed
+// by a Backward of the prefix carries back only those rows (two batches through the same
+// weights in one product, one of them differentiated).
+func (w *Work) Prefix(rows int) *Work {
+	if rows < 0 || rows > w.rows {
+		panic(fmt.Sprintf("mlp: a prefix of %d rows of a Work of %d", rows, w.rows))
+	}
+	p := &Work{rows: rows, x: w.x[:rows*len(w.x)/max(w.rows, 1)]}
+	for l := range w.h {
+		width := len(w.h[l]) / max(w.rows, 1)
+		p.h = append(p.h, w.h[l][:rows*width])
+		p.d = append(p.d, w.d[l][:rows*width])
+	}
+	return p
+}
+
 // Rows is the number of rows.
 func (w *Work) Rows() int { return w.rows }
 

@@ -133,3 +133,34 @@ func equal(a, b []float32) bool {
 	}
 	return len(a) == len(b)
 }
+
+// TestPrefix: a Forward of 2n rows then a Backward of its first n gives the bits of a Forward
+// and Backward of those n rows alone.
+func TestPrefix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	n, err := New(4, []int{9, 5}, 2, kernels.ReLU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := make([]float32, n.NumParams())
+	n.Init(p, rng)
+	both, one := n.NewWork(6), n.NewWork(3)
+	for i := range both.In() {
+		both.In()[i] = float32(rng.NormFloat64())
+	}
+	copy(one.In(), both.In())
+	pre := both.Prefix(3)
+	for i := range one.DOut() {
+		one.DOut()[i] = float32(rng.NormFloat64())
+	}
+	copy(pre.DOut(), one.DOut())
+	n.Forward(p, both)
+	n.Forward(p, one)
+	g1, g2 := make([]float32, len(p)), make([]float32, len(p))
+	dx1, dx2 := make([]float32, 12), make([]float32, 12)
+	n.Backward(p, pre, g1, dx1)
+	n.Backward(p, one, g2, dx2)
+	if !equal(g1, g2) || !equal(dx1, dx2) || !equal(pre.Out(), one.Out()) || !equal(both.Out()[:6], one.Out()) {
+		t.Error("the prefix's gradients differ from those of its rows alone")
+	}
+}
