@@ -504,7 +504,7 @@ type actorTower struct {
 	rows     int
 	pi       *mlp.Work // the actor on s
 	q1, q2   *mlp.Work // the critics on (s, a)
-	dx1, dx2 []float32 // ∂loss/∂(critic input)
+	dx1, dx2 []float32 // ∂loss/∂(the critics' action inputs), transposed: [A×rows]
 	head     *head
 	dA       []float64
 }
@@ -513,9 +513,8 @@ func (s *SAC) actorTower(_ int, dev device.Device, rows int, params []float32) (
 	if dev.Kind() != device.KindCPU {
 		return nil, fmt.Errorf("sac: towers run on the CPU, not %s", dev)
 	}
-	ci := s.obsDim + s.actDim
 	return &actorTower{s: s, rows: rows, pi: s.actor.NewWork(rows), q1: s.critic.NewWork(rows), q2: s.critic.NewWork(rows),
-		dx1: make([]float32, rows*ci), dx2: make([]float32, rows*ci), head: newHead(&s.cfg, rows, s.actDim), dA: make([]float64, s.actDim)}, nil
+		dx1: make([]float32, rows*s.actDim), dx2: make([]float32, rows*s.actDim), head: newHead(&s.cfg, rows, s.actDim), dA: make([]float64, s.actDim)}, nil
 }
 
 func (t *actorTower) StatNames() []string { return ActorStatNames }
@@ -558,12 +557,14 @@ func (t *actorTower) Grad(mb *learner.SampleBatch, grads []float32, stats []floa
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		return fmt.Errorf("sac: the actor's loss is %v (non-finite values)", loss)
 	}
-	s.critic.Backward(s.criticP[:pc], t.q1, nil, t.dx1)
-	s.critic.Backward(s.criticP[pc:], t.q2, nil, t.dx2)
+	s.critic.Backward(s.criticP[:pc], t.q1, nil, nil)
+	s.critic.InputGradT(s.criticP[:pc], t.q1, o, ci, t.dx1)
+	s.critic.Backward(s.criticP[pc:], t.q2, nil, nil)
+	s.critic.InputGradT(s.criticP[pc:], t.q2, o, ci, t.dx2)
 	dOut := t.pi.DOut()
 	for i := range n {
 		for j := range a {
-			t.dA[j] = float64(t.dx1[i*ci+o+j]) + float64(t.dx2[i*ci+o+j])
+			t.dA[j] = float64(t.dx1[j*n+i]) + float64(t.dx2[j*n+i])
 		}
 		t.head.backward(i, s.alpha*inv, t.dA, dOut[i*2*a:(i+1)*2*a])
 	}

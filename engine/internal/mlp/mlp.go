@@ -184,6 +184,16 @@ func (n Net) Backward(p []float32, w *Work, g, dx []float32) {
 	}
 }
 
+// InputGradT writes the gradient with respect to inputs [lo, hi) of the last Backward over w
+// (with any g and dx) into dst, transposed: dst[(j−lo)·rows + i] is ∂loss/∂x[i, j]. It is one
+// product with the rows as its long side: a Backward's dx, rows × In, is a product whose
+// columns are the inputs, and internal/kernels is slow on a few column counts (17 to 31, for
+// one) that observations often have.
+func (n Net) InputGradT(p []float32, w *Work, lo, hi int, dst []float32) {
+	out := n.Sizes[0]
+	kernels.Gemm(false, true, hi-lo, w.rows, out, p[lo*out:hi*out], out, w.d[0], out, dst, w.rows, false, nil, kernels.None)
+}
+
 // Polyak moves target towards p: target ← (1−τ)·target + τ·p, element by element in float32
 // (τ = 1 copies p exactly).
 func Polyak(target, p []float32, tau float64) {

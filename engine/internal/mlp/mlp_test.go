@@ -89,6 +89,15 @@ func TestGradients(t *testing.T) {
 				}
 			}
 		}
+		dxt := make([]float32, 3*rows) // inputs 1..3, transposed
+		n.InputGradT(p, w, 1, 4, dxt)
+		for j := 1; j < 4; j++ {
+			for r := range rows {
+				if got, want := dxt[(j-1)*rows+r], dx[r*n.In+j]; math.Abs(float64(got-want)) > 1e-6*(1+math.Abs(float64(want))) {
+					t.Errorf("act %d: InputGradT row %d input %d = %v, Backward's %v", act, r, j, got, want)
+				}
+			}
+		}
 		check("parameter", p64, g, func() float64 { return loss(p64, x64) })
 		check("input", x64, dx, func() float64 { return loss(p64, x64) })
 	}
