@@ -14,6 +14,8 @@ clipped value loss, entropy 0.01, value 0.5), in float32 with TF32 off.
 bench: one forward and backward pass of the loss per call, minibatches of 256 and 4096 rows,
 median of the timed calls after warm-up ones, each call ended by a synchronisation:
   torch_gpu   parameters, minibatch and gradients stay on the GPU (PyTorch's usual way);
+  torch_gpu_novalidate  the same without torch.distributions' argument checks (CleanRL
+              keeps them; they wait for the GPU);
   torch_host  as the CUDA tower works: the parameters and the minibatch are copied from host
               (pageable numpy) memory at each call and the flat gradient copied back;
   torch_cpu   the same network on the CPU (all cores), for scale.
@@ -57,11 +59,13 @@ def agent(torch, dtype, device, obs=OBS, act=ACT, hidden=(HIDDEN, HIDDEN)):
     return Agent().to(device=device, dtype=dtype)
 
 
-def ppo_loss(torch, net, obs, actions, logp_old, adv, ret, val_old, c):
-    """CleanRL's ppo_continuous_action.py loss for one minibatch (advantages as given)."""
+def ppo_loss(torch, net, obs, actions, logp_old, adv, ret, val_old, c, validate=None):
+    """CleanRL's ppo_continuous_action.py loss for one minibatch (advantages as given);
+    validate=False turns off torch.distributions' argument checks (on by default), which
+    wait for the GPU."""
     mean = net.actor_mean(obs)
     logstd = net.actor_logstd.expand_as(mean)
-    dist = torch.distributions.Normal(mean, logstd.exp())
+    dist = torch.distributions.Normal(mean, logstd.exp(), validate_args=validate)
     logp = dist.log_prob(actions).sum(1)
     entropy = dist.entropy().sum(1)
     value = net.critic(obs).view(-1)
@@ -89,9 +93,9 @@ def bench(args):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     rng = np.random.default_rng(1)
-    runs = [("torch_gpu", args.device), ("torch_host", args.device), ("torch_cpu", "cpu")]
+    runs = [("torch_gpu", args.device), ("torch_gpu_novalidate", args.device), ("torch_host", args.device), ("torch_cpu", "cpu")]
     if args.device == "cpu":
-        runs = runs[:2]
+        runs = runs[:3]
     sizes = [8, 32] if args.dry_run else [256, 4096]
     with open(args.out, "w") as out:
         for rows in sizes:
@@ -120,7 +124,8 @@ def bench(args):
                         d = on_dev
                     for p in params:
                         p.grad = None
-                    loss = ppo_loss(torch, net, d["obs"], d["actions"], d["logp"], d["adv"], d["ret"], d["val"], COEFS)
+                    loss = ppo_loss(torch, net, d["obs"], d["actions"], d["logp"], d["adv"], d["ret"], d["val"], COEFS,
+                                    validate=False if what == "torch_gpu_novalidate" else None)
                     loss.backward()
                     if what == "torch_host":
                         flat[:] = torch.cat([p.grad.reshape(-1) for p in params]).cpu().numpy()
@@ -217,6 +222,7 @@ def summary(args):
     md += ["", "## One Grad, 256x256 tanh MLP, Gaussian head (ms, median)", ""]
     sizes = sorted({r["rows"] for r in timings + bench_rows})
     cols = [("cuda", "towerrl CUDA tower"), ("cpu", "towerrl CPU tower"), ("torch_gpu", "PyTorch GPU (all on GPU)"),
+            ("torch_gpu_novalidate", "PyTorch GPU, no argument checks"),
             ("torch_host", "PyTorch GPU (host copies)"), ("torch_cpu", "PyTorch CPU")]
     md += ["| rows | " + " | ".join(c[1] for c in cols) + " | CUDA tower's loss on CPU |", "|---" * (len(cols) + 2) + "|"]
     for rows in sizes:

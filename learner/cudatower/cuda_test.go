@@ -105,6 +105,9 @@ func TestCUDATiming(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if on == "cuda" && rows == 256 {
+				t.Logf("%+v", dev.(interface{ CUDAContext() *cuda.Context }).CUDAContext().Info())
+			}
 			calls := 200
 			if on == "cpu" {
 				calls = max(10, 200*256/rows)
