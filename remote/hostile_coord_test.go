@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestHostileCoordinator is the test client of issue 28 against the coordinator, with the
@@ -112,5 +113,91 @@ func TestHostileCoordinator(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the honest batcher lost its place: %v", s.Batchers())
+	}
+}
+
+// TestHostileConsumers: durable consumers on the run bucket and push consumers delivering to
+// the learn-info subject, created with the batcher credential (issue 28, item 9c), are
+// deleted by the learner within a few seconds, while a batcher's own policy watch carries on.
+func TestHostileConsumers(t *testing.T) {
+	s := serve(t, ServeConfig{})
+	ctx := timeout(t, 60*time.Second)
+	c := dial(t, s, ClientConfig{BatcherID: "watcher"})
+	policies := c.WatchPolicy(ctx)
+	opt, err := credsOption(s.CredsFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(s.URL(), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvStream := "KV_" + s.names.runBucket()
+	for k := range 20 {
+		if _, err := js.CreateOrUpdateConsumer(ctx, kvStream, jetstream.ConsumerConfig{Durable: fmt.Sprintf("flood-%d", k)}); err != nil {
+			t.Fatalf("durable consumer %d: %v", k, err)
+		}
+	}
+	// A push consumer delivering to the learn-info subject (jetstream's API makes pull
+	// consumers only: the request is sent by hand).
+	req, _ := json.Marshal(map[string]any{"stream_name": kvStream, "config": map[string]any{
+		"deliver_subject": s.names.info(), "ack_policy": "none"}})
+	if m, err := nc.Request("$JS.API.CONSUMER.CREATE."+kvStream, req, 5*time.Second); err != nil || strings.Contains(string(m.Data), `"error"`) {
+		t.Fatalf("push consumer: %v %s", err, m.Data)
+	}
+	if err := s.PublishPolicy(ctx, 1, []byte("policy one")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * consumerSweep)
+	for {
+		st, err := s.js.Stream(ctx, kvStream) // the learner's view: batchers may not list
+		if err != nil {
+			t.Fatal(err)
+		}
+		left, all := 0, 0
+		lister := st.ListConsumers(ctx)
+		for info := range lister.Info() {
+			all++
+			if info.Config.Durable != "" || info.Config.DeliverSubject == s.names.info() {
+				left++
+			}
+		}
+		if err := lister.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if all == 0 {
+			t.Fatal("no consumer at all: not even the watcher's")
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d hostile consumers left after %v", left, 3*consumerSweep)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case p := <-policies:
+		if p.Version != 1 {
+			t.Errorf("the watcher got version %d, want 1", p.Version)
+		}
+	case <-ctx.Done():
+		t.Fatal("the batcher's watch got no policy")
+	}
+	if err := s.PublishPolicy(ctx, 2, []byte("policy two")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-policies:
+		if p.Version != 2 {
+			t.Errorf("the watcher got version %d, want 2", p.Version)
+		}
+	case <-ctx.Done():
+		t.Fatal("the batcher's watch stopped after the sweep")
 	}
 }

@@ -515,6 +515,8 @@ func (s *Server) setup(ctx context.Context) error {
 	if _, err := s.kv.PutString(ctx, keyState, stateRunning); err != nil {
 		return fmt.Errorf("remote: marking the run as running: %w", err)
 	}
+	s.wg.Add(1)
+	go s.sweepConsumers()
 	return s.startCoordinator()
 }
 

@@ -127,10 +127,10 @@ func (v *versions) check(vs []int64, firstSeq uint64) error {
 		at, ok := v.seqAt[x]
 		switch {
 		case !ok && x >= v.oldestKey:
-			return refuse(refusedVersion, "row %d: policy version %d, which this learner never published (it started at %d)", i, x, v.first)
+			return refuse(refusedVersion, "row %d: policy version %d, which this learner had not published when the rollout came (an earlier learner's, which this run never had)", i, x)
 		case ok && firstSeq <= at:
-			return refuse(refusedVersion, "row %d: policy version %d, stored before this learner published it: collected with an earlier learner's version %d, which this run never had (it resumed at %d)",
-				i, x, x, v.first)
+			return refuse(refusedVersion, "row %d: policy version %d, stored before this learner published it: collected with an earlier learner's version %d, which this run never had",
+				i, x, x)
 		}
 	}
 	return nil
