@@ -3,8 +3,10 @@
 # appo --serve) and 3 batcher processes (batcher --connect) train CartPole-v1 while the
 # learner and the batchers are SIGKILLed at random moments; each batcher is started again at
 # once and the learner resumed (train --resume DIR --serve ADDR, the same store). At the end
-# the learner is stopped (SIGTERM), resumed to finish a few more iterations (the batchers then
-# exit 0), and resumed once more with no batchers to list the rollouts left in the stream.
+# the learner is stopped (SIGTERM); with the batchers stopped, a resumed learner waiting for
+# them must stop within 2 s of SIGTERM (exit 1, naming the resume command); then it is resumed
+# to finish a few more iterations (the batchers, started again, exit 0), and resumed once more
+# with no batchers to list the rollouts left in the stream.
 #
 # Both programs keep a ledger (the test hook TOWERRL_TEST_LEDGER): a batcher the rollouts it
 # published and the newest one the server confirmed stored; a learner the rollouts it was
@@ -128,8 +130,37 @@ iteration=1
 for f in workers envs rollout_steps; do
 	iteration=$((iteration * $(sed -n "s/.*\"$f\": *\([0-9]*\).*/\1/p" <<<"$cfg" | head -n 1)))
 done
-start_learner --total-steps "$((done_steps + 5 * iteration))"
 status=0
+
+# SIGTERM while the learner waits for batchers (issue 28, item 1): with every batcher stopped,
+# a resumed learner must stop within 2 s of SIGTERM, exit 1 and name the resume command; the
+# run then goes on.
+for id in "${!batchers[@]}"; do
+	kill -9 "${batchers[$id]}" 2>/dev/null || true
+	wait "${batchers[$id]}" 2>/dev/null || true
+done
+start_learner
+for _ in $(seq 600); do
+	grep -q 'serving [0-9]* collect tasks' "$tmp/learner-$nlearner.log" && break
+	sleep 0.1
+done
+sleep 2 # it waits for rollouts now (those left in the stream trained first)
+t0="$(date +%s%N)"
+kill -TERM "$learner"
+term_status=0
+wait "$learner" || term_status=$?
+stop_ms="$((($(date +%s%N) - t0) / 1000000))"
+echo "SIGTERM while waiting for batchers: stopped in $stop_ms ms, exit $term_status"
+if ((stop_ms > 2000)) || [[ "$term_status" != 1 ]] || ! grep -q 'continue it with: train --resume' "$tmp/learner-$nlearner.log"; then
+	echo "a learner waiting for batchers did not stop within 2 s of SIGTERM with exit 1 and the resume command:" >&2
+	tail -n 20 "$tmp/learner-$nlearner.log" >&2
+	status=1
+fi
+for ((i = 0; i < k; i++)); do
+	start_batcher "b$i"
+done
+
+start_learner --total-steps "$((done_steps + 5 * iteration))"
 if ! wait "$learner"; then
 	echo "the final learner failed:" >&2
 	tail -n 20 "$tmp/learner-$nlearner.log" >&2
