@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 
 	"go.uber.org/zap"
 
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/internal/bounded"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
 	"github.com/towerrl/towerrl/onnx"
@@ -553,9 +553,9 @@ func LoadPolicy(ctx context.Context, path, envID string, cfg PolicyConfig) (*Pol
 	if err != nil {
 		return nil, err
 	}
-	model, err := os.ReadFile(path)
+	model, err := bounded.ReadFile("batcher: loading policy", path, bounded.ModelLimit)
 	if err != nil {
-		return nil, fmt.Errorf("batcher: loading policy: %w", err)
+		return nil, err
 	}
 	p, err := NewPolicy(ctx, model, 0, env, cfg)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/towerrl/towerrl/engine/rundir"
+	"github.com/towerrl/towerrl/internal/bounded"
 	"github.com/towerrl/towerrl/models"
 )
 
@@ -60,7 +61,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	if err := rundir.RemoveTemps(dir); err != nil {
 		return fail(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, configFile))
+	b, err := bounded.ReadFile(configFile, filepath.Join(dir, configFile), bounded.ConfigLimit)
 	if err != nil {
 		return fail(err)
 	}
@@ -96,8 +97,8 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 			initData = ckpt.Bytes["init_policy"]
 		}
 		if initData == nil {
-			if initData, err = os.ReadFile(cfg.InitPolicy); err != nil {
-				return fail(fmt.Errorf("InitPolicy: %w", err))
+			if initData, err = bounded.ReadFile("InitPolicy", cfg.InitPolicy, bounded.ModelLimit); err != nil {
+				return fail(err)
 			}
 		}
 		if sum := rundir.SHA256Hex(initData); cfg.InitPolicySHA256 != "" && sum != cfg.InitPolicySHA256 {

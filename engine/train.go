@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/internal/bounded"
 	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/onnx"
@@ -105,8 +105,8 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 	}
 	var initData []byte
 	if cfg.InitPolicy != "" {
-		if initData, err = os.ReadFile(cfg.InitPolicy); err != nil {
-			return Result{}, fmt.Errorf("engine: InitPolicy: %w", err)
+		if initData, err = bounded.ReadFile("InitPolicy", cfg.InitPolicy, bounded.ModelLimit); err != nil {
+			return Result{}, fmt.Errorf("engine: %w", err)
 		}
 		if cfg.InitPolicy, err = filepath.Abs(cfg.InitPolicy); err != nil {
 			return Result{}, fmt.Errorf("engine: InitPolicy: %w", err)

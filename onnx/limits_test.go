@@ -141,23 +141,9 @@ func TestMemoryLimit(t *testing.T) {
 	wantErr(t, err, ErrTooLarge, `input "obs"`, "68.7 MiB", "for a batch of 2 that learns the output shapes")
 }
 
-func TestParseMemAvailable(t *testing.T) {
-	for _, tc := range []struct {
-		text string
-		want int64
-		err  bool
-	}{
-		{"MemTotal:       32774756 kB\nMemFree:         1234 kB\nMemAvailable:   24108080 kB\n", 24108080 * 1024, false},
-		{"MemTotal:       32774756 kB\n", 0, true},
-		{"MemAvailable:   lots kB\n", 0, true},
-		{"MemAvailable:   12 MB\n", 0, true},
-		{"MemAvailable:   99999999999999999 kB\n", 0, true},
-	} {
-		got, err := parseMemAvailable(strings.NewReader(tc.text))
-		if (err != nil) != tc.err || got != tc.want {
-			t.Errorf("%q: got %d, %v; want %d (error %v)", tc.text, got, err, tc.want, tc.err)
-		}
-	}
+// TestMemoryFigures: the figures the size checks use (package internal/bounded tests how
+// they are read).
+func TestMemoryFigures(t *testing.T) {
 	if m := availableMemory(); m.avail <= 0 || m.source == "" {
 		t.Errorf("availableMemory() = %+v", m)
 	}

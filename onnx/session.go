@@ -6,15 +6,19 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"reflect"
 	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	ort "github.com/yalue/onnxruntime_go"
 	"go.uber.org/zap"
+
+	"github.com/towerrl/towerrl/internal/bounded"
 )
 
 // DefaultMaxBatch is the largest batch a Session accepts when Config.MaxBatch is zero.
@@ -71,11 +75,32 @@ type Config struct {
 	Weights []string
 	// Logger receives set-up messages (provider fallback). Default: no logging.
 	Logger *zap.Logger
+	// SetupTimeout bounds each step of New that ONNX Runtime runs and Go cannot interrupt:
+	// creating the session, and each run on a zero batch that learns the output shapes (a
+	// Loop of 10^15 iterations, or a graph of 100,000 layers that takes minutes to optimise).
+	// Past it, or when New's ctx ends, New returns an [ErrTimeout] error: a run is
+	// terminated; a session being created is destroyed by a goroutine once ONNX Runtime
+	// returns. Default [DefaultSetupTimeout].
+	SetupTimeout time.Duration
 }
+
+// DefaultSetupTimeout is Config.SetupTimeout's default: a policy's session is made and
+// probed in well under a second on a CPU (a few on CUDA, loading cuDNN).
+const DefaultSetupTimeout = time.Minute
+
+// ErrTimeout is wrapped by New's error when creating a session or probing its outputs takes
+// longer than Config.SetupTimeout, or New's ctx ended meanwhile.
+var ErrTimeout = errors.New("onnx: session set-up did not finish in time")
 
 func (c Config) withDefaults() (Config, error) {
 	if c.MaxBatch == 0 {
 		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.SetupTimeout == 0 {
+		c.SetupTimeout = DefaultSetupTimeout
+	}
+	if c.SetupTimeout < 0 {
+		return c, fmt.Errorf("%w: SetupTimeout is %v, must be positive", ErrConfig, c.SetupTimeout)
 	}
 	if c.MaxBatch < 0 {
 		return c, fmt.Errorf("%w: MaxBatch is %d, must be positive", ErrConfig, c.MaxBatch)
@@ -215,9 +240,9 @@ func Open(ctx context.Context, path string, cfg Config) (*Session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(path)
+	data, err := bounded.ReadFile("onnx: loading model", path, bounded.ModelLimit)
 	if err != nil {
-		return nil, fmt.Errorf("onnx: loading model %q: %w", path, err)
+		return nil, err
 	}
 	s, err := New(ctx, data, cfg)
 	if err != nil {
@@ -280,10 +305,10 @@ func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
 		return nil, err
 	}
 	start := func() error {
-		if err := s.open(model); err != nil {
+		if err := s.open(ctx, model); err != nil {
 			return err
 		}
-		if err := s.resolveOutputs(); err != nil {
+		if err := s.resolveOutputs(ctx); err != nil {
 			return errors.Join(err, s.Close())
 		}
 		return nil
@@ -398,12 +423,17 @@ func (s *Session) resolveInputs() error {
 	return nil
 }
 
-func (s *Session) open(model []byte) error {
+func (s *Session) open(ctx context.Context, model []byte) error {
 	opts, err := ort.NewSessionOptions()
 	if err != nil {
 		return fmt.Errorf("onnx: creating session options: %w", err)
 	}
-	defer opts.Destroy()
+	destroy := true // opts, unless the creation still under way owns them
+	defer func() {
+		if destroy {
+			opts.Destroy()
+		}
+	}()
 	if s.cfg.IntraOpThreads > 0 {
 		if err := opts.SetIntraOpNumThreads(s.cfg.IntraOpThreads); err != nil {
 			return fmt.Errorf("onnx: setting IntraOpThreads=%d: %w", s.cfg.IntraOpThreads, err)
@@ -425,17 +455,50 @@ func (s *Session) open(model []byte) error {
 		}
 		return out
 	}
-	s.sess, err = ort.NewDynamicAdvancedSessionWithONNXData(model, names(s.inputs), names(s.outputs), opts)
-	if err != nil {
-		return fmt.Errorf("%w: ONNX Runtime cannot create a session: %v", ErrModel, err)
+	type made struct {
+		sess *ort.DynamicAdvancedSession
+		err  error
 	}
+	done := make(chan made, 1)
+	inNames, outNames := names(s.inputs), names(s.outputs)
+	go func() {
+		sess, err := ort.NewDynamicAdvancedSessionWithONNXData(model, inNames, outNames, opts)
+		done <- made{sess, err}
+	}()
+	timer := time.NewTimer(s.cfg.SetupTimeout)
+	defer timer.Stop()
+	var m made
+	select {
+	case m = <-done:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	if m.sess == nil && m.err == nil { // still being created: its goroutine cleans up
+		destroy = false
+		go func() {
+			m := <-done
+			if m.sess != nil {
+				m.sess.Destroy()
+			}
+			opts.Destroy()
+		}()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%w: creating the session: %w", ErrTimeout, err)
+		}
+		return fmt.Errorf("%w: ONNX Runtime was still creating the session after %v (a graph too large or too deep to optimise?); raise Config.SetupTimeout if the model is meant to be so",
+			ErrTimeout, s.cfg.SetupTimeout)
+	}
+	if m.err != nil {
+		return fmt.Errorf("%w: ONNX Runtime cannot create a session: %v", ErrModel, m.err)
+	}
+	s.sess = m.sess
 	return nil
 }
 
 // resolveOutputs runs the model on zero inputs to learn each output's concrete shape: with a
 // dynamic batch it runs batches of 1 and 2, and an output whose dimension 0 follows the batch
 // is batched; one whose shape does not change is fixed.
-func (s *Session) resolveOutputs() error {
+func (s *Session) resolveOutputs(ctx context.Context) error {
 	sizes := []int{1, 2}
 	if s.static {
 		sizes = []int{s.maxBatch}
@@ -443,7 +506,7 @@ func (s *Session) resolveOutputs() error {
 	shapes := make([][]ort.Shape, len(sizes))
 	for k, n := range sizes {
 		var err error
-		if shapes[k], err = s.probe(n); err != nil {
+		if shapes[k], err = s.probe(ctx, n); err != nil {
 			return err
 		}
 	}
@@ -469,7 +532,7 @@ func (s *Session) resolveOutputs() error {
 	return nil
 }
 
-func (s *Session) probe(batch int) ([]ort.Shape, error) {
+func (s *Session) probe(ctx context.Context, batch int) ([]ort.Shape, error) {
 	mem := availableMemory()
 	var total int64
 	for i := range s.inputs {
@@ -496,7 +559,39 @@ func (s *Session) probe(batch int) ([]ort.Shape, error) {
 		}
 		ins[i] = v
 	}
-	if err := s.sess.Run(ins, outs); err != nil {
+	ro, err := ort.NewRunOptions()
+	if err != nil {
+		return nil, fmt.Errorf("onnx: creating run options: %w", err)
+	}
+	defer ro.Destroy()
+	// The run ends at the deadline or with ctx: ONNX Runtime checks the terminate flag
+	// between kernels (a Loop between iterations).
+	finished := make(chan struct{})
+	var timedOut atomic.Bool
+	var watch sync.WaitGroup // the watcher ends before ro is destroyed
+	watch.Go(func() {
+		timer := time.NewTimer(s.cfg.SetupTimeout)
+		defer timer.Stop()
+		select {
+		case <-finished:
+			return
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timedOut.Store(true)
+		_ = ro.Terminate()
+	})
+	err = s.sess.RunWithOptions(ins, outs, ro)
+	close(finished)
+	watch.Wait()
+	if timedOut.Load() {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, fmt.Errorf("%w: running the model on a zero batch of %d to learn its output shapes: %w", ErrTimeout, batch, cerr)
+		}
+		return nil, fmt.Errorf("%w: running the model on a zero batch of %d to learn its output shapes took longer than %v (a Loop with a huge or no trip count?); raise Config.SetupTimeout if the model is meant to be so",
+			ErrTimeout, batch, s.cfg.SetupTimeout)
+	}
+	if err != nil {
 		for i, v := range outs {
 			if nilValue(v) && len(s.outputs[i].Declared) == 0 {
 				err = fmt.Errorf("output %q is a scalar (rank 0); a policy's outputs need a batch dimension (export it as shape [1] or [batch])", s.outputs[i].Name)

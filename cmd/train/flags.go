@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/towerrl/towerrl/engine"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/engine/preset"
+	"github.com/towerrl/towerrl/internal/bounded"
 )
 
 // configFlags are the flags that set engine.Config fields. Each one given on the command line
@@ -214,9 +214,5 @@ func readConfig(path string) ([]byte, error) {
 	if path == "" {
 		return nil, nil
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--config: %w", err)
-	}
-	return b, nil
+	return bounded.ReadFile("--config", path, bounded.ConfigLimit)
 }

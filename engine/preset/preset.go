@@ -25,13 +25,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"slices"
 	"strings"
 
 	"github.com/towerrl/towerrl/engine"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/internal/bounded"
 )
 
 //go:embed */*.json
@@ -119,7 +119,7 @@ func Get(name string) (Preset, error) {
 
 // Load reads a preset from a file outside the binary (same layout as the embedded ones).
 func Load(path string) (Preset, error) {
-	data, err := os.ReadFile(path)
+	data, err := bounded.ReadFile("preset", path, bounded.ConfigLimit)
 	if err != nil {
 		return Preset{}, fmt.Errorf("%w: %w", ErrPreset, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -70,16 +71,30 @@ func (l *LogFlags) Register(fs *flag.FlagSet) {
 // Main is the body of a command's main after flag parsing (of flag.CommandLine): it refuses
 // positional arguments, builds the logger, runs fn with a context that SIGINT (Ctrl-C) or
 // SIGTERM cancels, logs fn's error, and exits with 0 on success, 1 when fn fails and 2 when the
-// command line is bad.
+// command line is bad. A process whose fn has not returned [ForceExitAfter] after the signal,
+// or that gets a second one, exits with 1 at once.
 func Main(name string, l LogFlags, fn func(ctx context.Context, log *zap.Logger) error) {
 	main(name, l, false, func(ctx context.Context, _ <-chan struct{}, log *zap.Logger) error { return fn(ctx, log) })
 }
 
 // MainGraceful is Main for commands that can stop cleanly: the first SIGINT or SIGTERM closes
 // stop (the command finishes what it is doing, saves its state and returns); a second one
-// cancels ctx (stop at once).
+// cancels ctx and the process exits within [ForceExitAfter] (a third: at once).
 func MainGraceful(name string, l LogFlags, fn func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) error) {
 	main(name, l, true, fn)
+}
+
+// ForceExitAfter is how long a command may take to return once a signal cancelled its
+// context (the second SIGINT or SIGTERM of a graceful command, the first of another): past
+// it, or at the next signal, the process exits with status 1 at once. Run directories and
+// files are written atomically, so what an exit cuts short is left as a kill would leave it.
+const ForceExitAfter = 2 * time.Second
+
+// exit logs msg and ends the process with status 1.
+func exit(log *zap.Logger, msg string) {
+	log.Error(msg)
+	log.Sync()
+	os.Exit(1)
 }
 
 func main(name string, l LogFlags, graceful bool, fn func(ctx context.Context, stop <-chan struct{}, log *zap.Logger) error) {
@@ -99,17 +114,26 @@ func main(name string, l LogFlags, graceful bool, fn func(ctx context.Context, s
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
+		var deadline <-chan time.Time
 		for n := 1; ; n++ {
 			select {
 			case s := <-sigs:
-				if graceful && n == 1 {
+				switch {
+				case graceful && n == 1:
 					log.Warn(fmt.Sprintf("got %v: finishing the current step and saving state; send it again to stop at once", s))
 					close(stop)
-					continue
+				case deadline == nil:
+					// ctx's cancellation ends every wait that honours it; a call that cannot be
+					// interrupted (a read from a FIFO, ONNX Runtime building a session) must not
+					// keep the process alive.
+					log.Warn(fmt.Sprintf("got %v: stopping (within %v, or at once on the next signal)", s, ForceExitAfter))
+					cancel()
+					deadline = time.After(ForceExitAfter)
+				default:
+					exit(log, fmt.Sprintf("got %v again: exiting now", s))
 				}
-				log.Warn(fmt.Sprintf("got %v: stopping", s))
-				cancel()
-				return
+			case <-deadline:
+				exit(log, fmt.Sprintf("still running %v after the signal to stop: exiting now", ForceExitAfter))
 			case <-done:
 				return
 			}

@@ -3,10 +3,13 @@ package cli
 import (
 	"context"
 	"flag"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -63,5 +66,65 @@ func TestMainRefusesPositional(t *testing.T) {
 	}
 	if !strings.Contains(string(out), `tool: unexpected argument "oops"`) || strings.Contains(string(out), "ran with") {
 		t.Fatalf("child output %q", out)
+	}
+}
+
+// TestSecondSignalExits: a command stuck in a call that ignores its context (here a sleep;
+// in the defect, reading --init-policy from a FIFO, or ONNX Runtime creating a session) logged
+// "stopping" at each SIGTERM and ran on for 13 minutes. The second SIGTERM of a graceful
+// command now ends the process within ForceExitAfter, the third at once, with status 1.
+func TestSecondSignalExits(t *testing.T) {
+	if os.Getenv("TOWERRL_CLI_CHILD") == "stuck" {
+		MainGraceful("tool", LogFlags{Level: "info"}, func(context.Context, <-chan struct{}, *zap.Logger) error {
+			os.Stdout.WriteString("ready\n")
+			time.Sleep(time.Hour)
+			return nil
+		})
+		return
+	}
+	for _, signals := range []int{2, 3} {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestSecondSignalExits$")
+		cmd.Env = append(os.Environ(), "TOWERRL_CLI_CHILD=stuck")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 6)
+		if _, err := io.ReadFull(stdout, buf); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for range signals {
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			took := time.Since(start)
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 1 {
+				t.Fatalf("%d signals: %v; want exit status 1\n%s", signals, err, stderr.String())
+			}
+			limit := ForceExitAfter + time.Second
+			if signals == 3 {
+				limit = time.Second
+			}
+			if took > limit {
+				t.Errorf("%d signals: exited %v after the first, want within %v", signals, took, limit)
+			}
+			t.Logf("%d signals: exited after %v: %s", signals, took.Round(time.Millisecond), strings.TrimSpace(stderr.String()))
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Fatalf("%d signals: still running 10 s later\n%s", signals, stderr.String())
+		}
 	}
 }
