@@ -132,6 +132,9 @@ func New(cfg Config, obsDim, actions int, rng *rand.Rand) (*DQN, error) {
 		return nil, err
 	}
 	net, err := mlp.New(obsDim, cfg.Hidden, actions, cfg.Act)
+	if err == nil {
+		err = net.CheckRows(2 * cfg.Minibatch)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("dqn: %w", err)
 	}

@@ -188,7 +188,7 @@ func TestHuberHandWorked(t *testing.T) {
 
 func TestRefuses(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	for _, c := range []Config{{Gamma: 2}, {LR: -1}, {Tau: 1.5}, {TargetEvery: -1}, {Minibatch: 10, Towers: 3}, {Hidden: []int{0}}} {
+	for _, c := range []Config{{Gamma: 2}, {LR: -1}, {Tau: 1.5}, {TargetEvery: -1}, {Minibatch: 10, Towers: 3}, {Hidden: []int{0}}, {Hidden: []int{1 << 30, 1 << 30}}, {Minibatch: 1 << 40}} {
 		if d, err := New(c, 4, 2, rng); err == nil {
 			d.Close()
 			t.Errorf("%+v accepted", c)

@@ -194,10 +194,16 @@ func New(cfg Config, obsDim, actDim int, rng *rand.Rand) (*SAC, error) {
 		return nil, err
 	}
 	actor, err := mlp.New(obsDim, cfg.Hidden, 2*actDim, cfg.Act)
+	if err == nil {
+		err = actor.CheckRows(cfg.Minibatch)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sac: the actor: %w", err)
 	}
 	critic, err := mlp.New(obsDim+actDim, cfg.Hidden, 1, cfg.Act)
+	if err == nil {
+		err = critic.CheckRows(cfg.Minibatch)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sac: the critics: %w", err)
 	}

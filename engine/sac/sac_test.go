@@ -264,7 +264,8 @@ func TestUpdateDeterministic(t *testing.T) {
 func TestRefuses(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, c := range []Config{{Gamma: -1}, {Tau: 2}, {LR: -1}, {LogStd: 7}, {LogStdMin: 3}, {InitAlpha: -1},
-		{TargetEntropy: math.NaN()}, {Minibatch: 10, Towers: 4}, {Hidden: []int{-1}}} {
+		{TargetEntropy: math.NaN()}, {Minibatch: 10, Towers: 4}, {Hidden: []int{-1}}, {Hidden: []int{1 << 30, 1 << 30}},
+		{Minibatch: 1 << 40}} {
 		if s, err := New(c, 3, 2, rng); err == nil {
 			s.Close()
 			t.Errorf("%+v accepted", c)

@@ -49,7 +49,32 @@ func New(in int, hidden []int, out int, act kernels.Act) (Net, error) {
 		return Net{}, fmt.Errorf("%w: activation %d", ErrShape, act)
 	}
 	sizes := append(append([]int(nil), hidden...), out)
-	return Net{In: in, Sizes: sizes, Act: act}, nil
+	n := Net{In: in, Sizes: sizes, Act: act}
+	total, k := 0, in
+	for _, s := range sizes {
+		if k > MaxValues/s || total > MaxValues-(k+1)*s {
+			return Net{}, fmt.Errorf("%w: %d inputs and widths %v make more than %d parameters", ErrShape, in, sizes, MaxValues)
+		}
+		total += (k + 1) * s
+		k = s
+	}
+	return n, nil
+}
+
+// MaxValues bounds a network's parameters and a Work's values (2³¹, 8 GiB of float32): a
+// shape past it is a mistake, refused before anything is allocated.
+const MaxValues = 1 << 31
+
+// CheckRows returns an error unless a Work of rows rows holds at most MaxValues values.
+func (n Net) CheckRows(rows int) error {
+	per := n.In
+	for _, s := range n.Sizes {
+		per += 2 * s
+	}
+	if rows < 1 || rows > MaxValues/per {
+		return fmt.Errorf("%w: %d rows of %d values each (input, outputs and gradients) are more than %d", ErrShape, rows, per, MaxValues)
+	}
+	return nil
 }
 
 // Out is the number of outputs.

@@ -119,7 +119,7 @@ func TestNewRefuses(t *testing.T) {
 	for _, c := range []struct {
 		in, out int
 		hidden  []int
-	}{{0, 1, nil}, {3, 0, nil}, {3, 1, []int{4, 0}}} {
+	}{{0, 1, nil}, {3, 0, nil}, {3, 1, []int{4, 0}}, {3, 1, []int{1 << 20, 1 << 20}}, {1 << 40, 1 << 40, nil}} {
 		if _, err := New(c.in, c.hidden, c.out, kernels.ReLU); err == nil {
 			t.Errorf("New(%d, %v, %d) accepted", c.in, c.hidden, c.out)
 		}
@@ -171,5 +171,20 @@ func TestPrefix(t *testing.T) {
 	n.Backward(p, one, g2, dx2)
 	if !equal(g1, g2) || !equal(dx1, dx2) || !equal(pre.Out(), one.Out()) || !equal(both.Out()[:6], one.Out()) {
 		t.Error("the prefix's gradients differ from those of its rows alone")
+	}
+}
+
+func TestCheckRows(t *testing.T) {
+	n, err := New(17, []int{256, 256}, 1, kernels.ReLU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.CheckRows(256); err != nil {
+		t.Errorf("256 rows: %v", err)
+	}
+	for _, rows := range []int{0, -1, 1 << 40} {
+		if err := n.CheckRows(rows); err == nil {
+			t.Errorf("%d rows accepted", rows)
+		}
 	}
 }
