@@ -247,6 +247,9 @@ func TestHostileRollouts(t *testing.T) {
 			m.Column(colVersion).I64[7] = math.MinInt64
 		}},
 		{"version -1", refusedVersion, func(_ *batcher.Rollout, m *RolloutMsg) { m.Column(colVersion).I64[0] = -1 }},
+		{"version MinInt64 in the first row", refusedVersion, func(_ *batcher.Rollout, m *RolloutMsg) {
+			m.Column(colVersion).I64[0] = math.MinInt64
+		}},
 		{"future version", refusedVersion, func(_ *batcher.Rollout, m *RolloutMsg) { m.Column(colVersion).I64[0] = 3 }},
 		{"episode return NaN", refusedValue, func(_ *batcher.Rollout, m *RolloutMsg) {
 			m.Column(colEpisodeReturn).F64[0] = math.NaN()
@@ -338,7 +341,7 @@ func TestHostileRollouts(t *testing.T) {
 			t.Errorf("%s (%s): refused %d times, want once", id, reason, st.RefusedBatchers[id])
 		}
 	}
-	for reason, n := range map[string]int64{refusedShape: 9, refusedEnv: 1, refusedValue: 7, refusedAction: 4, refusedVersion: 3, refusedSize: 1} {
+	for reason, n := range map[string]int64{refusedShape: 9, refusedEnv: 1, refusedValue: 7, refusedAction: 4, refusedVersion: 4, refusedSize: 1} {
 		if st.RefusedReasons[reason] != n {
 			t.Errorf("refused for %s: %d, want %d (all: %v)", reason, st.RefusedReasons[reason], n, st.RefusedReasons)
 		}

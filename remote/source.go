@@ -52,10 +52,24 @@ func (src *Source) dropped(ctx context.Context, d *Delivery) error {
 func (s *Server) learnerHas(version int64) {
 	s.versMu.Lock()
 	defer s.versMu.Unlock()
-	if !s.vers.started {
-		s.vers.started, s.vers.first, s.vers.handed = true, version, version
+	if !s.vers.started || !s.vers.taking {
+		// Until the learner takes its first rollout, the newest version it has is the
+		// one it starts from (a resumed trainer publishes its initial weights, then the
+		// checkpoint's).
+		s.vers.first = max(s.vers.first, version)
+		if !s.vers.started {
+			s.vers.first = version
+		}
+		s.vers.started = true
 	}
 	s.vers.handed = max(s.vers.handed, version)
+}
+
+// taking notes that the learner takes rollouts: the version it started from is fixed.
+func (s *Server) taking() {
+	s.versMu.Lock()
+	s.vers.taking = true
+	s.versMu.Unlock()
 }
 
 // checkVersions holds a rollout's rows' versions against the window (versions.check); with
@@ -75,12 +89,14 @@ func (s *Server) checkVersions(vs []int64, firstSeq uint64) error {
 }
 
 // versions are the policy versions a Server published, for the version window (see Next):
-// the first (the run's version when this learner started), the newest handed to Publish,
+// the first (the run's version when this learner started: the newest it had when it first
+// asked for a rollout), the newest handed to Publish,
 // and for each one published since the first the rollout stream's last sequence number just
 // before its pointer moved (no rollout stored at or before it can have been collected with
 // it). At most maxVersionsKept are remembered, the oldest forgotten first.
 type versions struct {
 	started   bool
+	taking    bool // the learner asked for a rollout: first is fixed
 	first     int64
 	handed    int64
 	seqAt     map[int64]uint64
@@ -110,12 +126,10 @@ func (v *versions) published(version int64, lastSeq uint64) {
 // newest handed to Publish, and each newer than the first one published before the rollout
 // was stored (its chunks' lowest stream sequence being firstSeq). It holds Server.versMu.
 func (v *versions) check(vs []int64, firstSeq uint64) error {
-	prev := int64(math.MinInt64)
 	for i, x := range vs {
-		if x == prev {
+		if i > 0 && x == vs[i-1] {
 			continue
 		}
-		prev = x
 		switch {
 		case x < 0:
 			return refuse(refusedVersion, "row %d: policy version %d", i, x)
@@ -203,6 +217,7 @@ func (src *Source) Flush(ctx context.Context) error { return src.pub.flush(ctx) 
 // an earlier learner's later versions collected (versions the resumed run never had, even
 // once it publishes its own versions of the same numbers), and negative or future versions.
 func (src *Source) Next(ctx context.Context) (*Received, error) {
+	src.srv.taking()
 	for {
 		var d *Delivery
 		var ok bool
