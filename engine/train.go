@@ -58,7 +58,7 @@ type Options struct {
 	Slowdown float64
 
 	// NoTensorBoard turns off the TensorBoard event files (events.out.tfevents.*) written into
-	// Out beside metrics.jsonl, with CleanRL's tag names (docs/tensorboard.md).
+	// Out beside metrics.jsonl, with CleanRL's tag names (docs/watching.md).
 	NoTensorBoard bool
 
 	// ready, set by Train and Resume on rank 0 of a DD-PPO job, sends the run to the other

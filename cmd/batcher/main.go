@@ -164,6 +164,9 @@ type split struct {
 func main() {
 	var o options
 	fs := flag.CommandLine
+	cli.Usage(fs, "batcher", "collect experience with an ONNX policy into .npz shards, or for a remote learner (docs/tools.md)",
+		"bin/batcher --policy policy.onnx --env CartPole-v1 --envs 256 --workers 2 --steps 1000000 --out out/data",
+		"bin/batcher --connect nats://learner:4222 --creds runs/r/batcher.creds")
 	fs.StringVar(&o.policy, "policy", "", `ONNX policy file, or "random" (required)`)
 	fs.StringVar(&o.env, "env", "", "Gymnasium environment id, e.g. CartPole-v1 (required)")
 	fs.IntVar(&o.envs, "envs", 64, "environments per worker (M)")

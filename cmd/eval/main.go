@@ -72,6 +72,8 @@ type options struct {
 func main() {
 	var o options
 	fs := flag.CommandLine
+	cli.Usage(fs, "eval", "run whole episodes with an ONNX policy and report their returns (docs/tools.md)",
+		"bin/eval --policy runs/cp/policy.onnx --env CartPole-v1 --episodes 100")
 	fs.StringVar(&o.policy, "policy", "", `ONNX policy file, or "random" (required)`)
 	fs.StringVar(&o.env, "env", "", "Gymnasium environment id (required)")
 	fs.IntVar(&o.episodes, "episodes", 10, "episodes to run")

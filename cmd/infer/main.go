@@ -135,6 +135,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{cudaOptions: cudaOptions{}}
 	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	cli.Usage(fs, "infer", "run an ONNX model on .npy inputs and write each output as .npy (docs/tools.md)",
+		"bin/infer --model testdata/mlp_tanh.onnx --input testdata/mlp_tanh.input.npy --out out/infer")
 	fs.StringVar(&o.model, "model", "", "ONNX model to run (required)")
 	fs.StringVar(&o.inName, "input-name", "", "model input that --input feeds (default: the model's only input)")
 	fs.StringVar(&o.out, "out", "", "folder for the output .npy files (required; created if missing, once the model has loaded)")

@@ -50,6 +50,10 @@ func main() {
 		sf         serveFlags
 		lf         cli.LogFlags
 	)
+	cli.Usage(fs, "train", "train a policy with ppo, appo, impala or ddppo, or fine-tune an ONNX policy, into a run directory (docs/tools.md)",
+		"bin/train --env CartPole-v1 --seed 1 --out runs/cp",
+		"bin/train --resume runs/cp --total-steps 600000",
+		"bin/train --env CartPole-v1 --init-policy policy.onnx --out runs/ft")
 	cf.register(fs)
 	fs.StringVar(&sf.addr, "serve", "", "serve remote batchers (batcher --connect) on this host:port, with an embedded NATS server whose store is DIR/nats and whose batcher credential is DIR/batcher.creds; no local batchers unless --local-workers")
 	fs.StringVar(&sf.nats, "nats", "", "serve remote batchers through this external NATS server (nats://host:port) instead of an embedded one")

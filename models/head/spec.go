@@ -53,7 +53,7 @@ func ParseScale(text string) (Scale, error) {
 	return "", fmt.Errorf("%w: action scale %q; choose env or none", ErrSpec, text)
 }
 
-// Metadata keys of the towerrl ONNX contract (DESIGN.md).
+// Metadata keys of the towerrl ONNX contract (docs/library.md).
 const (
 	KeyEnvID       = "towerrl.env_id"
 	KeyObsShape    = "towerrl.obs_shape"

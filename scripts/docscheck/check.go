@@ -354,3 +354,55 @@ func DirectModules(gomod string) []string {
 	}
 	return mods
 }
+
+var goRefRE = regexp.MustCompile(`(?:\.\./)*docs/[\w./-]*\w\.md|\bDESIGN\.md`)
+
+// CheckGoRefs reports the pages that comments and strings in the Go files under root point at
+// (docs/X.md, ../../docs/X.md) and that do not exist, and any mention of DESIGN.md, which the
+// repository does not hold. Generated files (*.pb.go), URLs and this checker's own folder
+// (whose tests name pages that do not exist on purpose) are skipped.
+func CheckGoRefs(root string) ([]Problem, error) {
+	var out []Problem
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			rel, _ := filepath.Rel(root, path)
+			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "out" || n == "runs" || n == "bin" ||
+				filepath.ToSlash(rel) == "scripts/docscheck") { // this checker's own examples
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, ".pb.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, loc := range goRefRE.FindAllStringIndex(line, -1) {
+				ref := line[loc[0]:loc[1]]
+				if loc[0] > 0 && strings.ContainsAny(line[loc[0]-1:loc[0]], "/.") {
+					continue // a URL's path or another folder's docs/
+				}
+				if ref == "DESIGN.md" {
+					out = append(out, Problem{filepath.ToSlash(rel), i + 1, "names DESIGN.md, which is not in the repository (docs/ has the pages)"})
+					continue
+				}
+				target := filepath.Join(root, ref)
+				if strings.HasPrefix(ref, "../") {
+					target = filepath.Join(filepath.Dir(path), ref)
+				}
+				if _, err := os.Stat(target); err != nil {
+					out = append(out, Problem{filepath.ToSlash(rel), i + 1, fmt.Sprintf("names %s, which does not exist", ref)})
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}

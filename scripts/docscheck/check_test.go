@@ -135,3 +135,23 @@ func TestCheckFlagsSnippetsPaths(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+func TestCheckGoRefs(t *testing.T) {
+	root := write(t, map[string]string{
+		"docs/a.md": "",
+		"x/doc.go":  "// see docs/a.md and ../docs/a.md, docs/gone.md, ../../docs/b.md and DESIGN.md\n// https://github.com/o/r/blob/main/docs/IR.md\n",
+		"x/y.pb.go": "// docs/IR.md\n",
+	})
+	got, err := CheckGoRefs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"x/doc.go:1: names docs/gone.md, which does not exist",
+		"x/doc.go:1: names ../../docs/b.md, which does not exist",
+		"x/doc.go:1: names DESIGN.md, which is not in the repository (docs/ has the pages)",
+	}
+	if diff := cmp.Diff(want, msgs(got)); diff != "" {
+		t.Error(diff)
+	}
+}

@@ -2,8 +2,8 @@
 // relative link resolves (to a file, and to a heading for an anchor), every flag named for a
 // tool is in that tool's --help, every go block that quotes a test file matches it, every
 // scripts/, configs/ and testdata/ file and make target named exists, every page of docs/ is
-// linked from the README, and docs/dependencies.md names every module go.mod requires
-// directly. It prints each problem as FILE:LINE: what, and exits 1 if there is any.
+// linked from the README, docs/dependencies.md names every module go.mod requires directly,
+// and every docs/ page a Go file names exists. It prints each problem as FILE:LINE: what, and exits 1 if there is any.
 //
 //	go run ./scripts/docscheck -bin DIR    DIR holds the built tools (train, batcher, eval, infer)
 //
@@ -103,6 +103,11 @@ func Run(root, bin string) ([]Problem, error) {
 			problems = append(problems, Problem{"README.md", 0, fmt.Sprintf("does not link %s", path)})
 		}
 	}
+	goRefs, err := CheckGoRefs(root)
+	if err != nil {
+		return nil, err
+	}
+	problems = append(problems, goRefs...)
 	gomod, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	if err != nil {
 		return nil, err

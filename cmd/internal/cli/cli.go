@@ -56,6 +56,20 @@ func NoArgs(fs *flag.FlagSet) error {
 	return errors.New(msg + " (a value with spaces needs quotes; every flag starts with -)")
 }
 
+// Usage makes fs's --help text open with one line saying what the tool does and examples of
+// its use, then list the flags as the flag package does.
+func Usage(fs *flag.FlagSet, name, what string, examples ...string) {
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "%s: %s\n\nExamples:\n", name, what)
+		for _, e := range examples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+		fmt.Fprintf(w, "\nFlags:\n")
+		fs.PrintDefaults()
+	}
+}
+
 // LogFlags are the --log-level and --log-json flags every command takes.
 type LogFlags struct {
 	Level string
