@@ -73,25 +73,23 @@
 // at its next step boundary, where it would install an UpdatePolicy agent, the worker swaps
 // the sets and its rows from then on carry the new version. So when Publish returns every
 // step started afterwards runs the new weights, no step mixes versions, recurrent states
-// carry over, and Publish costs a copy: 8 µs for the 9,155 weights of CleanRL's CartPole MLP
-// on one worker, 9–10 µs for the torch MLP on two workers of 1024 envs, against 4.8–6.6 ms
-// and 8.5–17 ms for an export, WithModel and UpdatePolicy (BenchmarkPublish, 2 shared cores
-// under other load); the worker's swap then rebinds the weights at its next inference, tens of
-// µs (package onnx's BenchmarkFedWeights, fed+switch). Names that
+// carry over, and Publish costs a copy: microseconds, against milliseconds for an export,
+// WithModel and UpdatePolicy (BenchmarkPublish); the worker's swap then rebinds the weights at
+// its next inference (package onnx's BenchmarkFedWeights, fed+switch; the figures are in
+// docs/benchmarks.md). Names that
 // are Identity outputs over an initializer (PyTorch's shared equal initializers, which
 // onnx/graph trains as untied parameters) become initializers of their own. Publish and
 // UpdatePolicy are ordered: the later one wins, also on a worker that has not installed the
 // earlier; a policy from WithModel keeps the layout and starts from the model's weights.
 //
-// The sessions then run with weights ONNX Runtime can neither fold nor pre-pack. At batch 1024
-// that costs 0.7–1.9% for the 64×64 tanh MLP, 1.2–2.1% for CleanRL's MLP and 0.1–1.3% for
-// RLlib's LSTM; at 4 rows the MLP pays 2.6 µs more per call (BenchmarkPublishInference,
-// the two sessions alternating call by call). That is why this design was chosen over the
-// other two measured (see package onnx for the figures): user-owned initializers cost the
+// The sessions then run with weights ONNX Runtime can neither fold nor pre-pack, which costs
+// the MLPs and the LSTM of the fixtures a few percent at batch 1024 (BenchmarkPublishInference,
+// the two sessions alternating call by call; docs/benchmarks.md). That is why this design was
+// chosen over the other two measured (see package onnx): user-owned initializers cost the
 // same where they work and are silently half-ignored where ONNX Runtime optimises them;
 // sessions rebuilt per publish cost milliseconds each, per worker. Convolutions are the
-// exception: fed, they lose ONNX Runtime's NCHWc layout and run 2.3–3.2× slower (an Atari CNN
-// at batch 64), so NewPolicy warns when a published weight feeds a Conv, and such a policy is
+// exception: fed, they lose ONNX Runtime's NCHWc layout and run several times slower (an Atari
+// CNN at batch 64), so NewPolicy warns when a published weight feeds a Conv, and such a policy is
 // better published with WithModel and UpdatePolicy.
 //
 // # Continuous collection

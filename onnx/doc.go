@@ -35,20 +35,16 @@
 // when the set is bound, so to change weights write the set not in use and switch to it.
 // [WeightValues] reads an initializer's values from a model, to fill the first sets.
 //
-// ONNX Runtime neither constant-folds nor pre-packs an overridable initializer. Measured on
-// 2 shared cores, one intra-op thread (batcher's BenchmarkPublishInference, the two sessions
-// alternating call by call): at batch 1024 the 64×64 tanh MLP runs 0.7–1.9% slower fed,
-// CleanRL's CartPole MLP 1.2–2.1%, RLlib's CartPole LSTM 0.1–1.3%; at batch 4 the MLP costs
-// 2.6 µs more per call (7.6 against 5.0 µs: its weights are packed at every call). The Atari
-// CNN fixture (testdata/foreign/atari_uint8_cnn) at batch 64 runs 2.3–3.2× slower: its
-// convolutions lose the constant-weight NCHWc layout. The alternatives were measured too: user-owned initializers (the C API's
-// AddInitializer, which onnxruntime_go does not wrap) with pre-packing disabled cost about
-// the same where they work, but ONNX Runtime still copies or folds them when it optimises
-// the graph, so rewriting their memory is silently ignored in part (the Atari CNN's and SB3's
-// Gaussian PPO's outputs were off by 0.25 and 0.74) unless every optimisation is off, which
-// costs as much as feeding; building a new session per publish costs 0.85 ms (the MLP) to
-// 4.8 ms (the CNN) of ONNX Runtime time alone, and towerrl's full export-and-swap 4.8–6.6 ms
-// for one worker of the MLP, against microseconds to write a set.
+// ONNX Runtime neither constant-folds nor pre-packs an overridable initializer: a fed MLP
+// runs within a few percent of the same model with constant weights, and a convolution loses
+// the constant-weight NCHWc layout and runs several times slower. The alternatives were
+// measured too: user-owned initializers (the C API's AddInitializer, which onnxruntime_go does
+// not wrap) with pre-packing disabled cost about the same where they work, but ONNX Runtime
+// still copies or folds them when it optimises the graph, so rewriting their memory is
+// silently ignored in part (the Atari CNN's and SB3's Gaussian PPO's outputs were off by 0.25
+// and 0.74) unless every optimisation is off, which costs as much as feeding; building a new
+// session per publish costs milliseconds, against microseconds to write a set. The figures,
+// with the benchmarks that measure them: docs/benchmarks.md.
 //
 // # Untrusted models
 //

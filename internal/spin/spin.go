@@ -1,7 +1,6 @@
 // Package spin hands events between goroutines that each run on their own CPU: a waiter polls
 // for a short while before it parks, because waking a parked thread costs tens of µs on a VM
-// (60 µs measured on the 2-core machine this project is benchmarked on), more than many steps
-// of work it waits for. Towers (learner) and env shards (envs) use it.
+// (docs/benchmarks.md), more than many steps of work it waits for. Towers (learner) and env shards (envs) use it.
 //
 // Spinning is decided per use by a Mode: Auto (the zero value) spins only when every waiting
 // goroutine can have its own P and CPU (Allowed), Off never spins, for machines shared with

@@ -2,9 +2,9 @@
 //
 // gorgonia's TapeMachine.RunAll (v0.9.18) locks the calling goroutine to its OS thread, starts
 // a new goroutine that executes the program, and waits for it on channels. The program then
-// runs on another OS thread, and every run costs two thread hand-offs (golang/go#21827): about
-// 25 µs on the 2-core VM this project is measured on, and worse when several towers run at
-// once, because the hand-offs bounce threads between cores. A Machine runs the same program
+// runs on another OS thread, and every run costs two thread hand-offs (golang/go#21827): tens
+// of µs on a VM (docs/benchmarks.md), and worse when several towers run at once, because the
+// hand-offs bounce threads between cores. A Machine runs the same program
 // on the goroutine that calls Run instead, through gorgonia's own unexported execution loop
 // (reached by go:linkname), when that is exactly what RunAll would do:
 //
