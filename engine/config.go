@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/internal/bounded"
 )
@@ -161,6 +162,15 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.Algo == "" {
 		c.Algo = "ppo"
 	}
+	if err := c.checkAlgoFields(); err != nil {
+		return c, err
+	}
+	switch {
+	case c.EvalEpisodes < -1 || c.EvalEpisodes > maxEvalEpisodes:
+		return c, fmt.Errorf("%w: EvalEpisodes = %d, want 1 to %d, or -1 for no evaluation (0: the default, 10)", ErrConfig, c.EvalEpisodes, maxEvalEpisodes)
+	case c.ValueWarmup < -1:
+		return c, fmt.Errorf("%w: ValueWarmup = %d, want a count of iterations, or -1 for none (0: the default, 30)", ErrConfig, c.ValueWarmup)
+	}
 	seqLimit := 0
 	if d, ok := algoDefaults(c.Algo, discrete); ok { // the algorithm's own, before PPO's
 		if c.TotalSteps == 0 {
@@ -285,7 +295,42 @@ func (c Config) WithDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: one iteration collects %d steps (Workers×Envs×RolloutSteps), more than TotalSteps %d",
 			ErrConfig, batch, c.TotalSteps)
 	}
+	if iters := c.Iterations(); sequential(c.Algo) && c.BroadcastInterval > iters {
+		return c, fmt.Errorf("%w: BroadcastInterval %d is more than the run's %d iterations: the batchers would collect with the first policy to the end; want 1 to %d",
+			ErrConfig, c.BroadcastInterval, iters, iters)
+	}
 	return c, nil
+}
+
+// maxEvalEpisodes bounds EvalEpisodes: a million episodes is days of evaluation already, and a
+// typo of 2e9 failed only after the training, allocating its returns.
+const maxEvalEpisodes = 1_000_000
+
+// checkAlgoFields refuses the fields of one family of algorithms set for another, which would
+// be silently unused: QueueSize, BroadcastInterval and MaxPolicyLag belong to the asynchronous
+// algorithms (impala, appo), SyncFrac to ddppo. A QueueSize of 2 and a BroadcastInterval of 1
+// pass (their defaults, which config.json files of ppo runs hold).
+func (c Config) checkAlgoFields() error {
+	var bad []string
+	if !sequential(c.Algo) {
+		if c.QueueSize != 0 && c.QueueSize != 2 {
+			bad = append(bad, fmt.Sprintf("queue_size %d", c.QueueSize))
+		}
+		if c.BroadcastInterval != 0 && c.BroadcastInterval != 1 {
+			bad = append(bad, fmt.Sprintf("broadcast_interval %d", c.BroadcastInterval))
+		}
+		if c.MaxPolicyLag != 0 {
+			bad = append(bad, fmt.Sprintf("max_policy_lag %d", c.MaxPolicyLag))
+		}
+	}
+	if c.Algo != ppo.DDPPOName && c.SyncFrac != 0 {
+		bad = append(bad, fmt.Sprintf("sync_frac %g", c.SyncFrac))
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: not used by --algo %s (queue_size, broadcast_interval and max_policy_lag are impala's and appo's, sync_frac ddppo's); drop them or choose the algorithm they belong to",
+		ErrConfig, strings.Join(bad, ", "), c.Algo)
 }
 
 // checkMemory refuses a run whose buffers cannot fit in the memory available (package

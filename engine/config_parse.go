@@ -27,6 +27,9 @@ func ParseConfig(data []byte) (Config, error) {
 func ParseConfigOver(base Config, data []byte) (Config, error) {
 	c := base
 	c.Hidden = slices.Clone(base.Hidden) // decoding an array reuses the slice's memory
+	if err := checkKeys(data); err != nil {
+		return c, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
@@ -39,7 +42,7 @@ func ParseConfigOver(base Config, data []byte) (Config, error) {
 			} else {
 				hint = suggest(name, configFields())
 			}
-			return c, fmt.Errorf("%w: unknown field %q%s", ErrConfig, name, hint)
+			return c, fmt.Errorf("%w: unknown field %q%s", ErrConfig, clip(name), hint)
 		}
 		return c, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -48,6 +51,58 @@ func ParseConfigOver(base Config, data []byte) (Config, error) {
 	}
 	explicitZeros(data, &c)
 	return c, nil
+}
+
+// checkKeys refuses what encoding/json lets through in a config object: a key given twice
+// (the last would win unseen), a key that matches a field only when case is ignored
+// ("Total_Steps"), and a string value longer than a name or path can be (it would be echoed
+// into errors and logs). Other errors are left to the decoder, which names them.
+func checkKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil // not an object: the decoder says so
+	}
+	fields := configFields()
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, _ := tok.(string)
+		if seen[key] {
+			return fmt.Errorf("%w: field %q is given twice; give each field once", ErrConfig, clip(key))
+		}
+		seen[key] = true
+		if !slices.Contains(fields, key) {
+			for _, f := range fields {
+				if strings.EqualFold(f, key) {
+					return fmt.Errorf("%w: field %q: field names are lower case; did you mean %q?", ErrConfig, clip(key), f)
+				}
+			}
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return nil
+		}
+		if len(value) > maxString+2 && value[0] == '"' {
+			return fmt.Errorf("%w: field %q holds a string of %d bytes, more than the %d a name or path may have", ErrConfig, clip(key), len(value)-2, maxString)
+		}
+	}
+	return nil
+}
+
+// maxString bounds a config's string values: names, ids and paths (PATH_MAX is 4096).
+const maxString = 4096
+
+// clip shortens s to at most 64 bytes for an error message: a config's 100 MB value must not
+// be echoed whole.
+func clip(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(s[:most], ""), len(s))
 }
 
 // explicitZeros applies to c, decoded from data, what a zero written in the JSON means where
