@@ -234,6 +234,11 @@ def summary(args):
             if key == "cuda" and r and "ms_loss_cpu_mean" in r[0]:
                 loss = f"{r[0]['ms_loss_cpu_mean']:.3f}"
         md.append(f"| {rows} | " + " | ".join(cells) + f" | {loss or '—'} |")
+    updates = [x for x in timings if "update" in x]
+    if updates:
+        md += ["", "## learner.Towers.Update, 4096 rows (gradient, averaging, clipping, Adam on the host; ms, median of 5)", "",
+               "| towers | ms |", "|---|---|"]
+        md += [f"| {u['towers']} × {u['update']} | {u['ms_median']:.3f} |" for u in updates]
     text = "\n".join(md) + "\n"
     open(os.path.join(args.work, "summary.md"), "w").write(text)
     print(text)
