@@ -136,6 +136,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		}
 	}
 	episodeStats(&m, r.Episodes)
+	m.Stats = statMap(stats)
 	if t.rs != nil {
 		if err := t.rs.reduceEpisodes(ctx, &m, r.Episodes); err != nil {
 			return Metrics{}, err

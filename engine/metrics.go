@@ -53,6 +53,22 @@ type Metrics struct {
 	Transport *TransportMetrics `json:"transport,omitempty"`
 	// Preemption describes a DD-PPO iteration's straggler preemption (nil when it is off).
 	Preemption *PreemptMetrics `json:"preemption,omitempty"`
+	// Stats holds every statistic the algorithm reports, by name (algo.Algorithm.StatNames,
+	// means over the iteration's updates): those of the fields above and the algorithm's own,
+	// such as the total loss and V-trace's rho_mean and rho_clip_frac. TensorBoard shows each
+	// as losses/<name>.
+	Stats map[string]Float `json:"stats,omitempty"`
+}
+
+// statMap is stats by name.
+func statMap(stats algo.Stats) map[string]Float {
+	m := make(map[string]Float, len(stats.Names))
+	for i, name := range stats.Names {
+		if i < len(stats.Values) {
+			m[name] = Float(stats.Values[i])
+		}
+	}
+	return m
 }
 
 // AsyncMetrics describe an asynchronous iteration (impala, appo): the policy lag of the rows

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -107,6 +109,11 @@ func (b *tensorBoard) Write(m Metrics) error {
 	f("time/learn_seconds", m.LearnSeconds)
 	f("time/publish_seconds", m.PublishSeconds)
 	f("time/checkpoint_seconds", m.CheckpointSeconds)
+	for _, name := range slices.Sorted(maps.Keys(m.Stats)) {
+		if !named[name] {
+			f("losses/"+name, m.Stats[name])
+		}
+	}
 	if m.AllReduceSeconds != 0 {
 		f("ddppo/allreduce_seconds", m.AllReduceSeconds)
 		f("ddppo/allreduce_us_per_update", m.AllReducePerUpdate)
@@ -131,6 +138,9 @@ func (b *tensorBoard) Write(m Metrics) error {
 	}
 	return b.w.Scalars(time.Now(), m.EnvSteps, b.vs)
 }
+
+// named are the statistics (Metrics.Stats) written under the tags of their Metrics fields.
+var named = map[string]bool{"policy_loss": true, "value_loss": true, "entropy": true, "approx_kl": true, "clip_frac": true}
 
 // Close closes the event file.
 func (b *tensorBoard) Close() error { return b.w.Close() }

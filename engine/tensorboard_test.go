@@ -186,6 +186,33 @@ func TestTensorBoard(t *testing.T) {
 		}
 	}
 
+	// The algorithms' own statistics: ppo's total loss; appo's V-trace figures and its async
+	// ones, one value per iteration.
+	if n := len(want["losses/loss"]); n != 8 {
+		t.Errorf("%d values of losses/loss, want 8", n)
+	}
+	appo := filepath.Join(t.TempDir(), "appo")
+	if _, err := Train(ctx, Config{Env: "CartPole-v1", Algo: "appo", TotalSteps: 512 * 3, Seed: 7, EvalEpisodes: -1}, Options{Out: appo}); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := tfeventtest.ReadDir(appo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := tfeventtest.Scalars(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := readMetrics(t, appo)
+	for _, tag := range []string{"losses/rho_mean", "losses/rho_clip_frac", "losses/clipfrac", "async/policy_lag_mean", "async/learner_idle"} {
+		if len(sc[tag]) != len(ms) {
+			t.Errorf("appo: %d values of %s for %d iterations", len(sc[tag]), tag, len(ms))
+		}
+	}
+	if got, want := sc["losses/rho_mean"][0].Value, float32(ms[0].Stats["rho_mean"]); got != want {
+		t.Errorf("appo: losses/rho_mean %v, metrics.jsonl %v", got, want)
+	}
+
 	off := filepath.Join(t.TempDir(), "off")
 	cfg.TotalSteps = 512
 	if _, err := Train(ctx, cfg, Options{Out: off, NoTensorBoard: true}); err != nil {
