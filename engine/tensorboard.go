@@ -111,7 +111,7 @@ func (b *tensorBoard) Write(m Metrics) error {
 	f("time/checkpoint_seconds", m.CheckpointSeconds)
 	for _, name := range slices.Sorted(maps.Keys(m.Stats)) {
 		if !named[name] {
-			f("losses/"+name, m.Stats[name])
+			f(statTag(name), m.Stats[name])
 		}
 	}
 	if m.AllReduceSeconds != 0 {
@@ -141,6 +141,16 @@ func (b *tensorBoard) Write(m Metrics) error {
 
 // named are the statistics (Metrics.Stats) written under the tags of their Metrics fields.
 var named = map[string]bool{"policy_loss": true, "value_loss": true, "entropy": true, "approx_kl": true, "clip_frac": true}
+
+// statTag is the tag of an algorithm's statistic: losses/<name>, as CleanRL files its
+// algorithms' figures (losses/qf1_loss, losses/alpha), but charts/epsilon for DQN's
+// exploration rate, which CleanRL files under charts.
+func statTag(name string) string {
+	if name == "epsilon" {
+		return "charts/epsilon"
+	}
+	return "losses/" + name
+}
 
 // Close closes the event file.
 func (b *tensorBoard) Close() error { return b.w.Close() }
