@@ -114,7 +114,8 @@ func checkEvents(t *testing.T, dir string) map[string][]tfeventtest.Point {
 // TestTensorBoard trains CartPole and reads its event files back; kills a run of the same
 // config after iteration 6 (last checkpoint at 4), tears the last record of its event file as
 // a kill while writing would, resumes it, and checks that the files hold each step once with
-// the uninterrupted run's losses; and that Options.NoTensorBoard writes none.
+// the uninterrupted run's losses; that appo's own figures and a DD-PPO job's (from rank 0
+// alone) are there; and that Options.NoTensorBoard writes none.
 func TestTensorBoard(t *testing.T) {
 	ctx := context.Background()
 	cfg := Config{Env: "CartPole-v1", TotalSteps: 512 * 8, CheckpointEvery: 4, Seed: 7, EvalEpisodes: -1}
@@ -211,6 +212,19 @@ func TestTensorBoard(t *testing.T) {
 	}
 	if got, want := sc["losses/rho_mean"][0].Value, float32(ms[0].Stats["rho_mean"]); got != want {
 		t.Errorf("appo: losses/rho_mean %v, metrics.jsonl %v", got, want)
+	}
+
+	// DD-PPO: rank 0 alone writes, with the job's steps (two ranks × 512 an iteration).
+	dd := filepath.Join(t.TempDir(), "ddppo")
+	_, errs := trainRanks(t, 2, Config{Env: "CartPole-v1", Algo: "ddppo", TotalSteps: 2 * 512 * 3, Seed: 7, EvalEpisodes: -1}, dd, false, nil)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := tfevent.Files(dd); len(files) != 1 {
+		t.Errorf("DD-PPO on 2 ranks wrote %d event files, want 1", len(files))
+	}
+	if pts := checkEvents(t, dd)["losses/value_loss"]; len(pts) != 3 || pts[0].Step != 1024 || pts[2].Step != 3072 {
+		t.Errorf("DD-PPO value losses at %v, want steps 1024, 2048, 3072", pts)
 	}
 
 	off := filepath.Join(t.TempDir(), "off")
