@@ -68,8 +68,11 @@
 // CheckpointEvery iterations, at a stop and at the end; the batchers get every version in
 // place, batcher.Batcher.Publish, without an export), checkpoint/state.ckpt (parameters, Adam state, counters and the batchers' env and
 // random-stream snapshots, every CheckpointEvery iterations and at the end) and curve.png (when
-// Options.Plot is set: package engine/curve draws it, so the engine links no plotting library).
-// Train refuses a folder that already holds a run; [Resume] continues one from its checkpoint
+// Options.Plot is set: package engine/curve draws it, so the engine links no plotting library)
+// and TensorBoard event files, events.out.tfevents.* (the metrics with CleanRL's tags at step =
+// env steps, one event per iteration, and the config as the text "hyperparameters"; a resume
+// cuts them back to its checkpoint and writes a new file; Options.NoTensorBoard: none; written
+// by package internal/tfevent). Train refuses a folder that already holds a run; [Resume] continues one from its checkpoint
 // and finishes with exactly the metrics and policy an uninterrupted run would have.
 //
 // # Threading
