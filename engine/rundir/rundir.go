@@ -29,7 +29,9 @@ import (
 // by another process, or holding another run's files.
 var ErrRunDir = errors.New("engine: run directory") // engine re-exports it
 
-// The files of a run directory. A run creates every one of them; nothing else is written there.
+// The files of a run directory. A run creates every one of them; nothing else is written there
+// but the attached Log's (TensorBoard's events.out.tfevents.*, whose names start with
+// tfevent.Prefix).
 const (
 	ConfigFile  = "config.json"
 	MetricsFile = "metrics.jsonl"
