@@ -44,11 +44,12 @@ type tensorBoard struct {
 
 // openTensorBoard attaches a TensorBoard log to run (with a folder, unless off). A resumed
 // run's event files are first cut back to the step of the checkpoint it continues (what a
-// killed run wrote past it goes, as its metrics.jsonl lines do), and this process writes a new
+// killed run wrote past it goes, as its metrics.jsonl lines do; even when off, so that files
+// a later resume continues hold no steps this one retrains), and this process writes a new
 // file from there, so the files hold each step once. A fresh run's file starts with the
 // configuration as the text summary "hyperparameters".
 func openTensorBoard(run *runDir, cfg Config, off bool) error {
-	if run.Path() == "" || off {
+	if run.Path() == "" {
 		return nil
 	}
 	var step int64
@@ -63,6 +64,9 @@ func openTensorBoard(run *runDir, cfg Config, off bool) error {
 		if _, err := tfevent.Truncate(path, step); err != nil {
 			return fmt.Errorf("engine: TensorBoard log: %w; move the file out of the run directory (or resume with --no-tensorboard)", err)
 		}
+	}
+	if off {
+		return nil
 	}
 	now := time.Now()
 	w, err := tfevent.Create(run.Path(), now)

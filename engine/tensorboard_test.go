@@ -235,6 +235,33 @@ func TestTensorBoard(t *testing.T) {
 	if files, _ := tfevent.Files(off); len(files) != 0 {
 		t.Errorf("NoTensorBoard wrote %v", files)
 	}
+
+	// A resume with NoTensorBoard writes no file but still cuts the others back to its
+	// checkpoint: a killed run's iterations 5 and 6 go.
+	quiet := filepath.Join(t.TempDir(), "quiet")
+	cfg.TotalSteps = 512 * 8
+	kill2, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	_, err = Train(kill2, cfg, Options{Out: quiet, Progress: func(m Metrics) {
+		if m.Iteration == 6 {
+			cancel2()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("killed run: %v", err)
+	}
+	if _, err := Resume(ctx, quiet, Options{NoTensorBoard: true}); err != nil {
+		t.Fatal(err)
+	}
+	files, _ = tfevent.Files(quiet)
+	evs, err = tfeventtest.ReadDir(quiet)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("%d event files, %v; want the first run's alone", len(files), err)
+	}
+	last := evs[len(evs)-1].Step
+	if k := len(readMetrics(t, quiet)); k != 8 || (last != 0 && last != 2048) {
+		t.Errorf("after a resume with NoTensorBoard the event file ends at step %d, want the checkpoint's (0 or 2048)", last)
+	}
 }
 
 func equalPoints(a, b []tfeventtest.Point) bool {
