@@ -14,8 +14,8 @@
 // once, so a TensorBoard watching the folder sees it), [Writer.Close]. [Truncate] cuts a file
 // back to a step, so that a resumed run continues it without repeating steps.
 //
-// A Writer is not safe for concurrent use; one goroutine owns it. Its methods allocate only
-// while their record is larger than every one before.
+// A Writer is not safe for concurrent use; one goroutine owns it. Scalars allocates nothing
+// once it has written an event as large (its buffers are reused).
 package tfevent
 
 import (

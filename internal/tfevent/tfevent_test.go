@@ -333,3 +333,24 @@ func TestTruncate(t *testing.T) {
 		t.Error("Truncate of a missing file succeeded")
 	}
 }
+
+// TestScalarsAllocs: an iteration's scalars allocate nothing once the buffers have grown.
+func TestScalarsAllocs(t *testing.T) {
+	w, err := tfevent.Create(t.TempDir(), time.Unix(1700000000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	vs := []tfevent.Scalar{{Tag: "charts/episodic_return", Value: 1}, {Tag: "losses/value_loss", Value: 2}, {Tag: "charts/SPS", Value: 3}}
+	step := int64(0)
+	write := func() {
+		step += 512
+		if err := w.Scalars(time.Unix(1700000000, 0), step, vs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	if n := testing.AllocsPerRun(100, write); n != 0 {
+		t.Errorf("Scalars allocates %v times a call", n)
+	}
+}
