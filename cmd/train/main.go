@@ -128,8 +128,9 @@ func leaveJob(ctx context.Context, leave func(context.Context) error, err *error
 }
 
 // run trains cfg into dir, or resumes the run in resume with change applied to its config. In
-// a DD-PPO job (ranks), rank 0 alone reports progress; every rank prints its summary (with its
-// rank and the hash of its final parameters, the same on every rank).
+// a DD-PPO job (ranks), rank 0 alone reports progress and prints the summary on stdout (one
+// job, one JSON object); the other ranks log theirs at debug level (with their rank and the
+// hash of their final parameters, the same on every rank).
 func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan struct{}, cfg engine.Config, change func(*engine.Config), dir, resume, library string, ranks mpi.Group, sf serveFlags) (err error) {
 	progress := func(m engine.Metrics) {
 		ret := "-"
@@ -184,6 +185,10 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 	}
 	if err != nil {
 		return err
+	}
+	if ranks != nil && ranks.Rank() > 0 {
+		log.Debug("rank summary", zap.Any("summary", res))
+		return nil
 	}
 	if res.Complete {
 		log.Info(fmt.Sprintf("the run in %s was complete: all %d iterations were trained before, so nothing was trained now; the summary evaluates its policy.onnx (resume with a larger --total-steps to train on)",

@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/learner/mpi"
 	"go.uber.org/zap"
 )
 
@@ -127,5 +129,33 @@ func TestPresets(t *testing.T) {
 	var written engine.Config
 	if err := json.Unmarshal(b, &written); err != nil || written.Preset != "ppo/CartPole-v1" || written.TotalSteps != 2048 {
 		t.Fatalf("config.json: preset %q, total_steps %d (%v)", written.Preset, written.TotalSteps, err)
+	}
+}
+
+// TestOneSummaryPerJob: under mpirun every rank printed a summary on stdout, rank 1's with
+// "eval_return_mean":0 and "policy":"", which broke scripts reading one JSON object. Rank 0
+// alone prints it.
+func TestOneSummaryPerJob(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	cfg := engine.Config{Env: "CartPole-v1", Algo: "ddppo", TotalSteps: 2 * 512 * 2, EvalEpisodes: 2}
+	gs := mpi.InProcess(2)
+	outs := make([]bytes.Buffer, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			errs[r] = run(context.Background(), &outs[r], zap.NewNop(), nil, cfg, nil, dir, "", "", gs[r], serveFlags{})
+		})
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	if outs[1].Len() != 0 {
+		t.Errorf("rank 1 printed %q", outs[1].String())
+	}
+	var sum engine.Result
+	if err := json.Unmarshal(outs[0].Bytes(), &sum); err != nil || sum.Policy == "" || sum.EvalEpisodes != 2 || strings.Count(outs[0].String(), "\n") != 1 {
+		t.Fatalf("rank 0 printed %q (%v)", outs[0].String(), err)
 	}
 }
