@@ -57,10 +57,8 @@ func MaskedCRC(data []byte) uint32 {
 // AppendRecord appends data framed as one TFRecord to dst: the length (uint64, little
 // endian), its masked CRC, data, data's masked CRC.
 func AppendRecord(dst, data []byte) []byte {
-	var head [12]byte
-	binary.LittleEndian.PutUint64(head[:8], uint64(len(data)))
-	binary.LittleEndian.PutUint32(head[8:], MaskedCRC(head[:8]))
-	dst = append(dst, head[:]...)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(len(data)))
+	dst = binary.LittleEndian.AppendUint32(dst, MaskedCRC(dst[len(dst)-8:]))
 	dst = append(dst, data...)
 	return binary.LittleEndian.AppendUint32(dst, MaskedCRC(data))
 }
