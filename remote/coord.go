@@ -128,7 +128,7 @@ func (s *Server) startCoordinator() error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		t := time.NewTicker(max(s.cfg.HeartbeatTimeout/4, 10*time.Millisecond))
+		t := time.NewTicker(max(min(s.cfg.HeartbeatTimeout, s.cfg.CreditLease)/4, 10*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {

@@ -30,7 +30,9 @@
 // in the learner's memory (it connects in-process), and the batchers', whose seed Serve
 // writes to ServeConfig.CredsDir/batcher.creds (mode 0600, atomically; a resumed learner
 // reuses it). The batcher user may publish rollouts, make coordinator requests and read
-// the run bucket and the policy store, and nothing else ([BatcherPermissions]): it cannot
+// the run bucket and the policy store, and nothing else ([BatcherPermissions]; consumers it
+// creates there that no batcher needs, durable or pushing outside its _INBOX, the learner
+// deletes every 2 s): it cannot
 // move the policy pointer, store a policy, read other batchers' rollouts, or create,
 // purge or delete a stream; the server refuses with a permissions violation. A client
 // without the credential is refused at connection ([ErrUnauthorized]). With
@@ -123,7 +125,16 @@
 // stream).
 //
 // Partial rollouts: chunks of a rollout whose other chunks do not arrive within
-// ServeConfig.ChunkTimeout (a batcher killed while publishing it) are dropped (Stats.Incomplete).
+// ServeConfig.ChunkTimeout (a batcher killed while publishing it) are dropped (Stats.Incomplete);
+// so are the oldest when more than 4 of one batcher ID, more than ServeConfig.MaxPending in
+// all, or chunks of half StreamMaxMsgs wait (Stats.Refused, reason "unfinished").
+//
+// Holding rollouts against the run: with ServeConfig.Spec every rollout is checked against the
+// run's env, T, N, sizes, column types and lengths before anything is decompressed, and its
+// values and policy versions once unpacked (see [Spec] and Source.Next); one that does not fit
+// is acknowledged, logged with its batcher ID and counted by reason (Stats.Refused). The
+// credential every batcher shares can send anything: nothing it sends reaches the learner's
+// batch unchecked or costs more memory than a rollout of the run.
 //
 // # Policies
 //
@@ -142,8 +153,11 @@
 // the next batcher with Task.Attempt incremented (seeds differ). A batcher presumed dead
 // that heartbeats again is told to register again and that its task is lost
 // (Assignment.Lost). A batcher ID names one batcher: a new session registering under it (the
-// batcher started again) drops the previous session at once, freeing its task and credits. Learn-info lines ([Server.PublishInfo]) are plain NATS messages, not
-// stored. [Server.End] writes the run bucket's "state" key, which every Client watches:
+// batcher started again) drops the previous session, freeing its task and credits, once that
+// session has been silent for 1.5 heartbeat intervals (until then the newcomer is told to wait,
+// so that no client evicts a live batcher by taking its ID). Registrations are bounded (16 KB,
+// free text cut to 256 bytes, 1,024 batchers). Learn-info lines ([Server.PublishInfo]) are
+// plain NATS messages, not stored. [Server.End] writes the run bucket's "state" key, which every Client watches:
 // Done closes, and Task, PublishRollout and Register return [ErrRunEnded].
 //
 // # What is persisted where
