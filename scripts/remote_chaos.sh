@@ -5,8 +5,9 @@
 # unacknowledged. At the end every rollout a batcher's server confirmed stored must have been
 # trained (acknowledged) once, and none twice; the counts are printed. Then the same with the
 # built binaries, the learner SIGKILLed and resumed too (scripts/remote_chaos_train.sh:
-# train --serve, train --resume on the same store, batcher --connect). Exits 1 on a loss or a
-# rollout trained twice.
+# train --serve, train --resume on the same store, batcher --connect), which also checks that a
+# learner waiting for batchers stops within 2 s of SIGTERM (exit 1, naming the resume command).
+# Exits 1 on a loss, a rollout trained twice or a late stop.
 #   scripts/remote_chaos.sh [SECONDS [RUNS]]   chaos for SECONDS (default 20), RUNS times (default 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
