@@ -83,3 +83,36 @@ func TestEnvsAgainstMemoryLimit(t *testing.T) {
 		t.Fatalf("1,000 envs: %v", err)
 	}
 }
+
+// TestResumeSmallerQueue: an appo run whose config.json asks for a ring of 1e9 rollouts (older
+// versions wrote it, checkpointed, then died of out-of-memory at every resume) is refused by
+// the resume, naming queue_size, and resumes with a smaller --queue-size.
+func TestResumeSmallerQueue(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "run")
+	stop := make(chan struct{})
+	cfg := Config{Env: "CartPole-v1", Algo: "appo", TotalSteps: 512 * 4, CheckpointEvery: 2, Seed: 1, EvalEpisodes: -1}
+	if _, err := Train(ctx, cfg, Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
+		if m.Iteration == 2 {
+			close(stop)
+		}
+	}}); !errors.Is(err, ErrStopped) {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, configFile)
+	b := readFile(t, path)
+	huge := strings.Replace(string(b), `"queue_size": 2`, `"queue_size": 1000000000`, 1)
+	if huge == string(b) {
+		t.Fatalf("config.json has no queue_size 2:\n%s", b)
+	}
+	if err := os.WriteFile(path, []byte(huge), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Resume(ctx, dir, Options{}); !errors.Is(err, bounded.ErrTooLarge) || !strings.Contains(err.Error(), "queue_size 1000000000") {
+		t.Fatalf("resume with the huge queue: %v", err)
+	}
+	res, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.QueueSize = 3 }})
+	if err != nil || res.Iterations != 4 {
+		t.Fatalf("resume with queue_size 3: %+v, %v", res, err)
+	}
+}

@@ -70,9 +70,12 @@ type Options struct {
 var ErrStopped = errors.New("engine: run stopped")
 
 // ResumeChangeable lists the Config fields (by JSON name) a resume may change: more or fewer
-// steps, another evaluation, another checkpoint interval, spinning or not (same results). Anything
-// else would make the resumed run a different run, so Resume refuses it naming the field.
-var ResumeChangeable = []string{"total_steps", "eval_episodes", "checkpoint_every", "no_spin"}
+// steps, another evaluation, another checkpoint interval, spinning or not (same results), and
+// the ring of rollouts an asynchronous run buffers (its checkpoints hold the learner's state
+// only, so a run given a queue too large for the machine can go on with a smaller one).
+// Anything else would make the resumed run a different run, so Resume refuses it naming the
+// field.
+var ResumeChangeable = []string{"total_steps", "eval_episodes", "checkpoint_every", "no_spin", "queue_size"}
 
 // Train runs synchronous PPO: the batchers collect with policy version v, GAE turns the
 // rollout into advantages, the learner's towers make Epochs passes of minibatches over it, and

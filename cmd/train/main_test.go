@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,5 +158,31 @@ func TestOneSummaryPerJob(t *testing.T) {
 	var sum engine.Result
 	if err := json.Unmarshal(outs[0].Bytes(), &sum); err != nil || sum.Policy == "" || sum.EvalEpisodes != 2 || strings.Count(outs[0].String(), "\n") != 1 {
 		t.Fatalf("rank 0 printed %q (%v)", outs[0].String(), err)
+	}
+}
+
+// TestServePortBusy: train --serve with its port taken failed leaving batcher.creds and nats/
+// in --out, and the same command was then refused (a folder not empty, with no config.json to
+// resume). It now fails naming the port and leaves nothing; the same command fails the same
+// way until the port is free.
+func TestServePortBusy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := filepath.Join(t.TempDir(), "run")
+	cfg := engine.Config{Env: "CartPole-v1", TotalSteps: 2048, EvalEpisodes: -1}
+	sf := serveFlags{addr: l.Addr().String(), tasks: 1, credits: -1}
+	for try := 1; try <= 2; try++ {
+		var out bytes.Buffer
+		err := run(context.Background(), &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, sf)
+		if err == nil || strings.Contains(err.Error(), "not empty") || !strings.Contains(err.Error(), l.Addr().String()) {
+			t.Fatalf("try %d: %v; want an error naming the busy address", try, err)
+		}
+		if _, serr := os.Stat(dir); !os.IsNotExist(serr) {
+			entries, _ := os.ReadDir(dir)
+			t.Fatalf("try %d left %s: %v (%v)", try, dir, entries, err)
+		}
 	}
 }

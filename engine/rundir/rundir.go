@@ -305,18 +305,27 @@ func (r *Dir[M]) Curve(plot func(path, title string, ms []M) error, title string
 }
 
 // Discard removes what a fresh run wrote before its first checkpoint (and the folder, when it
-// made it), so that nothing half-made is left to resume.
+// made it), so that nothing half-made is left to resume and the same command can run again.
+// Create took the folder empty and the run has held its lock since, so everything in it but
+// the lock file is the run's: its own files and those written beside them (a serving run's
+// batcher.creds and nats/ store, event files), which a list of names would miss.
 func (r *Dir[M]) Discard() error {
 	if r.dir == "" || r.resumable {
 		return nil
 	}
 	var errs []error
-	for _, name := range []string{ConfigFile, MetricsFile, PolicyFile, TrainedFile, CurveFile, filepath.Dir(CheckpointFile)} {
-		if err := os.RemoveAll(filepath.Join(r.dir, name)); err != nil {
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		if e.Name() == LockFile {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(r.dir, e.Name())); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, RemoveTemps(r.dir))
 	if events, err := tfevent.Files(r.dir); err == nil { // the folder was empty: they are this run's
 		for _, path := range events {
 			errs = append(errs, os.Remove(path))
