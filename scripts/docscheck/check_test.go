@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -153,5 +154,38 @@ func TestCheckGoRefs(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, msgs(got)); diff != "" {
 		t.Error(diff)
+	}
+}
+
+// TestSourceFlagsMatchHelp: the flags read from cmd/'s source are exactly those the built
+// tools list in --help (eval and infer, the two quickest to link; eval's come partly from
+// cmd/internal/cli's PolicyFlags, which embeds HeadFlags, and LogFlags).
+func TestSourceFlagsMatchHelp(t *testing.T) {
+	root := filepath.Join("..", "..")
+	src, err := SourceFlags(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "./cmd/eval", "./cmd/infer")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, tool := range []string{"eval", "infer"} {
+		out, err := exec.Command(filepath.Join(bin, tool), "--help").CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s --help: %v", tool, err)
+		}
+		help := HelpFlags(string(out))
+		help["help"], help["h"] = true, true
+		if diff := cmp.Diff(help, src[tool]); diff != "" {
+			t.Errorf("%s: flags in --help (-) and in the source (+):\n%s", tool, diff)
+		}
+	}
+	for _, tool := range Tools {
+		if !src[tool]["log-level"] {
+			t.Errorf("%s: no --log-level found in the source (cli.LogFlags)", tool)
+		}
 	}
 }

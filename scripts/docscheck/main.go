@@ -5,9 +5,10 @@
 // linked from the README, docs/dependencies.md names every module go.mod requires directly,
 // and every docs/ page a Go file names exists. It prints each problem as FILE:LINE: what, and exits 1 if there is any.
 //
-//	go run ./scripts/docscheck -bin DIR    DIR holds the built tools (train, batcher, eval, infer)
+//	go run ./scripts/docscheck              the tools' flags read from cmd/'s source
+//	go run ./scripts/docscheck -bin DIR     the flags the built tools in DIR list in --help
 //
-// scripts/docs_check.sh builds the tools into a temporary folder and runs it (make test).
+// scripts/docs_check.sh runs it (make test).
 package main
 
 import (
@@ -24,10 +25,10 @@ import (
 
 func main() {
 	root := flag.String("root", ".", "the repository root")
-	bin := flag.String("bin", "", "folder holding the built tools: "+strings.Join(Tools, ", ")+" (required)")
+	bin := flag.String("bin", "", "folder holding the built tools ("+strings.Join(Tools, ", ")+") whose --help lists their flags; default: read the flags from cmd/'s source")
 	flag.Parse()
-	if *bin == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: docscheck -bin DIR [-root DIR]")
+	if flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: docscheck [-bin DIR] [-root DIR]")
 		os.Exit(2)
 	}
 	problems, err := Run(*root, *bin)
@@ -44,22 +45,18 @@ func main() {
 	}
 }
 
-// Run checks the pages under root with the tools in bin.
+// Run checks the pages under root, with the flags the tools in bin list in --help, or with
+// those their source defines when bin is "".
 func Run(root, bin string) ([]Problem, error) {
-	help := map[string]map[string]bool{}
-	for _, t := range Tools {
-		out, err := exec.Command(filepath.Join(bin, t), "--help").CombinedOutput()
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			return nil, fmt.Errorf("running %s --help: %w", t, err)
-		}
-		help[t] = HelpFlags(string(out))
-		if len(help[t]) == 0 {
-			return nil, fmt.Errorf("%s --help listed no flags:\n%s", t, out)
-		}
+	help, err := HelpOf(bin)
+	if bin == "" {
+		help, err = SourceFlags(root)
+	}
+	if err != nil {
+		return nil, err
 	}
 	paths := []string{"README.md"}
-	err := filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
 			rel, _ := filepath.Rel(root, path)
 			paths = append(paths, filepath.ToSlash(rel))
@@ -123,4 +120,25 @@ func Run(root, bin string) ([]Problem, error) {
 		}
 	}
 	return problems, nil
+}
+
+// HelpOf runs each tool in bin with --help and reads the flags it lists ("" gives nil).
+func HelpOf(bin string) (map[string]map[string]bool, error) {
+	if bin == "" {
+		return nil, nil
+	}
+	help := map[string]map[string]bool{}
+	for _, t := range Tools {
+		out, err := exec.Command(filepath.Join(bin, t), "--help").CombinedOutput()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			return nil, fmt.Errorf("running %s --help: %w", t, err)
+		}
+		help[t] = HelpFlags(string(out))
+		if len(help[t]) == 0 {
+			return nil, fmt.Errorf("%s --help listed no flags:\n%s", t, out)
+		}
+		help[t]["help"], help[t]["h"] = true, true
+	}
+	return help, nil
 }
