@@ -420,14 +420,20 @@ func TestBackpressure(t *testing.T) {
 		}
 		done <- c.Flush(ctx)
 	}()
-	time.Sleep(time.Second)
-	select {
-	case err := <-done:
-		t.Fatalf("the publisher finished (%v) while the stream had room for a quarter of its rollouts", err)
-	default:
-	}
-	if st := c.Stats(); st.Retries == 0 || st.InFlight == 0 {
-		t.Fatalf("client stats %+v: want retries and chunks in flight", st)
+	// The publisher fills the stream, then retries (within 10 s on a loaded machine).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		select {
+		case err := <-done:
+			t.Fatalf("the publisher finished (%v) while the stream had room for a quarter of its rollouts", err)
+		default:
+		}
+		st := c.Stats()
+		if st.Retries > 0 && st.InFlight > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("client stats %+v: want retries and chunks in flight", st)
+		}
 	}
 	ch, err := s.Rollouts(ctx)
 	if err != nil {
