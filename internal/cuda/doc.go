@@ -15,7 +15,9 @@
 // Nothing is linked: [Open] loads libcuda.so.1 (the driver's) and libcublas (libcublas.so.13,
 // .12 or .11, from LD_LIBRARY_PATH or the system), and a machine without them gets an error
 // that names the library, never a crash at start-up. Every call makes the context current on
-// the calling thread inside the same cgo call, so callers need not lock OS threads; a
-// [Context] is safe for concurrent use, but the work of one stream is ordered, so a tower
-// uses its own.
+// the calling thread inside the same cgo call, so callers need not lock OS threads. A
+// [Context] is safe for concurrent use; all work goes to the legacy default stream and the
+// copies are synchronous, so each caller's sequence of calls runs in order and two callers'
+// (two towers on one GPU) run one after the other, interleaved. A [BLAS] handle belongs to
+// one goroutine at a time.
 package cuda
