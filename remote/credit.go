@@ -50,7 +50,15 @@ type credits struct {
 	waiting   []*creditWait
 	sessions  map[sessionKey]*sessionCredits
 	published int64 // the newest policy version published
+	// slowest is the longest a credit took from its grant to its rollout's delivery: the
+	// lease grows to 4 times it, so that a batcher slower than CreditLease is not taken for
+	// a hog. hogs are the batcher IDs whose credits were taken back (at most maxHogs): they
+	// are granted credits only when no other batcher waits.
+	slowest time.Duration
+	hogs    map[string]bool
 }
+
+const maxHogs = 1024
 
 type sessionCredits struct {
 	n, floor    int64       // the newest credit granted, and its floor
@@ -120,8 +128,10 @@ func (c *coordinator) credit(m *nats.Msg) {
 func (c *coordinator) grant() {
 	cr := c.credits
 	for len(cr.free) > 0 && len(cr.waiting) > 0 {
-		w := cr.waiting[0]
-		cr.waiting = cr.waiting[1:]
+		k := slices.IndexFunc(cr.waiting, func(w *creditWait) bool { return !cr.hogs[w.key.batcher] })
+		k = max(k, 0) // only hogs wait: the first of them
+		w := cr.waiting[k]
+		cr.waiting = slices.Delete(cr.waiting, k, k+1)
 		floor := max(cr.free[len(cr.free)-1], cr.published)
 		cr.free = cr.free[:len(cr.free)-1]
 		sc := cr.sessions[w.key]
@@ -152,6 +162,7 @@ func (c *coordinator) delivered(key rolloutKey, version int64) {
 	}
 	sc.outstanding--
 	if len(sc.granted) > 0 {
+		cr.slowest = max(cr.slowest, time.Since(sc.granted[0]))
 		sc.granted = sc.granted[1:]
 	}
 	floor := int64(0)
@@ -198,12 +209,17 @@ func (c *coordinator) expireCredits(now time.Time, ended bool) {
 // reclaimCredits takes back the credits of a batcher that holds one without publishing
 // (issue 28, item 9d: a client that registers, takes the only credit, heartbeats and never
 // publishes held the learner at 0 iterations): when every credit is granted, a batcher waits
-// for one, and no rollout chunk has come for lease (idle), the session whose oldest credit
-// was granted more than lease ago is dropped, as if it had stopped heartbeating: its task
-// and credits go to the others. It holds c.mu.
+// for one, and no rollout chunk has come for the lease (lease, or 4 times the slowest credit
+// seen used, if longer), the session whose oldest credit was granted longer ago than that is
+// dropped, as if it had stopped heartbeating: its task and credits go to the others, and its
+// batcher ID is served last from then on. It holds c.mu.
 func (c *coordinator) reclaimCredits(now time.Time, idle time.Duration, lease time.Duration) {
 	cr := c.credits
-	if cr == nil || len(cr.free) > 0 || len(cr.waiting) == 0 || idle < lease {
+	if cr == nil {
+		return
+	}
+	lease = max(lease, 4*cr.slowest)
+	if len(cr.free) > 0 || len(cr.waiting) == 0 || idle < lease {
 		return
 	}
 	var hog sessionKey
@@ -218,6 +234,12 @@ func (c *coordinator) reclaimCredits(now time.Time, idle time.Duration, lease ti
 	}
 	c.log.Warn("remote: batcher holds a credit and published nothing for longer than the credit lease while others wait: its task and credits are taken back",
 		zap.String("batcher", hog.batcher), zap.Duration("held", now.Sub(since)), zap.Duration("lease", lease))
+	if cr.hogs == nil {
+		cr.hogs = map[string]bool{}
+	}
+	if len(cr.hogs) < maxHogs {
+		cr.hogs[hog.batcher] = true
+	}
 	if m := c.members[hog]; m != nil {
 		c.drop(hog, m)
 	} else {

@@ -89,8 +89,9 @@ type ServeConfig struct {
 	OnPolicy bool
 
 	// CreditLease, with Credits, is how long a batcher may hold a credit while every credit
-	// is granted, another batcher waits for one and no rollout comes (default 10 s): then
-	// its task and credits are taken back, as from a batcher that stopped heartbeating.
+	// is granted, another batcher waits for one and no rollout comes (default 30 s, or 4
+	// times the longest a credit took to be used, if longer): then its task and credits are
+	// taken back, as from a batcher that stopped heartbeating, and its ID is served last.
 	CreditLease time.Duration
 
 	// HeartbeatInterval is how often batchers heartbeat (default 2 s); a batcher silent
@@ -154,7 +155,7 @@ func (c *ServeConfig) defaults() {
 		c.HeartbeatTimeout = 5 * c.HeartbeatInterval
 	}
 	if c.CreditLease == 0 {
-		c.CreditLease = 10 * time.Second
+		c.CreditLease = 30 * time.Second
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = 16
