@@ -44,6 +44,22 @@ func TestHostileCoordinator(t *testing.T) {
 	if task, err := honest.Task(ctx); err != nil || task.ID != "t" {
 		t.Errorf("the honest batcher's task %+v, %v: want t, taken back from the hog", task, err)
 	}
+	// The hog (registered again by its heartbeat) asks for a credit first; the honest batcher
+	// publishes, asks again, and the learner takes its rollout: the freed credit goes to the
+	// honest batcher, the hog's ID being served last.
+	hogWait := askCredit(ctx, hog)
+	time.Sleep(300 * time.Millisecond)
+	if _, err := honest.PublishRollout(ctx, pack(t, "CartPole-v1", cartPoleRollout(4, 2, 0, 1))); err != nil {
+		t.Fatal(err)
+	}
+	honest.spendCredit()
+	honestWait := askCredit(ctx, honest)
+	time.Sleep(300 * time.Millisecond)
+	if _, err := src.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	granted(t, honestWait, 0)
+	waiting(t, hogWait)
 
 	// Raw coordinator requests with the batcher credential.
 	opt, err := credsOption(s.CredsFile())
