@@ -80,6 +80,9 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 	}
 	// Recognised as the batchers recognise it (from the graph's declarations, no probing
 	// session), so the learner and the batchers bind the same tensors.
+	if err := checkObsInput(&mp, spec); err != nil {
+		return nil, err
+	}
 	b, err := layout.Recognise(&mp, nil, spec, o)
 	if err != nil {
 		return nil, err
@@ -255,6 +258,52 @@ func (f *foreign) artifact(model []byte, version int64) ([]byte, error) {
 }
 
 // obsSize is the number of values in one observation of spec.
+// checkObsInput refuses a policy none of whose graph inputs can take the env's observations:
+// every input (initializers aside) declares rows of a known size, and none is the env's. A
+// policy trained on another env was refused later, saying only that its head could not be
+// recognised.
+func checkObsInput(mp *onnxpb.ModelProto, spec head.Spec) error {
+	g := mp.GetGraph()
+	inits := map[string]bool{}
+	for _, t := range g.GetInitializer() {
+		inits[t.GetName()] = true
+	}
+	want := obsSize(spec)
+	var seen []string
+	for _, in := range g.GetInput() {
+		if inits[in.GetName()] {
+			continue
+		}
+		dims := in.GetType().GetTensorType().GetShape().GetDim()
+		if len(dims) < 2 {
+			return nil // a scalar or an unbatched input: nothing to tell from it
+		}
+		n := int64(1)
+		for _, d := range dims[1:] {
+			v, ok := d.GetValue().(*onnxpb.TensorShapeProto_Dimension_DimValue)
+			if !ok || v.DimValue <= 0 {
+				return nil // a dynamic size may be the env's
+			}
+			n *= v.DimValue
+		}
+		if n == int64(want) {
+			return nil
+		}
+		seen = append(seen, fmt.Sprintf("%q takes %d", in.GetName(), n))
+	}
+	if len(seen) == 0 {
+		return nil
+	}
+	from := ""
+	for _, p := range mp.GetMetadataProps() {
+		if p.GetKey() == "towerrl.env_id" {
+			from = fmt.Sprintf(" (it was trained on %s)", p.GetValue())
+		}
+	}
+	return fmt.Errorf("%w: the observation sizes differ: the policy's input %s values per observation, %s gives %d%s; fine-tune a policy of %s, or train on the env the policy was made for",
+		ErrFineTune, strings.Join(seen, ", the input "), spec.EnvID, want, from, spec.EnvID)
+}
+
 func obsSize(spec head.Spec) int {
 	n := 1
 	for _, d := range spec.ObsShape {

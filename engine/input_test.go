@@ -116,3 +116,49 @@ func TestResumeSmallerQueue(t *testing.T) {
 		t.Fatalf("resume with queue_size 3: %+v, %v", res, err)
 	}
 }
+
+// TestMisleadingErrors: "the last good policy.onnx … kept" was said when no policy.onnx had
+// been written, and resuming a file said "not a run directory (<nil>)".
+func TestMisleadingErrors(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	cfg := smallRun(5)
+	cfg.LR, cfg.ConstantLR, cfg.MaxGradNorm, cfg.CheckpointEvery = 1e38, true, -1, 10
+	_, err := Train(context.Background(), cfg, Options{Out: dir})
+	if !errors.Is(err, ErrNonFinite) || strings.Contains(err.Error(), "policy.onnx and checkpoint are kept") ||
+		!strings.Contains(err.Error(), "no policy.onnx was written yet") {
+		t.Errorf("a run that diverged before its first policy.onnx: %v", err)
+	}
+	if _, serr := os.Stat(filepath.Join(dir, policyFile)); serr == nil {
+		t.Error("the diverged run wrote a policy.onnx")
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Resume(context.Background(), file, Options{})
+	if !errors.Is(err, ErrRunDir) || strings.Contains(err.Error(), "<nil>") || !strings.Contains(err.Error(), "is a file") {
+		t.Errorf("resuming a file: %v", err)
+	}
+}
+
+// TestInitPolicyOfAnotherEnv: fine-tuning a CartPole-v1 policy (4 observations) on Acrobot-v1
+// (6) said "cannot tell which tensors carry the head … pass --logits-output"; it now says the
+// observation sizes differ, 4 against 6, and which env the policy was trained on.
+func TestInitPolicyOfAnotherEnv(t *testing.T) {
+	ctx := context.Background()
+	cart := filepath.Join(t.TempDir(), "cart")
+	cfg := Config{Env: "CartPole-v1", TotalSteps: 512, EvalEpisodes: -1}
+	if _, err := Train(ctx, cfg, Options{Out: cart}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Train(ctx, Config{Env: "Acrobot-v1", TotalSteps: 512, EvalEpisodes: -1, InitPolicy: filepath.Join(cart, policyFile)},
+		Options{Out: filepath.Join(t.TempDir(), "acro")})
+	if !errors.Is(err, ErrFineTune) {
+		t.Fatalf("%v, want ErrFineTune", err)
+	}
+	for _, w := range []string{"observation sizes differ", "takes 4 values", "Acrobot-v1 gives 6", "trained on CartPole-v1"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not say %q", err, w)
+		}
+	}
+}

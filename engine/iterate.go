@@ -87,7 +87,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	// exported, checkpointed or written, so the last good policy and checkpoint stay.
 	stats := algo.Stats{Names: t.alg.StatNames(), Values: res.Stats}
 	if err := finite(stats, t.pm.flatParams()); err != nil {
-		return Metrics{}, fmt.Errorf("%w; the last good policy.onnx and checkpoint are kept (lower lr or max_grad_norm, or look for NaN in the env's observations and rewards)", err)
+		return Metrics{}, fmt.Errorf("%w (lower lr or max_grad_norm, or look for NaN in the env's observations and rewards)", err)
 	}
 	// The rollout's observations join the normaliser's statistics; the new map goes out with
 	// the new weights.

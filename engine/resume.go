@@ -46,8 +46,10 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 		opts.Ranks = nil
 	}
 	fail := func(err error) (Result, error) { return Result{}, fmt.Errorf("engine: resuming %s: %w", dir, err) }
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return fail(fmt.Errorf("%w: not a run directory (%v)", ErrRunDir, err))
+	if st, err := os.Stat(dir); err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrRunDir, err))
+	} else if !st.IsDir() {
+		return fail(fmt.Errorf("%w: it is a file, not a run directory (a folder train --out made)", ErrRunDir))
 	}
 	lock, err := rundir.Lock(dir)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -217,6 +218,9 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 	}
 	for it := first; it < iters; it++ {
 		m, err := t.iterate(ctx, it, iters)
+		if errors.Is(err, ErrNonFinite) {
+			err = fmt.Errorf("%w; %s", err, kept(run))
+		}
 		if errors.Is(err, errStopWaiting) { // remote collection: a stop must not wait for batchers
 			return res, t.stopWaiting(ctx, run, ckptPath, it, iters, saving)
 		}
@@ -314,6 +318,18 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 	}
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// kept says what a run stopped by a non-finite update leaves in its directory: what is there
+// is the last good state, and policy.onnx only when one was written.
+func kept(run *runDir) string {
+	if run.Path() == "" {
+		return "nothing was written (no run directory)"
+	}
+	if _, err := os.Stat(run.PolicyPath()); err != nil {
+		return fmt.Sprintf("the last good checkpoint is kept in %s; no policy.onnx was written yet (one is written every checkpoint_every iterations)", run.Path())
+	}
+	return fmt.Sprintf("the last good policy.onnx and checkpoint are kept in %s", run.Path())
 }
 
 // stopped reports whether stop is closed (never, for a nil channel).
