@@ -140,8 +140,8 @@ type options struct {
 type summary struct {
 	Steps       int64    `json:"steps"`
 	Episodes    int      `json:"episodes"`
-	ReturnMean  float64  `json:"return_mean"`
-	ReturnStd   float64  `json:"return_std"`
+	ReturnMean  *float64 `json:"return_mean"` // null when no episode ended, as train writes
+	ReturnStd   *float64 `json:"return_std"`
 	StepsPerSec float64  `json:"steps_per_sec"`
 	Policy      string   `json:"policy"`
 	Env         string   `json:"env"`
@@ -318,6 +318,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		progressbar.OptionShowIts(), progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionSetDescription("collecting"), progressbar.OptionClearOnFinish())
 	sum := summary{Policy: o.policy, Env: o.env, Device: b.Device(), Workers: o.workers, Envs: o.envs, EnvThreads: max(o.envThreads, 1)}
+	if o.policy == "random" {
+		sum.Device = "cpu" // no policy runs: the actions are drawn on the CPU
+	}
 	var stats batcher.Stats
 	start := time.Now()
 	for done := int64(0); done < rounds; {
@@ -369,7 +372,10 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	}
 	sum.Steps = total
 	sum.Episodes = stats.N
-	sum.ReturnMean, sum.ReturnStd = stats.Mean(), stats.Std()
+	if stats.N > 0 {
+		mean, std := stats.Mean(), stats.Std()
+		sum.ReturnMean, sum.ReturnStd = &mean, &std
+	}
 	sum.StepsPerSec = float64(total) / elapsed.Seconds()
 	log.Info("done", zap.Int64("steps", total), zap.Int("episodes", sum.Episodes), zap.Float64("steps_per_sec", sum.StepsPerSec))
 	return cli.Summary(stdout, sum)

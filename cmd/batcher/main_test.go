@@ -373,3 +373,21 @@ func TestLogJSONAndStop(t *testing.T) {
 		t.Fatalf("manifest after the stop: %+v", m.Runs)
 	}
 }
+
+// TestSummaryWithoutEpisodes: a collection in which no episode ended printed "return_mean":0
+// and "return_std":0 (train writes null), and --policy random said "device":"random".
+func TestSummaryWithoutEpisodes(t *testing.T) {
+	var stdout bytes.Buffer
+	o := options{policy: "random", env: "CartPole-v1", envs: 2, workers: 1, steps: 4, rollout: 2, seed: 1}
+	o.flags.Device = "cpu"
+	if err := run(context.Background(), &stdout, io.Discard, zap.NewNop(), o); err != nil {
+		t.Fatal(err)
+	}
+	var sum map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum["episodes"] != 0.0 || sum["return_mean"] != nil || sum["return_std"] != nil || sum["device"] != "cpu" {
+		t.Fatalf("summary %s: want episodes 0, return_mean and return_std null, device cpu", stdout.String())
+	}
+}
