@@ -12,7 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/towerrl/towerrl/internal/bounded"
+	"github.com/towerrl/towerrl/onnx"
 )
 
 // TestTypoSizedInput: inputs a typo makes — --envs 5000000, a QueueSize of 1e9, 100,000
@@ -160,5 +165,28 @@ func TestInitPolicyOfAnotherEnv(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("%q does not say %q", err, w)
 		}
+	}
+}
+
+// TestCriticNotNamedByUser: fine-tuning an actor-only policy (RLlib's export) logged
+// "--value-output towerrl_critic_value (named by the user)" though the user named nothing:
+// the value is towerrl's new critic, and the log says so.
+func TestCriticNotNamedByUser(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	src := filepath.Join("..", "testdata", "foreign", "rllib_cartpole_mlp_weak.onnx")
+	_, err := Train(context.Background(), Config{Env: "CartPole-v1", InitPolicy: src, TotalSteps: 512, EvalEpisodes: -1},
+		Options{Session: onnx.Config{Logger: zap.New(core)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range logs.All() {
+		if strings.Contains(e.Message, "named by the user") {
+			t.Errorf("logged %q", e.Message)
+		}
+		found = found || strings.Contains(e.Message, "the critic towerrl added")
+	}
+	if !found {
+		t.Error("no log line says the value is the critic towerrl added")
 	}
 }

@@ -108,6 +108,9 @@ type Overrides struct {
 	Scale head.Scale
 }
 
+// towerrlPrefix starts the names of the tensors towerrl adds to a graph (models.CriticOutput).
+const towerrlPrefix = "towerrl_"
+
 // Recognise binds the graph m to a head for an env whose action space env holds (its Head
 // says discrete or continuous: categorical, or one of the Gaussian heads). tensors, when not
 // nil, gives concrete shapes for any of the graph's tensors (a session's inputs and outputs as
@@ -201,7 +204,13 @@ func (r *recogniser) overrides(o Overrides) error {
 			}
 		}
 		*f.dst = f.name
-		r.note("%s %s (named by the user)", f.flag, f.name)
+		if strings.HasPrefix(f.name, towerrlPrefix) {
+			// towerrl's own tensors (the critic a fine-tune adds to an actor-only policy,
+			// models.CriticOutput) are named by the trainer, not by anyone's flag.
+			r.note("value %s (the critic towerrl added)", f.name)
+		} else {
+			r.note("%s %s (named by the user)", f.flag, f.name)
+		}
 	}
 	if o.Names.Params != "" || o.Names.LogStd != "" {
 		b.Split = false
