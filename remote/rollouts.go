@@ -44,11 +44,17 @@ func (s *Server) refused(batcherID string, key fmt.Stringer, err error) {
 	if len(s.stats.RefusedBatchers) < maxRefusedBatchers || s.stats.RefusedBatchers[batcherID] > 0 {
 		s.stats.RefusedBatchers[batcherID]++
 	} else {
-		s.stats.RefusedBatchers["(others)"]++
+		batcherID = "(others)"
+		s.stats.RefusedBatchers[batcherID]++
 	}
+	n := s.stats.RefusedBatchers[batcherID]
 	s.mu.Unlock()
-	s.log.Warn("remote: dropping a rollout that does not fit the run", zap.String("batcher", batcherID),
-		zap.Stringer("rollout", key), zap.String("reason", reason), zap.Error(err))
+	// A flood is logged, not copied into the log: the first 10 of a batcher, then the 16th,
+	// 32nd, 64th…
+	if n <= 10 || n&(n-1) == 0 {
+		s.log.Warn("remote: dropping a rollout that does not fit the run", zap.String("batcher", batcherID),
+			zap.Stringer("rollout", key), zap.String("reason", reason), zap.Int64("refused_from_batcher", n), zap.Error(err))
+	}
 }
 
 // maxRefusedBatchers bounds the batcher IDs Stats.RefusedBatchers names (IDs are the
