@@ -91,7 +91,8 @@ type coordinator struct {
 	members map[sessionKey]*member
 	tasks   []*taskSlot // in AddTask order
 	ended   bool
-	credits *credits // nil: ServeConfig.Credits is 0
+	credits *credits         // nil: ServeConfig.Credits is 0
+	events  map[string]int64 // events a client can repeat at will, for often
 }
 
 type member struct {
@@ -198,8 +199,10 @@ func (c *coordinator) register(data []byte) any {
 				continue
 			}
 			if since := time.Since(om.last); since < c.interval*3/2 {
-				c.log.Warn("remote: a second session registers under a live batcher's ID; it waits until that one falls silent",
-					zap.String("batcher", r.BatcherID))
+				if n, ok := c.often("live id"); ok {
+					c.log.Warn("remote: a second session registers under a live batcher's ID; it waits until that one falls silent",
+						zap.String("batcher", r.BatcherID), zap.Int64("times", n))
+				}
 				return registerReply{WaitMS: max((c.interval*3/2 - since).Milliseconds(), 1)}
 			}
 			c.log.Warn("remote: batcher registered again (a new process); its previous session is dropped",
@@ -208,7 +211,10 @@ func (c *coordinator) register(data []byte) any {
 		}
 		if len(c.members) >= maxMembers {
 			// Those that do not heartbeat are dropped after HeartbeatTimeout: ask again.
-			c.log.Warn("remote: a batcher waits: too many registered", zap.String("batcher", r.BatcherID), zap.Int("registered", len(c.members)))
+			if n, ok := c.often("full"); ok {
+				c.log.Warn("remote: a batcher waits: too many registered", zap.String("batcher", r.BatcherID),
+					zap.Int("registered", len(c.members)), zap.Int64("times", n))
+			}
 			return registerReply{WaitMS: max(c.interval.Milliseconds(), 1)}
 		}
 		m = &member{}
@@ -223,6 +229,17 @@ func (c *coordinator) register(data []byte) any {
 		}
 	}
 	return registerReply{HeartbeatMS: c.interval.Milliseconds()}
+}
+
+// often counts an event a client can repeat at will and reports whether to log this one: the
+// first 10, then the 16th, 32nd, 64th… It holds c.mu.
+func (c *coordinator) often(event string) (n int64, log bool) {
+	if c.events == nil {
+		c.events = map[string]int64{}
+	}
+	c.events[event]++
+	n = c.events[event]
+	return n, n <= 10 || n&(n-1) == 0
 }
 
 // cut shortens free text to maxFreeText bytes.
