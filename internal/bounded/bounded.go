@@ -4,12 +4,15 @@
 // A typo-sized input (--init-policy /dev/zero, a FIFO, --envs 5000000) then gives an error that
 // names it and the limit, never Go's "fatal error: out of memory" or a read that never ends.
 //
-// The memory available is MemAvailable in /proc/meminfo, lowered to the Go runtime's memory
-// limit (GOMEMLIMIT) when one is set; every function is safe for concurrent use.
+// The memory available is MemAvailable in /proc/meminfo, lowered to what the process's memory
+// cgroup leaves (a container's limit less its usage) and to the Go runtime's memory limit
+// (GOMEMLIMIT) when they are lower; every function is safe for concurrent use. (Package
+// batcher's dataset footprint reads the same figures.)
 package bounded
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -49,20 +52,46 @@ type Memory struct {
 }
 
 // Available reads MemAvailable from /proc/meminfo (falling back to 16 GiB when it cannot be
-// read), lowered to the Go runtime's memory limit when one is set.
-func Available() Memory {
+// read), lowered to what the memory cgroup leaves and to the Go runtime's memory limit.
+func Available() Memory { return available(os.ReadFile) }
+
+// available is Available reading the files through read.
+func available(read func(string) ([]byte, error)) Memory {
 	m := Memory{memoryFallback, fmt.Sprintf("assumed: /proc/meminfo is unreadable, so %s", FormatBytes(memoryFallback))}
-	if f, err := os.Open("/proc/meminfo"); err == nil {
-		n, err := parseMemAvailable(f)
-		f.Close()
-		if err == nil {
+	if b, err := read("/proc/meminfo"); err == nil {
+		if n, err := parseMemAvailable(bytes.NewReader(b)); err == nil {
 			m = Memory{n, "MemAvailable in /proc/meminfo"}
 		}
+	}
+	// A container's memory cgroup (v2, then v1) may leave less than the host has.
+	for _, c := range []struct{ limit, usage string }{
+		{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+		{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"},
+	} {
+		limit, ok := readInt(read, c.limit) // "max" (no limit) does not parse
+		usage, ok2 := readInt(read, c.usage)
+		if !ok || !ok2 || limit >= 1<<60 { // v1 writes a huge number for no limit
+			continue
+		}
+		if left := limit - min(usage, limit); left < m.Bytes {
+			m = Memory{left, "the cgroup's " + c.limit + " less " + c.usage}
+		}
+		break
 	}
 	if limit := debug.SetMemoryLimit(-1); limit < m.Bytes {
 		m = Memory{limit, "the Go memory limit, GOMEMLIMIT"}
 	}
 	return m
+}
+
+// readInt reads a file holding one non-negative integer.
+func readInt(read func(string) ([]byte, error), path string) (int64, bool) {
+	b, err := read(path)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil && n >= 0
 }
 
 // Check returns nil when n bytes fit in the memory available, else an [ErrTooLarge] error

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -107,6 +108,34 @@ func TestParseMemAvailable(t *testing.T) {
 	for n, want := range map[int64]string{512: "512 B", 1536: "1.5 KiB", 4 << 40: "4.0 TiB", math.MaxInt64: "8.0 EiB"} {
 		if got := FormatBytes(n); got != want {
 			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestAvailableCgroup: in a container, what the memory cgroup leaves (limit less usage, v2
+// then v1) lowers MemAvailable; "max" and v1's huge number mean no limit.
+func TestAvailableCgroup(t *testing.T) {
+	meminfo := "MemTotal: 32000000 kB\nMemAvailable:   8000000 kB\n"
+	for _, tc := range []struct {
+		files  map[string]string
+		want   int64
+		source string
+	}{
+		{map[string]string{}, 8000000 * 1024, "MemAvailable"},
+		{map[string]string{"/sys/fs/cgroup/memory.max": "2147483648\n", "/sys/fs/cgroup/memory.current": "1073741824\n"}, 1 << 30, "memory.max"},
+		{map[string]string{"/sys/fs/cgroup/memory.max": "max\n", "/sys/fs/cgroup/memory.current": "1073741824\n"}, 8000000 * 1024, "MemAvailable"},
+		{map[string]string{"/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712", "/sys/fs/cgroup/memory/memory.usage_in_bytes": "5"}, 8000000 * 1024, "MemAvailable"},
+		{map[string]string{"/sys/fs/cgroup/memory/memory.limit_in_bytes": "1000", "/sys/fs/cgroup/memory/memory.usage_in_bytes": "2000"}, 0, "limit_in_bytes"},
+	} {
+		tc.files["/proc/meminfo"] = meminfo
+		m := available(func(p string) ([]byte, error) {
+			if s, ok := tc.files[p]; ok {
+				return []byte(s), nil
+			}
+			return nil, os.ErrNotExist
+		})
+		if want := min(tc.want, debug.SetMemoryLimit(-1)); m.Bytes != want || (want == tc.want && !strings.Contains(m.Source, tc.source)) {
+			t.Errorf("%v: %+v, want %d from %s", tc.files, m, tc.want, tc.source)
 		}
 	}
 }
