@@ -217,3 +217,47 @@ func TestHostileConsumers(t *testing.T) {
 		t.Fatal("the batcher's watch stopped after the sweep")
 	}
 }
+
+// TestCreditAcrossRestart: a credit request the learner held when it was killed is sent again
+// to the restarted learner as soon as the batcher reconnects, not after its 30 s timeout
+// (issue 28, item 10: the first iteration after a resume stalled 23–28 s).
+func TestCreditAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := timeout(t, 60*time.Second)
+	cfg := fast(ServeConfig{StoreDir: dir, Credits: 1, HeartbeatTimeout: time.Minute})
+	s1, err := Serve(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := dial(t, s1, ClientConfig{BatcherID: "a"})
+	b := dial(t, s1, ClientConfig{BatcherID: "b"})
+	for _, c := range []*Client{a, b} {
+		if err := c.Register(ctx, Registration{EnvID: "CartPole-v1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	granted(t, askCredit(ctx, a), 0)
+	bWait := askCredit(ctx, b) // held: a has the only credit
+	time.Sleep(500 * time.Millisecond)
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Addr = strings.TrimPrefix(s1.URL(), "nats://")
+	s2, err := Serve(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	t0 := time.Now()
+	select {
+	case r := <-bWait:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if since := time.Since(t0); since > 5*time.Second {
+			t.Errorf("the credit came %v after the restart, want within 5 s", since)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no credit within 20 s of the restart")
+	}
+}
