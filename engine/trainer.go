@@ -44,6 +44,7 @@ type trainer struct {
 	async   *asyncRun  // set for an asynchronous algorithm (impala, appo)
 	rs      *rankState // set for a rank of a DD-PPO job of several
 	source  *sourceRun // set when the rollouts come from Options.Source, not own batchers
+	iterEnd time.Time  // when the last iteration (or start) ended: a remote source's rate
 }
 
 func newTrainer(cfg Config, spec envs.Spec, pm policyModel, session onnx.Config) *trainer {
@@ -127,6 +128,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if t.pol, err = batcher.NewPolicy(ctx, t.model, t.version, t.spec, pc); err != nil {
 		return err
 	}
+	t.iterEnd = time.Now()
 	if t.source != nil { // the first policy the remote batchers collect with
 		if err := t.source.src.Publish(ctx, t.version, t.model); err != nil {
 			return err
