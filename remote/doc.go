@@ -178,7 +178,9 @@
 //     acknowledged by the stream is lost; unacknowledged rollouts go to the new learner. On
 //     reconnection a Client watches the run bucket again at once (the old watch's consumer
 //     died with the server), so the resumed learner's first policy reaches it in
-//     milliseconds.
+//     milliseconds, and sends again at once any coordinator request (a credit) the dead
+//     learner held. A resumed learner refuses the rollouts left in the stream by policy
+//     versions it never had (see Source.Next).
 //   - Batcher killed: its in-flight chunks are lost or, if stored, delivered; a partly
 //     stored rollout is dropped after ChunkTimeout; its task is reassigned after
 //     HeartbeatTimeout.
