@@ -16,7 +16,7 @@ import (
 // Stats counts what the learner's side received. Counts are of rollouts unless named
 // otherwise.
 type Stats struct {
-	Delivered       int64            `json:"delivered"`        // handed to the learner by Rollouts
+	Delivered       int64            `json:"delivered"`        // handed to the learner by Rollouts (those Source.Next then refuses included)
 	Acked           int64            `json:"acked"`            // acknowledged by the learner (Delivery.Ack)
 	Duplicates      int64            `json:"duplicates"`       // dropped: the same (batcher, session, seq) was already delivered
 	DuplicateChunks int64            `json:"duplicate_chunks"` // chunk messages dropped as copies (redelivered or republished)
