@@ -186,3 +186,17 @@ func TestServePortBusy(t *testing.T) {
 		}
 	}
 }
+
+// TestHugeConfigFile: a --config of 100 MB was read whole and its value echoed into stderr; a
+// file past 1 MiB is refused before it is read, in an error of a line.
+func TestHugeConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "huge.json")
+	big := append([]byte(`{"env": "`), bytes.Repeat([]byte("x"), 2<<20)...)
+	if err := os.WriteFile(path, append(big, `"}`...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := readConfig(path)
+	if err == nil || !strings.Contains(err.Error(), "--config") || !strings.Contains(err.Error(), "more than the 1.0 MiB") || len(err.Error()) > 400 {
+		t.Fatalf("a 2 MiB config: %v", err)
+	}
+}
