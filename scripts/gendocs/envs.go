@@ -26,7 +26,7 @@ var measured = map[string]struct{ reaches, time, source string }{
 	"MountainCarContinuous-v0":  {"94.6 to 95.3 (seeds 0–4)", "9–13 s", "presets.md"},
 	"CartPoleNoVel-v1":          {"42–43 (a feed-forward MLP cannot see velocities: fine-tune a recurrent policy)", "–", "foreign.md"},
 	"HalfCheetah-v4":            {"4516 to 5271, mean 4916 (seeds 0–2)", "99 s quiet; 153–315 s loaded", "mujoco.md"},
-	"Hopper-v4":                 {"1974 to 3410, mean 2920 (seeds 0–2)", "421–474 s loaded", "mujoco.md"},
+	"Hopper-v4":                 {"1974 to 3410, mean 2920 (seeds 0–2)", "130 s quiet; 421–474 s loaded", "mujoco.md"},
 	"Walker2d-v4":               {"2347 to 4481, mean 3420 (seeds 0–2)", "228–751 s loaded", "mujoco.md"},
 	"Ant-v4":                    {"2978 to 4199, mean 3584 (seeds 0–2)", "≈ 330 s quiet; 909–1221 s loaded", "mujoco.md"},
 	"InvertedPendulum-v4":       {"985 to 1000, mean 995 (seeds 0–2)", "278–311 s loaded", "mujoco.md"},
@@ -34,8 +34,8 @@ var measured = map[string]struct{ reaches, time, source string }{
 	"InvertedDoublePendulum-v4": {"5650 (seed 0)", "407 s loaded", "mujoco.md"},
 	"Reacher-v4":                {"−4.1 (seed 0)", "284 s loaded", "mujoco.md"},
 	"Pusher-v4":                 {"−41.0 (seed 0)", "503 s loaded", "mujoco.md"},
-	"Humanoid-v4":               {"499 after 200k steps (seed 0)", "533 s loaded for 200k", "mujoco.md"},
-	"HumanoidStandup-v4":        {"130427 after 200k steps (seed 0)", "592 s loaded for 200k", "mujoco.md"},
+	"Humanoid-v4":               {"686 (seed 0)", "1834 s loaded (≈ 300 s of physics)", "mujoco.md"},
+	"HumanoidStandup-v4":        {"150441 (seed 0)", "2209 s loaded (≈ 300 s of physics)", "mujoco.md"},
 }
 
 // notBuilt is what the spaces columns say for an env this build cannot run.
