@@ -190,3 +190,41 @@ func TestCriticNotNamedByUser(t *testing.T) {
 		t.Error("no log line says the value is the critic towerrl added")
 	}
 }
+
+// TestResumeFreshRunWithOtherSettings: a run that has not finished an iteration (older
+// versions wrote its checkpoint, then died of out-of-memory with --envs 100000 at every
+// resume) has trained nothing, so a resume may change its settings: it starts again with them
+// and ends as a run made with them from the start, byte for byte. A run that has finished an
+// iteration still refuses the change.
+func TestResumeFreshRunWithOtherSettings(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{Env: "CartPole-v1", TotalSteps: 512 * 3, Seed: 4, EvalEpisodes: -1}
+	want := cfg
+	want.Envs = 8 // 1024 steps an iteration
+	want.TotalSteps = 1024 * 2
+	full := filepath.Join(t.TempDir(), "full")
+	if _, err := Train(ctx, want, Options{Out: full}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	// Killed during its first iteration: the checkpoint of iteration 0 and no metrics line.
+	cut, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if _, err := Train(cut, cfg, Options{Out: dir, Progress: func(Metrics) { cancel() }}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled run: %v", err)
+	}
+	if err := os.Truncate(filepath.Join(dir, metricsFile), 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.Envs, c.TotalSteps = 8, 1024*2 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.EnvSteps != 2048 {
+		t.Fatalf("resumed run: %+v", res)
+	}
+	sameRun(t, full, dir, 2)
+	if _, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.Envs = 4 }}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "envs") {
+		t.Fatalf("a run with iterations behind it took another envs: %v", err)
+	}
+}

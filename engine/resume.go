@@ -24,7 +24,9 @@ import (
 // files a killed process left are removed. opts.Out is dir.
 //
 // The checkpoint must belong to the run (same run ID), and the configuration it was written
-// with must equal config.json's after opts.Change, except for [ResumeChangeable]. A fine-tune
+// with must equal config.json's after opts.Change, except for [ResumeChangeable]; a run that
+// has not finished an iteration may change any field but run_id, init_policy and
+// init_policy_sha256, and starts again from the beginning with them. A fine-tune
 // resumes from the policy bytes in the checkpoint: the InitPolicy file is not needed. A run
 // stopped before its first checkpoint (no metrics yet) starts again from the beginning.
 //
@@ -75,22 +77,38 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	if opts.Change != nil {
 		opts.Change(&cfg)
 	}
-	if err := resumeChanges(stored, cfg); err != nil {
+	// A run that has not finished an iteration has trained nothing: it may take other
+	// settings (fewer envs after --envs 100000 did not fit) and starts again from the
+	// beginning with them; only its identity stays.
+	fresh := noMetrics(dir)
+	changeable := ResumeChangeable
+	if fresh {
+		changeable = freshChangeable(stored, cfg)
+	}
+	if err := resumeChanges(stored, cfg, changeable); err != nil {
 		return fail(err)
 	}
-	asked := cfg // stored, with at most ResumeChangeable fields changed: config.json from now on
+	restart := fresh && !reflect.DeepEqual(cfg, stored)
+	asked := cfg // stored, with at most the changeable fields changed: config.json from now on
 	if cfg, err = cfg.WithDefaults(); err != nil {
 		return fail(err)
 	}
 	ckpt, err := models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
 	switch {
-	case errors.Is(err, os.ErrNotExist) && noMetrics(dir):
+	case errors.Is(err, os.ErrNotExist) && fresh:
 		ckpt = nil // stopped before the first checkpoint: nothing was trained, start again
+	case restart:
+		ckpt = nil // nothing trained, other settings: start again with them
 	case err != nil:
 		return fail(err)
 	default:
 		if err := checkCheckpoint(ckpt, stored); err != nil {
-			return fail(err)
+			if !fresh || string(ckpt.Bytes["run_id"]) != stored.RunID {
+				return fail(err)
+			}
+			// Nothing trained, and a resume that changed the settings was cut before its
+			// first checkpoint: start again with config.json's.
+			ckpt = nil
 		}
 	}
 	var initData []byte
@@ -149,20 +167,33 @@ func noMetrics(dir string) bool {
 	return err != nil || st.Size() == 0
 }
 
-// resumeChanges refuses changes to fields outside ResumeChangeable, naming every one.
-func resumeChanges(stored, asked Config) error {
+// resumeChanges refuses changes to fields outside changeable, naming every one.
+func resumeChanges(stored, asked Config, changeable []string) error {
 	a, b := configMap(stored), configMap(asked)
 	var bad []string
 	for k := range union(a, b) {
-		if !slices.Contains(ResumeChangeable, k) && !bytes.Equal(a[k], b[k]) {
+		if !slices.Contains(changeable, k) && !bytes.Equal(a[k], b[k]) {
 			bad = append(bad, fmt.Sprintf("%s (run: %s, asked: %s)", k, orNone(a[k]), orNone(b[k])))
 		}
 	}
 	if len(bad) > 0 {
 		slices.Sort(bad)
-		return fmt.Errorf("%w: a resume may change only %s; not %s", ErrConfig, strings.Join(ResumeChangeable, ", "), strings.Join(bad, ", "))
+		return fmt.Errorf("%w: a resume may change only %s; not %s", ErrConfig, strings.Join(changeable, ", "), strings.Join(bad, ", "))
 	}
 	return nil
+}
+
+// freshChangeable lists the fields a resume of a run that has not finished an iteration may
+// change: all but the run's identity (its ID, and the policy it fine-tunes).
+func freshChangeable(stored, asked Config) []string {
+	var names []string
+	for k := range union(configMap(stored), configMap(asked)) {
+		if k != "run_id" && k != "init_policy" && k != "init_policy_sha256" {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // checkCheckpoint refuses a checkpoint of another run, or one written with another config.
@@ -177,7 +208,7 @@ func checkCheckpoint(c *models.Checkpoint, stored Config) error {
 		return fmt.Errorf("%w: the checkpoint's config: %v", ErrRunDir, err)
 	}
 	explicitZeros(c.Bytes["config"], &was)
-	if err := resumeChanges(was, stored); err != nil {
+	if err := resumeChanges(was, stored, ResumeChangeable); err != nil {
 		return fmt.Errorf("config.json was edited since the checkpoint: %w", err)
 	}
 	return nil
