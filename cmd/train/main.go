@@ -13,7 +13,8 @@
 //
 // The run directory (--out) must be new or empty: train never writes over files it did not
 // create. It is locked while a train or a resume uses it. The first SIGINT or SIGTERM finishes
-// the iteration, writes a checkpoint and exits 1 saying how to resume; a second stops at once.
+// the iteration, writes a checkpoint and exits 1 saying how to resume; a second cancels
+// what is under way and the process exits within 2 s (a third: at once).
 // With --resume DIR, only --total-steps, --queue-size (impala, appo) and --no-spin (and the
 // config's eval_episodes, checkpoint_every) may differ from the run's config.json; other flags
 // that change the run are refused.
