@@ -195,3 +195,36 @@ func TestSourceStopWhileWaiting(t *testing.T) {
 		t.Fatalf("resume: %v, %d rollouts trained (want 3)", err, res.RolloutsTrained)
 	}
 }
+
+// TestResumePublishesRestoredFirst: a resumed run's first policy to its rollout source is
+// the checkpoint's version, not the untrained initial weights as version 0 (the remote
+// batchers briefly collected with an untrained policy, whose rollouts the version check then
+// refused).
+func TestResumePublishesRestoredFirst(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	stop := make(chan struct{})
+	cfg := Config{Env: "CartPole-v1", Envs: 4, RolloutSteps: 64, TotalSteps: 256 * 4, Seed: 4, EvalEpisodes: -1}
+	first := &batcherSource{t: t, steps: 64}
+	_, err := Train(context.Background(), cfg, Options{Out: dir, Source: first, Stop: stop, Progress: func(m Metrics) {
+		if m.Iteration == 2 {
+			close(stop)
+		}
+	}})
+	if first.b != nil {
+		first.b.Close()
+	}
+	if !errors.Is(err, ErrStopped) {
+		t.Fatalf("stopped run: %v", err)
+	}
+	src := &batcherSource{t: t, steps: 64}
+	res, err := Resume(context.Background(), dir, Options{Source: src})
+	if src.b != nil {
+		src.b.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(src.versions) == 0 || src.versions[0] < 2 || res.Iterations != 4 {
+		t.Errorf("the resumed run published versions %v (%d iterations); want the checkpoint's (2 or later) first", src.versions, res.Iterations)
+	}
+}

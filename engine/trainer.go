@@ -129,7 +129,9 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		return err
 	}
 	t.iterEnd = time.Now()
-	if t.source != nil { // the first policy the remote batchers collect with
+	if t.source != nil && firstIteration == 0 {
+		// The first policy the remote batchers collect with; a resumed run's is the
+		// checkpoint's, which restore publishes.
 		if err := t.source.src.Publish(ctx, t.version, t.model); err != nil {
 			return err
 		}
