@@ -128,6 +128,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -209,10 +210,16 @@ type data struct {
 
 var errMuJoCo = errors.New("mujoco")
 
+// lastError is the message of MuJoCo's last error on this OS thread (twr_msg is thread-local),
+// so a guarded call and the lastError after it run with the goroutine locked to its thread
+// (runtime.LockOSThread: a goroutine may otherwise resume on another thread between two cgo
+// calls, and read that thread's message — an empty one, as a test once did).
 func lastError() string { return C.GoString(C.twr_last_error()) }
 
 // newData allocates an mjData for md.
 func newData(md *model) (*data, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	d := C.twr_make_data(md.m)
 	if d == nil {
 		return nil, fmt.Errorf("%w: mj_makeData: %s", errMuJoCo, lastError())
@@ -253,6 +260,8 @@ func (d *data) setTime(t float64) { d.d.time = C.mjtNum(t) }
 
 // reset is MujocoEnv.reset's mj_resetData then set_state(qpos, qvel).
 func (md *model) reset(d *data, qpos, qvel []float64) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if C.twr_reset(md.m, d.d, (*C.double)(unsafe.Pointer(&qpos[0])), (*C.double)(unsafe.Pointer(&qvel[0]))) != 0 {
 		return fmt.Errorf("%w: reset: %s", errMuJoCo, lastError())
 	}
@@ -261,6 +270,8 @@ func (md *model) reset(d *data, qpos, qvel []float64) error {
 
 // setState is Gymnasium's set_state.
 func (md *model) setState(d *data, qpos, qvel []float64) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if C.twr_set_state(md.m, d.d, (*C.double)(unsafe.Pointer(&qpos[0])), (*C.double)(unsafe.Pointer(&qvel[0]))) != 0 {
 		return fmt.Errorf("%w: set_state: %s", errMuJoCo, lastError())
 	}
@@ -275,6 +286,8 @@ func (md *model) step(ptrs **C.mjData, n, frameSkip int, rne bool) (int, error) 
 	if rne {
 		r = 1
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if k := C.twr_step(md.m, ptrs, C.int(n), C.int(frameSkip), r); k != 0 {
 		return int(k) - 1, fmt.Errorf("%w: mj_step: %s", errMuJoCo, lastError())
 	}

@@ -4,7 +4,9 @@ package mujoco
 
 import (
 	"errors"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -39,5 +41,55 @@ func TestLibraryErrorsAreErrors(t *testing.T) {
 	// into a stale frame.
 	if _, err := md.step(ptrs.at(1), 1, 500, false); err == nil {
 		t.Fatal("the second step succeeded on an exhausted stack")
+	}
+}
+
+// TestLibraryErrorsAcrossThreads: MuJoCo's message reaches the error however the goroutines
+// move between OS threads. The message is thread-local in C; read by a second cgo call, it
+// came from whatever thread the goroutine resumed on, and was once empty in make test on a
+// loaded machine (TestLibraryErrorsAreErrors). This test did not make the unlocked code fail
+// on a quiet machine; it holds the locked code to the message under thread hand-offs.
+func TestLibraryErrorsAcrossThreads(t *testing.T) {
+	md, err := loadModel("tiny.xml", []byte(`<mujoco><size nstack="100"/><worldbody>
+		<body pos="0 0 0.3"><joint type="free"/><geom type="box" size="0.1 0.1 0.1"/></body>
+		<geom type="plane" size="1 1 0.1"/></worldbody></mujoco>`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// More goroutines than Ps: a goroutine whose P was handed off during a long cgo call
+	// waits for one when the call returns, and may then resume on another thread.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const workers, rounds = 8, 40
+	errs := make(chan error, workers*rounds)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			d, err := newData(md)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer d.free()
+			ptrs := newDataPtrs([]*data{d})
+			defer ptrs.free()
+			for range rounds {
+				_, err := md.step(ptrs.p, 1, 500, false)
+				if err == nil || !strings.Contains(err.Error(), "Stack overflow") {
+					errs <- err
+				}
+				runtime.Gosched()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n++; n <= 3 {
+			t.Errorf("step on an exhausted stack: %v; want MuJoCo's message", err)
+		}
+	}
+	if n > 3 {
+		t.Errorf("... %d such steps in all", n)
 	}
 }
