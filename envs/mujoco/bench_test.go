@@ -106,7 +106,7 @@ func benchStep(b *testing.B, id string, threads int) {
 							mirror[i].ctrl[c] = float64(a[i*md.nu+c])
 						}
 					}
-					md.step(shards[s].p, hi-lo, df.frameSkip, df.rne)
+					md.step(shards[s], 0, hi-lo, df.frameSkip, df.rne)
 					for _, rs := range resets[r] {
 						if lo <= rs.env && rs.env < hi {
 							md.reset(mirror[rs.env], rs.qpos, rs.qvel)

@@ -33,6 +33,16 @@ static void twr_init(void) {
 
 static const char* twr_last_error(void) { return twr_msg; }
 
+// TWR_ERRLEN is the size of the buffers the guarded calls below copy MuJoCo's message into, in
+// the call that failed: twr_msg is thread-local, and a goroutine may resume on another thread
+// between two cgo calls.
+#define TWR_ERRLEN 512
+
+static void twr_copy_error(char* err) {
+	strncpy(err, twr_msg, TWR_ERRLEN - 1);
+	err[TWR_ERRLEN - 1] = 0;
+}
+
 // twr_load compiles the model held in xml (len bytes) under the name file through a virtual
 // file system; on failure it returns NULL with the reason in err.
 static mjModel* twr_load(const char* file, const char* xml, int len, char* err, int errlen) {
@@ -71,10 +81,10 @@ static mjData* twr_make_data(const mjModel* m) {
 
 // twr_reset is mj_resetData, then qpos and qvel set (nq and nv values) and mj_forward: the
 // reset of Gymnasium's MujocoEnv followed by set_state. It returns 0, or 1 with the reason in
-// twr_last_error.
-static int twr_reset(const mjModel* m, mjData* d, const double* qpos, const double* qvel) {
+// err (TWR_ERRLEN bytes).
+static int twr_reset(const mjModel* m, mjData* d, const double* qpos, const double* qvel, char* err) {
 	jmp_buf jb;
-	if (setjmp(jb)) { twr_jmp = NULL; return 1; }
+	if (setjmp(jb)) { twr_jmp = NULL; twr_copy_error(err); return 1; }
 	twr_jmp = &jb;
 	mj_resetData(m, d);
 	memcpy(d->qpos, qpos, sizeof(mjtNum) * m->nq);
@@ -84,10 +94,11 @@ static int twr_reset(const mjModel* m, mjData* d, const double* qpos, const doub
 	return 0;
 }
 
-// twr_set_state is Gymnasium's set_state: qpos and qvel, then mj_forward.
-static int twr_set_state(const mjModel* m, mjData* d, const double* qpos, const double* qvel) {
+// twr_set_state is Gymnasium's set_state: qpos and qvel, then mj_forward; on failure, 1 with
+// the reason in err.
+static int twr_set_state(const mjModel* m, mjData* d, const double* qpos, const double* qvel, char* err) {
 	jmp_buf jb;
-	if (setjmp(jb)) { twr_jmp = NULL; return 1; }
+	if (setjmp(jb)) { twr_jmp = NULL; twr_copy_error(err); return 1; }
 	twr_jmp = &jb;
 	memcpy(d->qpos, qpos, sizeof(mjtNum) * m->nq);
 	memcpy(d->qvel, qvel, sizeof(mjtNum) * m->nv);
@@ -98,11 +109,11 @@ static int twr_set_state(const mjModel* m, mjData* d, const double* qpos, const 
 
 // twr_step is Gymnasium's do_simulation for n envs whose ctrl is already written: mj_step
 // frame_skip times, then mj_rnePostConstraint where rne is set (it fills cfrc_ext). It returns
-// 0, or 1 + the index of the env where MuJoCo failed (the reason in twr_last_error).
-static int twr_step(const mjModel* m, mjData** d, int n, int frame_skip, int rne) {
+// 0, or 1 + the index of the env where MuJoCo failed (the reason in err).
+static int twr_step(const mjModel* m, mjData** d, int n, int frame_skip, int rne, char* err) {
 	jmp_buf jb;
 	volatile int i = 0;
-	if (setjmp(jb)) { twr_jmp = NULL; return 1 + i; }
+	if (setjmp(jb)) { twr_jmp = NULL; twr_copy_error(err); return 1 + i; }
 	twr_jmp = &jb;
 	for (; i < n; i++) {
 		for (int k = 0; k < frame_skip; k++) mj_step(m, d[i]);
@@ -191,6 +202,7 @@ func f64s(p *C.mjtNum, n int) []float64 {
 // the data's life (MuJoCo 2.2 allocates every array once, in one buffer).
 type data struct {
 	d                *C.mjData
+	err              errBuf // the message of a failed reset or set_state
 	qpos, qvel, ctrl []float64
 	xpos, xipos      []float64 // nbody × 3
 	cinert           []float64 // nbody × 10
@@ -213,8 +225,24 @@ var errMuJoCo = errors.New("mujoco")
 // lastError is the message of MuJoCo's last error on this OS thread (twr_msg is thread-local),
 // so a guarded call and the lastError after it run with the goroutine locked to its thread
 // (runtime.LockOSThread: a goroutine may otherwise resume on another thread between two cgo
-// calls, and read that thread's message — an empty one, as a test once did).
+// calls, and read that thread's message — an empty one, as a test once did). The calls of
+// the steps and resets copy the message into a buffer of their own instead (errBuf), in the
+// call that failed: locking there made new threads, and Step allocate, under load.
 func lastError() string { return C.GoString(C.twr_last_error()) }
+
+// errBuf is a C buffer of TWR_ERRLEN bytes for a guarded call's message.
+type errBuf struct{ p *C.char }
+
+func newErrBuf() errBuf { return errBuf{(*C.char)(C.calloc(C.TWR_ERRLEN, 1))} }
+
+func (e errBuf) String() string { return C.GoString(e.p) }
+
+func (e *errBuf) free() {
+	if e.p != nil {
+		C.free(unsafe.Pointer(e.p))
+		e.p = nil
+	}
+}
 
 // newData allocates an mjData for md.
 func newData(md *model) (*data, error) {
@@ -226,6 +254,7 @@ func newData(md *model) (*data, error) {
 	}
 	dt := &data{
 		d:              d,
+		err:            newErrBuf(),
 		qpos:           f64s(d.qpos, md.nq),
 		qvel:           f64s(d.qvel, md.nv),
 		ctrl:           f64s(d.ctrl, md.nu),
@@ -250,6 +279,7 @@ func (d *data) free() {
 		C.mj_deleteData(d.d)
 		d.d = nil
 	}
+	d.err.free()
 }
 
 // time is the simulation time.
@@ -260,44 +290,39 @@ func (d *data) setTime(t float64) { d.d.time = C.mjtNum(t) }
 
 // reset is MujocoEnv.reset's mj_resetData then set_state(qpos, qvel).
 func (md *model) reset(d *data, qpos, qvel []float64) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if C.twr_reset(md.m, d.d, (*C.double)(unsafe.Pointer(&qpos[0])), (*C.double)(unsafe.Pointer(&qvel[0]))) != 0 {
-		return fmt.Errorf("%w: reset: %s", errMuJoCo, lastError())
+	if C.twr_reset(md.m, d.d, (*C.double)(unsafe.Pointer(&qpos[0])), (*C.double)(unsafe.Pointer(&qvel[0])), d.err.p) != 0 {
+		return fmt.Errorf("%w: reset: %s", errMuJoCo, d.err)
 	}
 	return nil
 }
 
 // setState is Gymnasium's set_state.
 func (md *model) setState(d *data, qpos, qvel []float64) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if C.twr_set_state(md.m, d.d, (*C.double)(unsafe.Pointer(&qpos[0])), (*C.double)(unsafe.Pointer(&qvel[0]))) != 0 {
-		return fmt.Errorf("%w: set_state: %s", errMuJoCo, lastError())
+	if C.twr_set_state(md.m, d.d, (*C.double)(unsafe.Pointer(&qpos[0])), (*C.double)(unsafe.Pointer(&qvel[0])), d.err.p) != 0 {
+		return fmt.Errorf("%w: set_state: %s", errMuJoCo, d.err)
 	}
 	return nil
 }
 
-// step runs do_simulation on the n envs whose mjData pointers start at ptrs (C memory). When
-// MuJoCo fails, it returns the index (from ptrs) of the env it failed in, whose step is
-// incomplete, and the error; the envs after it have not been stepped.
-func (md *model) step(ptrs **C.mjData, n, frameSkip int, rne bool) (int, error) {
+// step runs do_simulation on the n envs of p from its lo-th. When MuJoCo fails, it returns the
+// index (from lo) of the env it failed in, whose step is incomplete, and the error; the envs
+// after it have not been stepped.
+func (md *model) step(p dataPtrs, lo, n, frameSkip int, rne bool) (int, error) {
 	r := C.int(0)
 	if rne {
 		r = 1
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if k := C.twr_step(md.m, ptrs, C.int(n), C.int(frameSkip), r); k != 0 {
-		return int(k) - 1, fmt.Errorf("%w: mj_step: %s", errMuJoCo, lastError())
+	if k := C.twr_step(md.m, p.at(lo), C.int(n), C.int(frameSkip), r, p.err.p); k != 0 {
+		return int(k) - 1, fmt.Errorf("%w: mj_step: %s", errMuJoCo, p.err)
 	}
 	return 0, nil
 }
 
-// dataPtrs is a C array of mjData pointers, for twr_step.
+// dataPtrs is a C array of mjData pointers, for twr_step, with the buffer of its message.
 type dataPtrs struct {
-	p **C.mjData
-	n int
+	p   **C.mjData
+	n   int
+	err errBuf
 }
 
 func newDataPtrs(ds []*data) dataPtrs {
@@ -306,7 +331,7 @@ func newDataPtrs(ds []*data) dataPtrs {
 	for i, d := range ds {
 		s[i] = d.d
 	}
-	return dataPtrs{p: p, n: len(ds)}
+	return dataPtrs{p: p, n: len(ds), err: newErrBuf()}
 }
 
 // at returns the address of the i-th pointer.
@@ -319,6 +344,7 @@ func (p *dataPtrs) free() {
 		C.free(unsafe.Pointer(p.p))
 		p.p = nil
 	}
+	p.err.free()
 }
 
 // bareSteps is the bare C loop of mj_step on d (the benchmarks' reference).

@@ -33,13 +33,13 @@ func TestLibraryErrorsAreErrors(t *testing.T) {
 	defer d.free()
 	ptrs := newDataPtrs([]*data{d, d})
 	defer ptrs.free()
-	k, err := md.step(ptrs.p, 2, 500, false)
+	k, err := md.step(ptrs, 0, 2, 500, false)
 	if !errors.Is(err, errMuJoCo) || k != 0 || !strings.Contains(err.Error(), "Stack overflow") {
 		t.Fatalf("step on an exhausted stack: env %d, %v; want env 0 and MuJoCo's message", k, err)
 	}
 	// The guard is released and set again: a later call fails the same way instead of jumping
 	// into a stale frame.
-	if _, err := md.step(ptrs.at(1), 1, 500, false); err == nil {
+	if _, err := md.step(ptrs, 1, 1, 500, false); err == nil {
 		t.Fatal("the second step succeeded on an exhausted stack")
 	}
 }
@@ -47,8 +47,9 @@ func TestLibraryErrorsAreErrors(t *testing.T) {
 // TestLibraryErrorsAcrossThreads: MuJoCo's message reaches the error however the goroutines
 // move between OS threads. The message is thread-local in C; read by a second cgo call, it
 // came from whatever thread the goroutine resumed on, and was once empty in make test on a
-// loaded machine (TestLibraryErrorsAreErrors). This test did not make the unlocked code fail
-// on a quiet machine; it holds the locked code to the message under thread hand-offs.
+// loaded machine (TestLibraryErrorsAreErrors). The failed call now copies the message into the
+// caller's buffer itself. This test did not make the old code fail on a quiet machine; it holds
+// the message under thread hand-offs.
 func TestLibraryErrorsAcrossThreads(t *testing.T) {
 	md, err := loadModel("tiny.xml", []byte(`<mujoco><size nstack="100"/><worldbody>
 		<body pos="0 0 0.3"><joint type="free"/><geom type="box" size="0.1 0.1 0.1"/></body>
@@ -73,7 +74,7 @@ func TestLibraryErrorsAcrossThreads(t *testing.T) {
 			ptrs := newDataPtrs([]*data{d})
 			defer ptrs.free()
 			for range rounds {
-				_, err := md.step(ptrs.p, 1, 500, false)
+				_, err := md.step(ptrs, 0, 1, 500, false)
 				if err == nil || !strings.Contains(err.Error(), "Stack overflow") {
 					errs <- err
 				}

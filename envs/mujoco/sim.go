@@ -91,7 +91,7 @@ func (s *sim) Step(a envs.Actions, obs, rewards, terminated []float32) {
 	// there, terminated with reward 0, and the envs after it are stepped by the next call.
 	clear(s.failed)
 	for lo := 0; lo < len(s.ds); {
-		k, err := md.step(s.ptrs.at(lo), len(s.ds)-lo, s.def.frameSkip, s.def.rne)
+		k, err := md.step(s.ptrs, lo, len(s.ds)-lo, s.def.frameSkip, s.def.rne)
 		if err == nil {
 			break
 		}
