@@ -22,6 +22,7 @@ declare -A needs_ort=() # none now: models/head and models/layout describe tenso
 # (which type-checks the tests) cannot run on them for arm64.
 declare -A tests_need_ort=(
 	[github.com/towerrl/towerrl/learner]="tests import engine and models"
+	[github.com/towerrl/towerrl/learner/cudatower]="tests import engine (the CPU tower they compare with)"
 	[github.com/towerrl/towerrl/models]="tests run the exported ONNX with onnx sessions"
 	[github.com/towerrl/towerrl/models/layout]="tests run exposed graphs with onnx sessions"
 )
