@@ -31,8 +31,6 @@ static void twr_init(void) {
 	mju_user_warning = twr_warning;
 }
 
-static const char* twr_last_error(void) { return twr_msg; }
-
 // TWR_ERRLEN is the size of the buffers the guarded calls below copy MuJoCo's message into, in
 // the call that failed: twr_msg is thread-local, and a goroutine may resume on another thread
 // between two cgo calls.
@@ -70,9 +68,9 @@ static mjModel* twr_load(const char* file, const char* xml, int len, char* err, 
 	return m;
 }
 
-static mjData* twr_make_data(const mjModel* m) {
+static mjData* twr_make_data(const mjModel* m, char* err) {
 	jmp_buf jb;
-	if (setjmp(jb)) { twr_jmp = NULL; return NULL; }
+	if (setjmp(jb)) { twr_jmp = NULL; twr_copy_error(err); return NULL; }
 	twr_jmp = &jb;
 	mjData* d = mj_makeData(m);
 	twr_jmp = NULL;
@@ -139,7 +137,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -222,13 +219,9 @@ type data struct {
 
 var errMuJoCo = errors.New("mujoco")
 
-// lastError is the message of MuJoCo's last error on this OS thread (twr_msg is thread-local),
-// so a guarded call and the lastError after it run with the goroutine locked to its thread
-// (runtime.LockOSThread: a goroutine may otherwise resume on another thread between two cgo
-// calls, and read that thread's message — an empty one, as a test once did). The calls of
-// the steps and resets copy the message into a buffer of their own instead (errBuf), in the
-// call that failed: locking there made new threads, and Step allocate, under load.
-func lastError() string { return C.GoString(C.twr_last_error()) }
+// Every guarded call copies MuJoCo's message into a buffer of the caller's (errBuf) in the
+// call that failed: twr_msg is thread-local, and a goroutine may resume on another thread
+// between two cgo calls (reading it in a second call once gave an empty message).
 
 // errBuf is a C buffer of TWR_ERRLEN bytes for a guarded call's message.
 type errBuf struct{ p *C.char }
@@ -246,15 +239,15 @@ func (e *errBuf) free() {
 
 // newData allocates an mjData for md.
 func newData(md *model) (*data, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	d := C.twr_make_data(md.m)
+	eb := newErrBuf()
+	d := C.twr_make_data(md.m, eb.p)
 	if d == nil {
-		return nil, fmt.Errorf("%w: mj_makeData: %s", errMuJoCo, lastError())
+		defer eb.free()
+		return nil, fmt.Errorf("%w: mj_makeData: %s", errMuJoCo, eb)
 	}
 	dt := &data{
 		d:              d,
-		err:            newErrBuf(),
+		err:            eb,
 		qpos:           f64s(d.qpos, md.nq),
 		qvel:           f64s(d.qvel, md.nv),
 		ctrl:           f64s(d.ctrl, md.nu),
