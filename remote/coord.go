@@ -192,18 +192,18 @@ func (c *coordinator) register(data []byte) any {
 		// A batcher ID names one batcher: a new session under it is that batcher started
 		// again, so the previous session is gone — its task and credits are free at once
 		// rather than after the heartbeat timeout. Unless the previous session is alive
-		// (heartbeated within 1.5 intervals): then the new one waits until it falls silent,
-		// so that a client cannot take over another's ID and evict it.
+		// (heartbeated within c.live()): then the new one waits until it falls silent, so
+		// that a client cannot take over another's ID and evict it.
 		for old, om := range c.members {
 			if old.batcher != r.BatcherID {
 				continue
 			}
-			if since := time.Since(om.last); since < c.interval*3/2 {
+			if since := time.Since(om.last); since < c.live() {
 				if n, ok := c.often("live id"); ok {
 					c.log.Warn("remote: a second session registers under a live batcher's ID; it waits until that one falls silent",
 						zap.String("batcher", r.BatcherID), zap.Int64("times", n))
 				}
-				return registerReply{WaitMS: max((c.interval*3/2 - since).Milliseconds(), 1)}
+				return registerReply{WaitMS: max((c.live() - since).Milliseconds(), 1)}
 			}
 			c.log.Warn("remote: batcher registered again (a new process); its previous session is dropped",
 				zap.String("batcher", r.BatcherID))
@@ -319,6 +319,15 @@ func (c *coordinator) sweep(now time.Time) {
 		}
 	}
 	c.expireCredits(now, false)
+}
+
+// live is how recently a session must have heartbeated to be alive, for a new session under
+// its batcher ID to wait rather than replace it: 1.5 intervals and a second of slack, so that
+// a heartbeat delayed by a loaded machine does not let another client evict a live batcher
+// (with 100 ms heartbeats, 1.5 intervals alone was crossed under load), and never more than
+// the heartbeat timeout, after which the session is dropped anyway.
+func (c *coordinator) live() time.Duration {
+	return min(c.interval*3/2+time.Second, c.timeout)
 }
 
 // find returns the batcher r names, noting that it is alive, or nil; ended reports the end

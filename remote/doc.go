@@ -154,7 +154,7 @@
 // that heartbeats again is told to register again and that its task is lost
 // (Assignment.Lost). A batcher ID names one batcher: a new session registering under it (the
 // batcher started again) drops the previous session, freeing its task and credits, once that
-// session has been silent for 1.5 heartbeat intervals (until then the newcomer is told to wait,
+// session has been silent for 1.5 heartbeat intervals and a second (until then the newcomer is told to wait,
 // so that no client evicts a live batcher by taking its ID). Registrations are bounded (16 KB,
 // free text cut to 256 bytes, 1,024 batchers). Learn-info lines ([Server.PublishInfo]) are
 // plain NATS messages, not stored. [Server.End] writes the run bucket's "state" key, which every Client watches:
