@@ -60,6 +60,18 @@ func TestHostileCoordinator(t *testing.T) {
 	}
 	granted(t, honestWait, 0)
 	waiting(t, hogWait)
+	// The honest batcher uses its credit, which then goes to the hog: from here on no one
+	// waits for a credit, so the credit lease takes nothing back during the slow flood below
+	// (a credit held unused for 0.5 s while the hog waited would drop the honest batcher,
+	// rightly, and the full coordinator would then keep it out).
+	if _, err := honest.PublishRollout(ctx, pack(t, "CartPole-v1", cartPoleRollout(4, 2, 0, 1))); err != nil {
+		t.Fatal(err)
+	}
+	honest.spendCredit()
+	if _, err := src.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	granted(t, hogWait, 0)
 
 	// Raw coordinator requests with the batcher credential.
 	opt, err := credsOption(s.CredsFile())
