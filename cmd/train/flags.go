@@ -21,7 +21,7 @@ import (
 type configFlags struct {
 	env, algo, initPolicy, preset, activation, hidden string
 	towers, workers, envs, epochs, minibatches        int
-	rollout, queue, broadcast                         int
+	rollout, queue, broadcast, evalEps, ckptEvery     int
 	total, maxLag                                     int64
 	seed                                              uint64
 	noSpin, normObs, normReward, constantLR           bool
@@ -56,6 +56,8 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.hidden, "hidden", "", "MLP widths, comma-separated (default 64,64)")
 	fs.StringVar(&f.activation, "activation", "", "hidden activation: tanh or relu (default tanh)")
 	fs.Float64Var(&f.logStd, "logstd-init", 0, "Gaussian head's initial log std (default 0)")
+	fs.IntVar(&f.evalEps, "eval-episodes", 0, "deterministic episodes of the final evaluation (default 10; -1: none; may change on --resume)")
+	fs.IntVar(&f.ckptEvery, "checkpoint-every", 0, "iterations between checkpoints (default 10; may change on --resume)")
 	fs.BoolVar(&f.normObs, "norm-obs", false, "normalise observations by their running mean and variance, the map frozen into policy.onnx (--norm-obs=false turns a preset's off)")
 	fs.BoolVar(&f.normReward, "norm-reward", false, "scale rewards by the running std of the discounted return (--norm-reward=false turns a preset's off)")
 	f.head.Register(fs)
@@ -98,11 +100,13 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 				c.EntCoef = -1 // an explicit 0: no bonus (engine.ParseConfig's convention)
 			}
 		},
-		"hidden":      func(c *engine.Config) { c.Hidden = hidden },
-		"activation":  func(c *engine.Config) { c.Activation = f.activation },
-		"logstd-init": func(c *engine.Config) { c.LogStdInit = float32(f.logStd) },
-		"norm-obs":    func(c *engine.Config) { c.NormObs = f.normObs },
-		"norm-reward": func(c *engine.Config) { c.NormReward = f.normReward },
+		"hidden":           func(c *engine.Config) { c.Hidden = hidden },
+		"activation":       func(c *engine.Config) { c.Activation = f.activation },
+		"logstd-init":      func(c *engine.Config) { c.LogStdInit = float32(f.logStd) },
+		"norm-obs":         func(c *engine.Config) { c.NormObs = f.normObs },
+		"norm-reward":      func(c *engine.Config) { c.NormReward = f.normReward },
+		"eval-episodes":    func(c *engine.Config) { c.EvalEpisodes = f.evalEps },
+		"checkpoint-every": func(c *engine.Config) { c.CheckpointEvery = f.ckptEvery },
 		// Asynchronous algorithms (impala, appo).
 		"queue-size":         func(c *engine.Config) { c.QueueSize = f.queue },
 		"broadcast-interval": func(c *engine.Config) { c.BroadcastInterval = f.broadcast },

@@ -16,7 +16,7 @@
 // the iteration, writes a checkpoint and exits 1 saying how to resume; a second cancels
 // what is under way and the process exits within 2 s (a third: at once).
 // With --resume DIR, only --total-steps, --queue-size (impala, appo) and --no-spin (and the
-// config's eval_episodes, checkpoint_every) may differ from the run's config.json; other flags
+// --eval-episodes and --checkpoint-every) may differ from the run's config.json; other flags
 // that change the run are refused.
 package main
 

@@ -77,6 +77,10 @@ func TestPresets(t *testing.T) {
 		cfg.Preset != "ppo/CartPole-v1" || cfg.RolloutSteps != 128 {
 		t.Fatalf("flags over the preset: %+v %v", cfg, err)
 	}
+	cfg, _, err = configure(t, nil, "--env", "CartPole-v1", "--eval-episodes", "-1", "--checkpoint-every", "3", "--gamma", "0.98", "--rollout-steps", "64")
+	if err != nil || cfg.EvalEpisodes != -1 || cfg.CheckpointEvery != 3 || cfg.Gamma != 0.98 || cfg.RolloutSteps != 64 {
+		t.Fatalf("--eval-episodes, --checkpoint-every, --gamma, --rollout-steps: %+v %v", cfg, err)
+	}
 	file := []byte(`{"env": "CartPole-v1", "rollout_steps": 64, "lr": 0.001}`)
 	cfg, _, err = configure(t, file, "--lr", "0.002")
 	if err != nil || cfg.RolloutSteps != 64 || cfg.LR != 0.002 || cfg.Envs != 4 || cfg.Preset != "ppo/CartPole-v1" {
