@@ -168,6 +168,43 @@ INLINE void CAT(tiles_, SFX)(const int nv, long m, long k, const float *a, long 
 	}
 }
 
+static TGT void CAT(bcast_, SFX)(long m, long n, long k, const float *a, long rsa, long csa,
+				 const float *b, long rsb, float *c, long rsc, long csc, int acc,
+				 const float *bias, int act, const float *y, long ldy, int dact);
+
+// tail is bcast's last rem < VL columns of a product wider than one vector, through the
+// vector tiles: B's rem columns are copied into a k×VL panel padded with zeros, C's into an
+// m×VL block (when acc), bcast runs on those with VL columns, and the rem columns go back.
+// Computing them with ref_gemm, a column of B at a time, took 95% of a 256×256 by 256×23
+// product (issue 30). It returns 0 when the scratch could not be allocated (the caller then
+// takes ref_gemm); products narrower than one vector never come here, so their bits are
+// unchanged.
+static TGT int CAT(tail_, SFX)(long m, long rem, long k, const float *a, long rsa, long csa,
+			       const float *b, long rsb, float *c, long rsc, long csc, int acc,
+			       const float *bias, int act) {
+	float *bp = calloc((size_t)(k * VL + m * VL + VL), sizeof(float));
+	if (!bp)
+		return 0;
+	float *cp = bp + k * VL, *biasp = cp + m * VL;
+	for (long p = 0; p < k; p++)
+		for (long j = 0; j < rem; j++)
+			bp[p * VL + j] = b[p * rsb + j];
+	if (acc)
+		for (long i = 0; i < m; i++)
+			for (long j = 0; j < rem; j++)
+				cp[i * VL + j] = c[i * rsc + j * csc];
+	if (bias)
+		for (long j = 0; j < rem; j++)
+			biasp[j] = bias[j];
+	CAT(bcast_, SFX)(m, VL, k, a, rsa, csa, bp, VL, cp, VL, 1, acc, bias ? biasp : NULL, act, NULL, 0,
+			 ACT_NONE);
+	for (long i = 0; i < m; i++)
+		for (long j = 0; j < rem; j++)
+			c[i * rsc + j * csc] = cp[i * VL + j];
+	free(bp);
+	return 1;
+}
+
 // bcast is C = A·B (+C) with the strided A, row-contiguous B and general C of tile, for
 // all n columns: whole vectors in tiles, the last n % VL columns by scalar code. Blocks of KC
 // along k keep the panel of B in cache. With y (rows ldy apart; csc must be 1), C is then
@@ -214,8 +251,10 @@ static TGT void CAT(bcast_, SFX)(long m, long n, long k, const float *a, long rs
 		}
 	}
 	if (nfull < n) {
-		ref_gemm(m, n - nfull, k, a, rsa, csa, b + nfull, rsb, 1, c + nfull * csc, rsc, csc, acc,
-			 bias ? bias + nfull : NULL, act);
+		if (nfull == 0 || !CAT(tail_, SFX)(m, n - nfull, k, a, rsa, csa, b + nfull, rsb, c + nfull * csc,
+						    rsc, csc, acc, bias ? bias + nfull : NULL, act))
+			ref_gemm(m, n - nfull, k, a, rsa, csa, b + nfull, rsb, 1, c + nfull * csc, rsc, csc, acc,
+				 bias ? bias + nfull : NULL, act);
 		if (y)
 			CAT(act_grad_rows_, SFX)(m, n - nfull, c + nfull, rsc, y + nfull, ldy, dact);
 	}

@@ -78,6 +78,7 @@ func TestGemm(t *testing.T) {
 		{1, 1, 1}, {3, 3, 3}, {1, 257, 3}, {257, 1, 3}, {3, 1, 257}, {257, 257, 1}, {17, 33, 65},
 		{512, 64, 4}, {512, 64, 64}, {512, 2, 64}, {512, 1, 64}, {64, 64, 512}, {4, 64, 512},
 		{64, 2, 512}, {64, 1, 512}, {512, 64, 2}, {512, 64, 1}, {33, 7, 300}, {7, 19, 0}, {5, 3, 600},
+		{40, 23, 300}, {3, 100, 17}, {64, 300, 9},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	eachProduct(t, shapes, func(l, m, n, k int, ta, tb bool, ci int, act Act) {
@@ -126,6 +127,7 @@ func TestGemmActGrad(t *testing.T) {
 	shapes := [][3]int{
 		{1, 1, 1}, {3, 3, 3}, {1, 257, 3}, {257, 1, 3}, {3, 1, 257}, {257, 257, 1}, {17, 33, 65},
 		{128, 64, 64}, {128, 64, 2}, {128, 64, 1}, {64, 64, 512}, {33, 7, 300}, {7, 19, 0}, {128, 48, 64},
+		{40, 23, 300}, {64, 300, 9},
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
 	eachProduct(t, shapes, func(l, m, n, k int, ta, tb bool, _ int, act Act) {
@@ -316,6 +318,24 @@ func BenchmarkLinear(b *testing.B) {
 		b.Run(fmt.Sprintf("%dx%dx%d", m, n, k), func(b *testing.B) {
 			for b.Loop() {
 				Linear(m, n, k, x, w, bias, y, Tanh)
+			}
+			b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+// BenchmarkGemmWidths is C = A·B with A 256×256 and B 256×n for widths that are and are not
+// a multiple of the vector width (8 floats with AVX2, 16 with AVX-512): CleanRL's DQN's 84, RL
+// Zoo's TD3 300, a critic's 23 inputs. The columns past the last whole vector once ran through
+// the scalar reference product, 10–30× slower than their neighbours (docs/offpolicy.md).
+func BenchmarkGemmWidths(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	for _, n := range []int{16, 20, 23, 32, 84, 100, 256, 300} {
+		m, k := 256, 256
+		x, w, y := randSlice(rng, m*k), randSlice(rng, k*n), make([]float32, m*n)
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				Gemm(false, false, m, n, k, x, k, w, n, y, n, false, nil, None)
 			}
 			b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})
