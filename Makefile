@@ -29,15 +29,15 @@ build:
 	$(GO) build -o bin/ ./cmd/...
 
 ## test: lint, the docs checks (links, tool flags, quoted examples: scripts/docs_check.sh), the
-## whole suite, then the whole suite again under the race detector (some
-## numerical checks too slow for -race run only in the first pass), then the portability
+## whole suite, then again under the race detector every package that runs goroutines
+## (scripts/race_test.sh; some learning runs too slow for -race run only in the first pass), then the portability
 ## checks: the native code switched off (-tags purego,towerrl_runall) and the arm64 cross-build,
 ## then learner/mpi under mpirun (needs Open MPI: apt-get install openmpi-bin libopenmpi-dev)
 test: setup lint
 	GO=$(GO) bash scripts/docs_check.sh
 	$(GO) test -count=1 -timeout 30m ./...
 	bash scripts/gpu_check.sh --dry-run
-	$(GO) test -race -count=1 -timeout 30m ./...
+	GO=$(GO) bash scripts/race_test.sh
 	GO=$(GO) bash scripts/portable.sh
 	GO=$(GO) bash scripts/mpi_test.sh
 
