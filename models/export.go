@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
@@ -79,22 +80,8 @@ func ExportModel(params *Params, version int64) (*onnxpb.ModelProto, error) {
 	e.g.Input = []*onnxpb.ValueInfoProto{valueInfo(InputObs, dims)}
 	e.g.Name = proto.String("towerrl_policy")
 
-	meta := spec.Metadata()
-	var props []*onnxpb.StringStringEntryProto
-	for _, k := range slices.Sorted(maps.Keys(meta)) {
-		props = append(props, &onnxpb.StringStringEntryProto{Key: proto.String(k), Value: proto.String(meta[k])})
-	}
-	return &onnxpb.ModelProto{
-		IrVersion:       proto.Int64(int64(onnxpb.Version_IR_VERSION)),
-		OpsetImport:     []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(Opset)}},
-		ProducerName:    proto.String("towerrl"),
-		ProducerVersion: proto.String("models/" + string(a.cfg.Arch)),
-		ModelVersion:    proto.Int64(version),
-		DocString: proto.String(fmt.Sprintf("towerrl %s %s policy; linear weights are [in, out] (Gemm transB=0)",
-			a.cfg.Arch, spec.Head)),
-		Graph:         &e.g,
-		MetadataProps: props,
-	}, nil
+	return modelProto(&e.g, spec, "models/"+string(a.cfg.Arch),
+		fmt.Sprintf("towerrl %s %s policy; linear weights are [in, out] (Gemm transB=0)", a.cfg.Arch, spec.Head)), nil
 }
 
 // exporter accumulates a GraphProto.
@@ -156,10 +143,27 @@ func (e *exporter) path(ops []op, x, scope string) string {
 }
 
 func (e *exporter) output(name string, row int64) {
-	e.g.Output = append(e.g.Output, valueInfo(name, []*onnxpb.TensorShapeProto_Dimension{
-		{Value: &onnxpb.TensorShapeProto_Dimension_DimParam{DimParam: BatchDim}},
-		{Value: &onnxpb.TensorShapeProto_Dimension_DimValue{DimValue: row}},
-	}))
+	e.g.Output = append(e.g.Output, valueInfo(name, batchDims(row)))
+}
+
+// modelProto wraps graph as a towerrl policy model: opset Opset, the IR version onnxpb knows,
+// the towerrl.* metadata of spec (its Version is the model's), made by producer.
+func modelProto(graph *onnxpb.GraphProto, spec head.Spec, producer, doc string) *onnxpb.ModelProto {
+	meta := spec.Metadata()
+	var props []*onnxpb.StringStringEntryProto
+	for _, k := range slices.Sorted(maps.Keys(meta)) {
+		props = append(props, &onnxpb.StringStringEntryProto{Key: proto.String(k), Value: proto.String(meta[k])})
+	}
+	return &onnxpb.ModelProto{
+		IrVersion:       proto.Int64(int64(onnxpb.Version_IR_VERSION)),
+		OpsetImport:     []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(Opset)}},
+		ProducerName:    proto.String("towerrl"),
+		ProducerVersion: proto.String(producer),
+		ModelVersion:    proto.Int64(spec.Version),
+		DocString:       proto.String(doc),
+		Graph:           graph,
+		MetadataProps:   props,
+	}
 }
 
 func valueInfo(name string, dims []*onnxpb.TensorShapeProto_Dimension) *onnxpb.ValueInfoProto {

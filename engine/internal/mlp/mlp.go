@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/towerrl/towerrl/internal/kernels"
+	"github.com/towerrl/towerrl/models"
 )
 
 // ErrShape is wrapped by the errors of New about a network's shape.
@@ -230,4 +231,32 @@ func Polyak(target, p []float32, tau float64) {
 	for i, v := range p {
 		target[i] = a*target[i] + b*v
 	}
+}
+
+// Export appends the network with parameters p to g, reading g's value x (n.In values a row),
+// its layers named scope.0, scope.1, … (their weights scope.L.weight [in, out] and scope.L.bias,
+// as the graph's initialisers), and returns the name of the value holding its outputs.
+func (n Net) Export(g *models.DenseGraph, p []float32, x, scope string) (string, error) {
+	if len(p) != n.NumParams() {
+		return "", fmt.Errorf("%w: %d parameters for a network of %d", ErrShape, len(p), n.NumParams())
+	}
+	var act models.Activation
+	switch n.Act {
+	case kernels.Tanh:
+		act = models.Tanh
+	case kernels.ReLU:
+		act = models.ReLU
+	}
+	for l, out := range n.Sizes {
+		w, b := n.Layer(l)
+		a := act
+		if l == len(n.Sizes)-1 {
+			a = ""
+		}
+		var err error
+		if x, err = g.Dense(x, fmt.Sprintf("%s.%d", scope, l), p[w:b], p[b:b+out], a); err != nil {
+			return "", err
+		}
+	}
+	return x, nil
 }
