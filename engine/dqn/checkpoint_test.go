@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/towerrl/towerrl/engine/internal/offpolicy/offpolicytest"
 	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/models"
 )
@@ -99,7 +99,7 @@ func TestResumeBitIdentical(t *testing.T) {
 
 	for _, c := range [][2][]float32{{a.Params(), b.Params()}, {a.Target(), b.Target()},
 		{a.Optimizer().State()["adam.m"], b.Optimizer().State()["adam.m"]}, {a.Optimizer().State()["adam.v"], b.Optimizer().State()["adam.v"]}} {
-		if !slices.Equal(bits(c[0]), bits(c[1])) {
+		if !slices.Equal(offpolicytest.Bits(c[0]), offpolicytest.Bits(c[1])) {
 			t.Fatal("the resumed run differs from the uninterrupted one")
 		}
 	}
@@ -128,12 +128,4 @@ func TestLoadRefuses(t *testing.T) {
 	if err := a.Load(&ck); err == nil {
 		t.Error("a checkpoint without its update count accepted")
 	}
-}
-
-func bits(x []float32) []uint32 {
-	out := make([]uint32, len(x))
-	for i, v := range x {
-		out[i] = math.Float32bits(v)
-	}
-	return out
 }

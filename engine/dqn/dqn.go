@@ -29,6 +29,7 @@ import (
 
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/engine/internal/mlp"
+	"github.com/towerrl/towerrl/engine/internal/offpolicy"
 	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/learner"
@@ -84,25 +85,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Towers == 0 {
 		c.Towers = 1
 	}
-	switch {
-	case !(c.Gamma >= 0 && c.Gamma <= 1):
-		return c, fmt.Errorf("%w: Gamma = %v, want [0, 1]", ErrConfig, c.Gamma)
-	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+	if !(c.LR > 0) || math.IsInf(c.LR, 0) {
 		return c, fmt.Errorf("%w: LR = %v", ErrConfig, c.LR)
-	case !(c.AdamEps > 0):
-		return c, fmt.Errorf("%w: AdamEps = %v", ErrConfig, c.AdamEps)
-	case math.IsNaN(c.MaxGradNorm):
-		return c, fmt.Errorf("%w: MaxGradNorm is NaN", ErrConfig)
-	case !(c.Tau > 0 && c.Tau <= 1):
-		return c, fmt.Errorf("%w: Tau = %v, want (0, 1]", ErrConfig, c.Tau)
-	case c.TargetEvery < 1:
-		return c, fmt.Errorf("%w: TargetEvery = %d", ErrConfig, c.TargetEvery)
-	case c.Minibatch < 1:
-		return c, fmt.Errorf("%w: Minibatch = %d", ErrConfig, c.Minibatch)
-	case c.Towers < 1 || c.Minibatch%c.Towers != 0:
-		return c, fmt.Errorf("%w: Towers = %d for a minibatch of %d (it must divide it)", ErrConfig, c.Towers, c.Minibatch)
 	}
-	return c, nil
+	return c, offpolicy.Common{Gamma: c.Gamma, Tau: c.Tau, AdamEps: c.AdamEps, MaxGradNorm: c.MaxGradNorm,
+		TargetEvery: c.TargetEvery, Minibatch: c.Minibatch, Towers: c.Towers}.Check(ErrConfig)
 }
 
 // DQN holds the online and target Q-networks, the optimiser and the towers.

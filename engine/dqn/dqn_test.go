@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/towerrl/towerrl/device"
+	"github.com/towerrl/towerrl/engine/internal/offpolicy/offpolicytest"
 	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/learner"
@@ -64,43 +64,6 @@ func (f *fixture) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func load(t *testing.T, name string) *fixture {
-	t.Helper()
-	data, err := os.ReadFile("../../testdata/offpolicy/" + name + ".json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f fixture
-	if err := json.Unmarshal(data, &f); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return &f
-}
-
-// near fails unless max|got − want| ≤ tol·max|want| and returns that ratio.
-func near(t *testing.T, what string, got []float32, want []float64, tol float64) float64 {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	var diff, scale float64
-	for i, w := range want {
-		diff = max(diff, math.Abs(float64(got[i])-w))
-		scale = max(scale, math.Abs(w))
-	}
-	if diff > tol*scale {
-		t.Errorf("%s: max difference %.3g, %.3g of the largest value %.3g (tolerance %g)", what, diff, diff/scale, scale, tol)
-	}
-	return diff / scale
-}
-
-func nearScalar(t *testing.T, what string, got, want, tol float64) {
-	t.Helper()
-	if math.Abs(got-want) > tol*max(math.Abs(want), 1e-3) {
-		t.Errorf("%s = %.9g, PyTorch %.9g", what, got, want)
-	}
-}
-
 // TestAgainstPyTorch runs each fixture's updates on one and two towers: every update's loss,
 // mean Q, gradient (one tower over the whole minibatch, before clipping) and gradient norm,
 // the parameters after clipping and Adam's step, and the target network after its update
@@ -108,7 +71,8 @@ func nearScalar(t *testing.T, what string, got, want, tol float64) {
 // largest value.
 func TestAgainstPyTorch(t *testing.T) {
 	for _, name := range []string{"dqn_double", "dqn_vanilla"} {
-		f := load(t, name)
+		f := &fixture{}
+		offpolicytest.Load(t, name, f)
 		for _, towers := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s/%d towers", name, towers), func(t *testing.T) {
 				act := kernels.ReLU
@@ -138,17 +102,17 @@ func TestAgainstPyTorch(t *testing.T) {
 					if err := whole.Grad(d.mb, grad, stats); err != nil {
 						t.Fatal(err)
 					}
-					worst = max(worst, near(t, fmt.Sprintf("update %d: gradient", k), grad, u.Grad, 1e-5))
-					nearScalar(t, fmt.Sprintf("update %d: loss", k), stats[0], u.Loss, 1e-5)
+					worst = max(worst, offpolicytest.Near(t, fmt.Sprintf("update %d: gradient", k), grad, u.Grad, 1e-5))
+					offpolicytest.NearScalar(t, fmt.Sprintf("update %d: loss", k), stats[0], u.Loss, 1e-5)
 					st, err := d.Update(context.Background(), b)
 					if err != nil {
 						t.Fatal(err)
 					}
-					nearScalar(t, fmt.Sprintf("update %d: loss", k), st.Loss, u.Loss, 1e-5)
-					nearScalar(t, fmt.Sprintf("update %d: mean Q", k), st.Q, u.Q, 1e-5)
-					nearScalar(t, fmt.Sprintf("update %d: gradient norm", k), st.GradNorm, u.GradNorm, 1e-5)
-					worst = max(worst, near(t, fmt.Sprintf("update %d: parameters", k), d.Params(), u.Params, 1e-5))
-					worst = max(worst, near(t, fmt.Sprintf("update %d: target", k), d.Target(), u.Target, 1e-5))
+					offpolicytest.NearScalar(t, fmt.Sprintf("update %d: loss", k), st.Loss, u.Loss, 1e-5)
+					offpolicytest.NearScalar(t, fmt.Sprintf("update %d: mean Q", k), st.Q, u.Q, 1e-5)
+					offpolicytest.NearScalar(t, fmt.Sprintf("update %d: gradient norm", k), st.GradNorm, u.GradNorm, 1e-5)
+					worst = max(worst, offpolicytest.Near(t, fmt.Sprintf("update %d: parameters", k), d.Params(), u.Params, 1e-5))
+					worst = max(worst, offpolicytest.Near(t, fmt.Sprintf("update %d: target", k), d.Target(), u.Target, 1e-5))
 					if want := (k+1)%f.TargetEvery == 0; st.TargetUpdated != want {
 						t.Errorf("update %d: target updated %v, want %v", k, st.TargetUpdated, want)
 					}
@@ -181,9 +145,9 @@ func TestHuberHandWorked(t *testing.T) {
 	if err := tw.Grad(d.mb, grad, stats); err != nil {
 		t.Fatal(err)
 	}
-	nearScalar(t, "loss", stats[0], 2.2725, 1e-7)
-	nearScalar(t, "mean Q", stats[1], -0.5, 1e-7)
-	near(t, "gradient", grad, []float64{0, 0, 0.15, -0.5}, 1e-7)
+	offpolicytest.NearScalar(t, "loss", stats[0], 2.2725, 1e-7)
+	offpolicytest.NearScalar(t, "mean Q", stats[1], -0.5, 1e-7)
+	offpolicytest.Near(t, "gradient", grad, []float64{0, 0, 0.15, -0.5}, 1e-7)
 }
 
 func TestRefuses(t *testing.T) {

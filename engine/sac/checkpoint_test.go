@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/towerrl/towerrl/engine/internal/offpolicy/offpolicytest"
 	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/models"
 )
@@ -119,7 +119,7 @@ func TestResumeBitIdentical(t *testing.T) {
 	}
 	for i, ta := range endA.Tensors {
 		tb := endB.Tensors[i]
-		if ta.Name != tb.Name || !slices.Equal(bitsOf(ta.Data), bitsOf(tb.Data)) {
+		if ta.Name != tb.Name || !slices.Equal(offpolicytest.Bits(ta.Data), offpolicytest.Bits(tb.Data)) {
 			t.Errorf("%s differs between the run and its resumed twin", ta.Name)
 		}
 	}
@@ -153,12 +153,4 @@ func TestLoadRefuses(t *testing.T) {
 	if err := a.Load(&ck); err == nil {
 		t.Error("a checkpoint without its update count accepted")
 	}
-}
-
-func bitsOf(x []float32) []uint32 {
-	out := make([]uint32, len(x))
-	for i, v := range x {
-		out[i] = math.Float32bits(v)
-	}
-	return out
 }

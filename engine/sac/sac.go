@@ -39,6 +39,7 @@ import (
 
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/engine/internal/mlp"
+	"github.com/towerrl/towerrl/engine/internal/offpolicy"
 	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/learner"
@@ -129,30 +130,17 @@ func (c Config) withDefaults(actDim int) (Config, error) {
 	}
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch {
-	case !(c.Gamma >= 0 && c.Gamma <= 1):
-		return c, fmt.Errorf("%w: Gamma = %v, want [0, 1]", ErrConfig, c.Gamma)
-	case !(c.Tau > 0 && c.Tau <= 1):
-		return c, fmt.Errorf("%w: Tau = %v, want (0, 1]", ErrConfig, c.Tau)
 	case !(c.LR > 0) || !(c.CriticLR > 0) || !(c.AlphaLR > 0) || !finite(c.LR+c.CriticLR+c.AlphaLR):
 		return c, fmt.Errorf("%w: learning rates %v, %v, %v (LR, CriticLR, AlphaLR) must be positive", ErrConfig, c.LR, c.CriticLR, c.AlphaLR)
-	case !(c.AdamEps > 0):
-		return c, fmt.Errorf("%w: AdamEps = %v", ErrConfig, c.AdamEps)
-	case math.IsNaN(c.MaxGradNorm):
-		return c, fmt.Errorf("%w: MaxGradNorm is NaN", ErrConfig)
 	case !(c.LogStdMin < c.LogStdMax) || !finite(c.LogStdMin) || !finite(c.LogStdMax):
 		return c, fmt.Errorf("%w: LogStdMin %v must be below LogStdMax %v", ErrConfig, c.LogStdMin, c.LogStdMax)
 	case !(c.InitAlpha > 0) || !finite(c.InitAlpha):
 		return c, fmt.Errorf("%w: InitAlpha = %v", ErrConfig, c.InitAlpha)
 	case !finite(c.TargetEntropy):
 		return c, fmt.Errorf("%w: TargetEntropy = %v", ErrConfig, c.TargetEntropy)
-	case c.TargetEvery < 1:
-		return c, fmt.Errorf("%w: TargetEvery = %d", ErrConfig, c.TargetEvery)
-	case c.Minibatch < 1:
-		return c, fmt.Errorf("%w: Minibatch = %d", ErrConfig, c.Minibatch)
-	case c.Towers < 1 || c.Minibatch%c.Towers != 0:
-		return c, fmt.Errorf("%w: Towers = %d for a minibatch of %d (it must divide it)", ErrConfig, c.Towers, c.Minibatch)
 	}
-	return c, nil
+	return c, offpolicy.Common{Gamma: c.Gamma, Tau: c.Tau, AdamEps: c.AdamEps, MaxGradNorm: c.MaxGradNorm,
+		TargetEvery: c.TargetEvery, Minibatch: c.Minibatch, Towers: c.Towers}.Check(ErrConfig)
 }
 
 // SAC holds the actor, the critics and their targets, log α, the optimisers and the towers.

@@ -2,16 +2,15 @@ package sac
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/towerrl/towerrl/device"
+	"github.com/towerrl/towerrl/engine/internal/offpolicy/offpolicytest"
 	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/internal/kernels"
 )
@@ -59,43 +58,6 @@ type update struct {
 	LogAlpha   float64   `json:"log_alpha"`
 }
 
-func load(t *testing.T, name string) *fixture {
-	t.Helper()
-	data, err := os.ReadFile("../../testdata/offpolicy/" + name + ".json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f fixture
-	if err := json.Unmarshal(data, &f); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return &f
-}
-
-// near fails unless max|got − want| ≤ tol·max|want| and returns that ratio.
-func near(t *testing.T, what string, got []float32, want []float64, tol float64) float64 {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
-	}
-	var diff, scale float64
-	for i, w := range want {
-		diff = max(diff, math.Abs(float64(got[i])-w))
-		scale = max(scale, math.Abs(w))
-	}
-	if diff > tol*scale {
-		t.Errorf("%s: max difference %.3g, %.3g of the largest value %.3g (tolerance %g)", what, diff, diff/scale, scale, tol)
-	}
-	return diff / scale
-}
-
-func nearScalar(t *testing.T, what string, got, want, tol float64) {
-	t.Helper()
-	if math.Abs(got-want) > tol*max(math.Abs(want), 1e-3) {
-		t.Errorf("%s = %.9g, PyTorch %.9g", what, got, want)
-	}
-}
-
 func (f *fixture) config(towers int) Config {
 	c := Config{Hidden: f.Hidden, Act: kernels.ReLU, Gamma: f.Gamma, Tau: f.Tau, TargetEvery: f.TargetEvery, LR: f.LR,
 		LogStdMin: f.LogStdMin, LogStdMax: f.LogStdMax, InitAlpha: f.InitAlpha, Minibatch: f.Batch, Towers: towers, NoSpin: true}
@@ -127,7 +89,8 @@ func fill(s *SAC, f *fixture, u *update) *replay.Batch {
 // τ = 0.1, every second with τ = 0.5) match PyTorch's within 1e-5 of the largest value.
 func TestAgainstPyTorch(t *testing.T) {
 	for _, name := range []string{"sac_clamp", "sac_tanh"} {
-		f := load(t, name)
+		f := &fixture{}
+		offpolicytest.Load(t, name, f)
 		for _, towers := range []int{1, 2} {
 			t.Run(fmt.Sprintf("%s/%d towers", name, towers), func(t *testing.T) {
 				s, err := New(f.config(towers), f.ObsDim, f.ActDim, rand.New(rand.NewPCG(1, 1)))
@@ -162,14 +125,14 @@ func TestAgainstPyTorch(t *testing.T) {
 						if err := critic.Grad(s.mb, cg, cst); err != nil {
 							t.Fatal(err)
 						}
-						worst = max(worst, near(t, at("critics' gradient"), cg, u.CriticGrad, 1e-5))
+						worst = max(worst, offpolicytest.Near(t, at("critics' gradient"), cg, u.CriticGrad, 1e-5))
 						if err := s.criticStep(ctx, &st); err != nil {
 							t.Fatal(err)
 						}
 						if err := actor.Grad(s.mb, ag, ast); err != nil {
 							t.Fatal(err)
 						}
-						worst = max(worst, near(t, at("actor's gradient"), ag, u.ActorGrad, 1e-5))
+						worst = max(worst, offpolicytest.Near(t, at("actor's gradient"), ag, u.ActorGrad, 1e-5))
 						if err := errors.Join(s.actorStep(ctx, &st), s.alphaStep(&st)); err != nil {
 							t.Fatal(err)
 						}
@@ -177,17 +140,17 @@ func TestAgainstPyTorch(t *testing.T) {
 					} else if st, err = s.update(context.Background(), b); err != nil {
 						t.Fatal(err)
 					}
-					nearScalar(t, at("α"), st.Alpha, u.Alpha, 1e-6)
-					nearScalar(t, at("critic loss"), st.CriticLoss, u.CriticLoss, 1e-5)
-					nearScalar(t, at("mean Q1"), st.Q1, u.Q1, 1e-5)
-					nearScalar(t, at("mean Q2"), st.Q2, u.Q2, 1e-5)
-					nearScalar(t, at("actor loss"), st.ActorLoss, u.ActorLoss, 1e-5)
-					nearScalar(t, at("mean log π"), st.LogP, u.LogP, 1e-5)
-					nearScalar(t, at("α's loss"), st.AlphaLoss, u.AlphaLoss, 1e-5)
-					nearScalar(t, at("log α"), float64(s.LogAlpha()[0]), u.LogAlpha, 1e-5)
-					worst = max(worst, near(t, at("critics"), s.CriticParams(), u.Critic, 1e-5))
-					worst = max(worst, near(t, at("targets"), s.TargetParams(), u.Target, 1e-5))
-					worst = max(worst, near(t, at("actor"), s.ActorParams(), u.ActorP, 1e-5))
+					offpolicytest.NearScalar(t, at("α"), st.Alpha, u.Alpha, 1e-6)
+					offpolicytest.NearScalar(t, at("critic loss"), st.CriticLoss, u.CriticLoss, 1e-5)
+					offpolicytest.NearScalar(t, at("mean Q1"), st.Q1, u.Q1, 1e-5)
+					offpolicytest.NearScalar(t, at("mean Q2"), st.Q2, u.Q2, 1e-5)
+					offpolicytest.NearScalar(t, at("actor loss"), st.ActorLoss, u.ActorLoss, 1e-5)
+					offpolicytest.NearScalar(t, at("mean log π"), st.LogP, u.LogP, 1e-5)
+					offpolicytest.NearScalar(t, at("α's loss"), st.AlphaLoss, u.AlphaLoss, 1e-5)
+					offpolicytest.NearScalar(t, at("log α"), float64(s.LogAlpha()[0]), u.LogAlpha, 1e-5)
+					worst = max(worst, offpolicytest.Near(t, at("critics"), s.CriticParams(), u.Critic, 1e-5))
+					worst = max(worst, offpolicytest.Near(t, at("targets"), s.TargetParams(), u.Target, 1e-5))
+					worst = max(worst, offpolicytest.Near(t, at("actor"), s.ActorParams(), u.ActorP, 1e-5))
 					if want := (k+1)%f.TargetEvery == 0; st.TargetUpdated != want {
 						t.Errorf("update %d: targets updated %v, want %v", k, st.TargetUpdated, want)
 					}
