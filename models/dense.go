@@ -2,6 +2,7 @@ package models
 
 import (
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -77,6 +78,24 @@ func (d *DenseGraph) Columns(x, out string, from, to int) error {
 	}
 	d.e.node("Slice", []string{x, consts("starts", int64(from)), consts("ends", int64(to)), consts("axes", 1)}, out, out+".slice")
 	d.widths[out] = to - from
+	return nil
+}
+
+// Rename makes the value x, which no node reads, go by the name out instead (for an output's
+// name).
+func (d *DenseGraph) Rename(x, out string) error {
+	w, ok := d.widths[x]
+	if _, taken := d.widths[out]; !ok || taken || x == InputObs {
+		return fmt.Errorf("%w: renaming %q to %q", ErrConfig, x, out)
+	}
+	for _, n := range d.e.g.Node {
+		if slices.Contains(n.Input, x) {
+			return fmt.Errorf("%w: renaming %q, which node %s reads", ErrConfig, x, n.GetName())
+		}
+	}
+	d.e.rename(x, out)
+	delete(d.widths, x)
+	d.widths[out] = w
 	return nil
 }
 

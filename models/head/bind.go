@@ -207,7 +207,8 @@ const (
 // Conventional is the role Bind's conventions give an output by its name and type, in this
 // order: an integer output is the actions; a float one whose name contains "log_std" or
 // "logstd" the log_std; one whose name contains "action" (but not logit, mean, dist, param,
-// prob, std, logp, value or critic) the actions; "v", or a name containing "value" or
+// prob, std, logp, value or critic) the actions; "q", or a name containing "q_value" or
+// "qvalue" (a Q-network's), a parameters candidate; "v", or a name containing "value" or
 // "critic", the value; a name containing logp, log_prob or logprob a log-probability; any
 // other float32 output a parameters candidate.
 func Conventional(t Tensor) string {
@@ -221,6 +222,8 @@ func Conventional(t Tensor) string {
 		return RoleLogStd
 	case actionLike(n):
 		return RoleActions
+	case n == "q" || strings.Contains(n, "q_value") || strings.Contains(n, "qvalue"):
+		return RoleParams
 	case n == "v" || strings.Contains(n, "value") || strings.Contains(n, "critic"):
 		return RoleValue
 	case strings.Contains(n, "logp") || strings.Contains(n, "log_prob") || strings.Contains(n, "logprob"):

@@ -258,6 +258,7 @@ func TestBindLayouts(t *testing.T) {
 	cat := Spec{Head: CategoricalKind, N: 2}
 	box := Spec{Head: GaussianKind, Low: []float32{-1, -1}, High: []float32{1, 1}}
 	sac := Spec{Head: TanhGaussianKind, Low: []float32{-2, -2}, High: []float32{2, 2}}
+	dqn := Spec{Head: QValuesKind, N: 2, Epsilon: 0.05}
 	none := Outputs{Params: -1, LogStd: -1, Value: -1, Actions: -1}
 	with := func(f func(*Outputs)) Outputs { o := none; f(&o); return o }
 	for _, tc := range []struct {
@@ -284,6 +285,8 @@ func TestBindLayouts(t *testing.T) {
 			Names{Actions: "16", Params: "mu"}, with(func(o *Outputs) { o.Params, o.Actions, o.DeterministicOnly = 1, 0, true }), ""},
 		{"sac with log_std", sac, []Tensor{info("mu", Float32, true, 2), info("ls", Float32, true, 2)},
 			Names{LogStd: "ls"}, with(func(o *Outputs) { o.Params, o.LogStd = 0, 1 }), ""},
+		{"towerrl dqn q_values", dqn, []Tensor{info("q_values", Float32, true, 2)},
+			Names{}, with(func(o *Outputs) { o.Params = 0 }), ""},
 		{"float actions by name", box, []Tensor{info("actions", Float32, true, 2)},
 			Names{}, with(func(o *Outputs) { o.Actions, o.DeterministicOnly = 0, true }), ""},
 		{"wrong log_std", box, []Tensor{info("mean", Float32, true, 2), info("log_std", Float32, false, 3)},

@@ -22,13 +22,20 @@ const (
 	// TanhGaussianKind is a diagonal Gaussian squashed by tanh into [−1, 1] and mapped onto the
 	// Box's bounds (Soft Actor-Critic's policy), for a Box space.
 	TanhGaussianKind Kind = "tanh-gaussian"
+	// QValuesKind reads one Q-value per action of a Discrete space (a DQN's Q-network): it acts
+	// ε-greedily (ε from the policy's metadata, towerrl.epsilon) and greedily when
+	// deterministic.
+	QValuesKind Kind = "qvalues"
 )
 
 // Kinds lists the heads, in the order help texts show them.
-var Kinds = []Kind{CategoricalKind, GaussianKind, TanhGaussianKind}
+var Kinds = []Kind{CategoricalKind, GaussianKind, TanhGaussianKind, QValuesKind}
 
 // Continuous reports whether the head acts in a Box space (gaussian, tanh-gaussian).
 func (k Kind) Continuous() bool { return k == GaussianKind || k == TanhGaussianKind }
+
+// Discrete reports whether the head acts in a Discrete space (categorical, qvalues).
+func (k Kind) Discrete() bool { return k == CategoricalKind || k == QValuesKind }
 
 // Scale says how a tanh-gaussian head's squashed actions, in [−1, 1], become the env's.
 type Scale string
@@ -62,6 +69,8 @@ const (
 	KeyVersion     = "towerrl.version"
 	// KeyActionScale is a tanh-gaussian head's Scale; absent means env.
 	KeyActionScale = "towerrl.action_scale"
+	// KeyEpsilon is a qvalues head's exploration rate ε in [0, 1]; absent means 0 (greedy).
+	KeyEpsilon = "towerrl.epsilon"
 )
 
 // ErrSpec is wrapped by every error about a malformed or inconsistent Spec.
@@ -81,14 +90,17 @@ type Spec struct {
 	ActionShape []int
 	// Scale is how a tanh-gaussian head's actions reach the env; "" means ScaleEnv. Other
 	// heads ignore it.
-	Scale   Scale
+	Scale Scale
+	// Epsilon is a qvalues head's exploration rate: the probability of a uniformly random
+	// action. Other heads ignore it.
+	Epsilon float64
 	Version int64 // policy version; 0 when unknown
 }
 
 // ActionDim is the number of floats per row the head's parameters take: N logits, or one mean
 // per action dimension.
 func (s Spec) ActionDim() int {
-	if s.Head == CategoricalKind {
+	if s.Head.Discrete() {
 		return s.N
 	}
 	return len(s.Low)
@@ -97,9 +109,12 @@ func (s Spec) ActionDim() int {
 // Validate checks the spec's internal consistency.
 func (s Spec) Validate() error {
 	switch s.Head {
-	case CategoricalKind:
+	case CategoricalKind, QValuesKind:
 		if s.N < 1 {
-			return fmt.Errorf("%w: categorical head over %d actions", ErrSpec, s.N)
+			return fmt.Errorf("%w: %s head over %d actions", ErrSpec, s.Head, s.N)
+		}
+		if s.Head == QValuesKind && !(s.Epsilon >= 0 && s.Epsilon <= 1) {
+			return fmt.Errorf("%w: qvalues head with exploration rate ε = %v, want [0, 1]", ErrSpec, s.Epsilon)
 		}
 	case GaussianKind, TanhGaussianKind:
 		if len(s.Low) == 0 || len(s.Low) != len(s.High) {
@@ -143,10 +158,10 @@ func (s Spec) ActionSpace() string {
 	return s.Space().String()
 }
 
-// Space is the action space as a typed value: Discrete{N} for a categorical head, else the Box
-// of ActionShape (or [len(Low)]), Low and High.
+// Space is the action space as a typed value: Discrete{N} for a categorical or qvalues head,
+// else the Box of ActionShape (or [len(Low)]), Low and High.
 func (s Spec) Space() spaces.Space {
-	if s.Head == CategoricalKind {
+	if s.Head.Discrete() {
 		return spaces.Discrete{N: s.N}
 	}
 	shape := s.ActionShape
@@ -249,6 +264,11 @@ func FromMetadata(meta map[string]string) (spec Spec, ok bool, err error) {
 			return spec, true, err
 		}
 	}
+	if v, found := meta[KeyEpsilon]; found {
+		if spec.Epsilon, err = strconv.ParseFloat(v, 64); err != nil {
+			return spec, true, fmt.Errorf("%w: metadata %s is %q, not a number", ErrSpec, KeyEpsilon, v)
+		}
+	}
 	if v, found := meta[KeyVersion]; found {
 		if spec.Version, err = strconv.ParseInt(v, 10, 64); err != nil {
 			return spec, true, fmt.Errorf("%w: metadata %s is %q, not an integer", ErrSpec, KeyVersion, v)
@@ -269,6 +289,9 @@ func (s Spec) Metadata() map[string]string {
 	}
 	if s.Head == TanhGaussianKind && s.Scale != "" {
 		m[KeyActionScale] = string(s.Scale)
+	}
+	if s.Head == QValuesKind && s.Epsilon != 0 {
+		m[KeyEpsilon] = strconv.FormatFloat(s.Epsilon, 'g', -1, 64)
 	}
 	if len(s.ObsShape) > 0 {
 		parts := make([]string, len(s.ObsShape))
