@@ -69,9 +69,12 @@ mpi:
 lint:
 	@bash scripts/lint.sh
 
-## fixtures: re-export the PyTorch fixtures (needs Debian's python3-torch, python3-onnx) and the TensorBoard event file (python3-protobuf, protobuf-compiler)
+## fixtures: re-export the PyTorch fixtures (needs Debian's python3-torch, python3-onnx) and the TensorBoard event file (python3-protobuf, protobuf-compiler);
+## then fine-tune three foreign fixtures with the tools and load them back into PyTorch (testdata/pytorch, docs/pytorch.md)
 fixtures:
 	/usr/bin/python3 scripts/gen_fixtures.py
 	/usr/bin/python3 scripts/gen_fixtures_foreign.py
+	$(GO) build -o bin/ ./cmd/train ./cmd/eval ./cmd/infer
+	/usr/bin/python3 scripts/back_to_pytorch.py --bin bin
 	/usr/bin/python3 scripts/gen_fixtures_mujoco.py
 	/usr/bin/python3 scripts/gen_fixtures_tfevent.py
