@@ -20,7 +20,9 @@ PyTorch's exporter shared one initializer among equal zero biases) and
     (the classes of gen_fixtures_foreign.py, which carry each library's parameter names) with
     strict=True: a missing or unexpected key fails; an initializer left over fails too (it also
     records whether the original export's initializers alone load strictly: not where the
-    exporter shared them);
+    exporter shared them). A submodule the module registers under several names (SB3's
+    pi_/vf_features_extractor) gets the one tensor under each: checked first on SB3's CnnPolicy
+    export (testdata/foreign/atari_uint8_cnn.onnx, no Atari env to fine-tune it on);
  3. runs the reloaded module on a fixed batch of observations (the fixture's 16 rows and 16 rows
     of the module's own episodes: for discrete actions the 16 where its two logits are closest,
     where an argmax could flip) and `infer --model policy.onnx` on the same rows: max |difference|
@@ -203,11 +205,29 @@ def state_dict_from_onnx(path, prefix, identities=False):
     return sd
 
 
+def with_aliases(module, sd):
+    """sd with the module's aliases filled in: a submodule registered under several names (SB3's
+    pi_features_extractor and vf_features_extractor are its features_extractor when the policy
+    shares it, as CnnPolicy and MlpPolicy do) has its keys once per name in the state_dict, and the
+    export holds one of them. Each alias of a key present gets that key's tensor; a key that is no
+    alias of one present stays missing, and strict loading refuses it."""
+    groups = {}
+    for key, v in module.state_dict(keep_vars=True).items():
+        groups.setdefault(id(v), []).append(key)
+    out = dict(sd)
+    for keys in groups.values():
+        have = [k for k in keys if k in sd]
+        for k in keys:
+            if have and k not in out:
+                out[k] = sd[have[0]]
+    return out
+
+
 def load_back(case, path, identities=False):
     """A fresh module with the ONNX file's weights, loaded with strict=True; the keys it took."""
     m = case.module()
     sd = state_dict_from_onnx(path, case.prefix, identities)
-    m.load_state_dict(sd, strict=True)  # raises on any missing or unexpected key
+    m.load_state_dict(with_aliases(m, sd), strict=True)  # raises on any missing or unexpected key
     m.eval()
     return m, sorted(sd)
 
@@ -440,6 +460,39 @@ def do_case(case, bin_dir, work):
     return meta
 
 
+def check_cnn_aliases():
+    """SB3's CnnPolicy (testdata/foreign/atari_uint8_cnn.onnx; towerrl has no Atari env to
+    fine-tune it on, and the write-back keeps the same names): the export's initializers alone
+    miss the pi_/vf_features_extractor aliases and the bias PyTorch shared through an Identity;
+    with both filled in the module loads strictly and reproduces the export's outputs."""
+    path = os.path.join(TESTDATA, "foreign", "atari_uint8_cnn")
+
+    def module():
+        return gff.SB3ActorCriticPolicy(None, ("discrete", 6), features_extractor=gff.SB3NatureCNN(), image=True)
+
+    try:
+        module().load_state_dict(state_dict_from_onnx(path + ".onnx", "policy."), strict=True)
+        sys.exit("atari_uint8_cnn: the export's initializers alone loaded strictly; want the aliases refused")
+    except RuntimeError as e:
+        refusal = str(e).splitlines()[1].strip()
+    m = module()
+    sd = state_dict_from_onnx(path + ".onnx", "policy.", identities=True)
+    m.load_state_dict(with_aliases(m, sd), strict=True)
+    m.eval()
+    meta = json.load(open(path + ".json"))
+    obs = torch.from_numpy(np.load(path + ".input.npy"))
+    with torch.no_grad():
+        outs = [o.numpy() for o in m(obs, deterministic=True)]
+    diffs = [max_diff(o.reshape(-1), np.load(os.path.join(TESTDATA, "foreign", spec["file"])).reshape(-1))
+             for o, spec in zip(outs, meta["outputs"])]
+    if max(diffs) > TOL:
+        sys.exit(f"atari_uint8_cnn: the reloaded CnnPolicy differs from the export's outputs by {max(diffs):.3g}")
+    shared = len(sd) - len(onnx.load(path + ".onnx").graph.initializer)
+    print(f"atari_uint8_cnn: {len(sd)} parameters ({shared} read through an Identity) fill {len(m.state_dict())} keys of "
+          f"SB3ActorCriticPolicy(CnnPolicy); alone they are refused ({refusal[:60]}...); reloaded, its outputs "
+          f"on the export's {len(obs)} rows differ from the export's by at most {max(diffs):.2g}")
+
+
 def report(meta):
     d = ", ".join(f"{k} {v:.2g}" for k, v in meta["max_abs_diff"].items())
     a = meta["trajectory_actions"]
@@ -466,6 +519,7 @@ def main():
     bin_dir = os.path.abspath(a.bin)
     work = os.path.abspath(a.work) if a.work else tempfile.mkdtemp(prefix="back_to_pytorch.")
     try:
+        check_cnn_aliases()
         for n in names:
             shutil.rmtree(os.path.join(work, n), ignore_errors=True)
             report(do_case(CASES[n], bin_dir, work))
