@@ -38,7 +38,11 @@ func benchServe(b *testing.B, ctx context.Context, codec Codec, batchers int) (*
 	b.Cleanup(func() { s.Close() })
 	clients := make([]*Client, batchers)
 	for i := range clients {
-		clients[i], err = Dial(ctx, s.URL(), ClientConfig{Creds: s.CredsFile(), BatcherID: fmt.Sprint("bench", i), Codec: codec})
+		creds, err := s.AddBatcher(fmt.Sprint("bench", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		clients[i], err = Dial(ctx, s.URL(), ClientConfig{Creds: creds, Codec: codec})
 		if err != nil {
 			b.Fatal(err)
 		}

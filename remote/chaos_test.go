@@ -85,7 +85,8 @@ func TestChaos(t *testing.T) {
 		{ID: "t1", EnvID: "CartPole-v1", Seed: 200, Envs: 8, RolloutLen: 32},
 		{ID: "t2", EnvID: "CartPole-v1", Seed: 300, Envs: 8, RolloutLen: 32},
 	}
-	cfg := fast(ServeConfig{StoreDir: filepath.Join(dir, "nats"), AckWait: 2 * time.Second, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
+	ids := []string{"b0", "b1", "b2"}
+	cfg := fast(ServeConfig{StoreDir: filepath.Join(dir, "nats"), Batchers: ids, AckWait: 2 * time.Second, Logger: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))})
 	version := int64(0)
 	start := func() (*Server, *Source) {
 		t.Helper()
@@ -110,7 +111,7 @@ func TestChaos(t *testing.T) {
 		return s, src
 	}
 	s, src := start()
-	url, creds := s.URL(), s.CredsFile()
+	url, creds := s.URL(), s.CredsDir()
 
 	// The batcher processes, one per ID, each started again after a kill.
 	var (
@@ -124,7 +125,7 @@ func TestChaos(t *testing.T) {
 		defer pmu.Unlock()
 		ledger := filepath.Join(dir, fmt.Sprintf("ledger-%s-%d", id, len(ledgers)))
 		cmd := exec.Command(os.Args[0], "-test.run=^TestChaos$")
-		cmd.Env = append(os.Environ(), chaosURL+"="+url, chaosCreds+"="+creds, chaosID+"="+id, chaosLedger+"="+ledger)
+		cmd.Env = append(os.Environ(), chaosURL+"="+url, chaosCreds+"="+filepath.Join(creds, id+CredsExt), chaosID+"="+id, chaosLedger+"="+ledger)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -132,7 +133,6 @@ func TestChaos(t *testing.T) {
 		procs[id] = cmd
 		ledgers = append(ledgers, ledger)
 	}
-	ids := []string{"b0", "b1", "b2"}
 	for _, id := range ids {
 		spawn(id)
 	}

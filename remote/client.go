@@ -20,14 +20,17 @@ import (
 
 // ClientConfig configures a batcher's side. The zero value works with a credential.
 type ClientConfig struct {
-	// Creds is the credential file: the batcher.creds the learner wrote, or a NATS .creds
-	// file for an external cluster. Without one, a learner's server refuses the connection.
+	// Creds is the credential file: one of the <id>.creds the learner wrote (one per
+	// batcher: the batcher's ID comes from it), or a NATS .creds file for an external
+	// cluster. Without one, a learner's server refuses the connection.
 	Creds string
 	// CAFile is a PEM CA bundle that signed the server's TLS certificate (for a tls:// URL
 	// with a private CA).
 	CAFile string
 	// BatcherID names this batcher in the learner's accounting: letters, digits, '-', '_'
-	// (see SanitizeID). Default: host name and process id.
+	// (see SanitizeID). A credential the learner wrote names it: leave it empty, or give the
+	// same. Otherwise (an external cluster: the ID its operator granted the credential's
+	// user, see BatcherPermissions) default: host name and process id.
 	BatcherID string
 	// Namespace must match the learner's (default "towerrl").
 	Namespace string
@@ -43,6 +46,10 @@ type ClientConfig struct {
 	RetryMin, RetryMax time.Duration
 	// Logger receives notes on retries and skipped policies (default: none).
 	Logger *zap.Logger
+
+	// key, set by Server.LocalClient, is an identity that exists only in the learner's
+	// process (its --local-workers): it replaces Creds.
+	key *memoryKey
 }
 
 func (c *ClientConfig) defaults() {
@@ -138,6 +145,19 @@ type assignment struct {
 // (ErrUnauthorized), and so is an untrusted TLS certificate. Once connected, NATS
 // reconnects by itself, forever, and the Client's calls retry with backoff.
 func Dial(ctx context.Context, url string, cfg ClientConfig) (*Client, error) {
+	credOpt, credID, err := credsOption(cfg.Creds)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.key != nil {
+		credOpt = cfg.key.option()
+	}
+	if credID != "" {
+		if cfg.BatcherID != "" && cfg.BatcherID != credID {
+			return nil, fmt.Errorf("remote: batcher ID %q, but %s is the credential of batcher %q: leave the ID out (--id), it comes from the credential", cfg.BatcherID, cfg.Creds, credID)
+		}
+		cfg.BatcherID = credID
+	}
 	cfg.defaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -152,7 +172,9 @@ func Dial(ctx context.Context, url string, cfg ClientConfig) (*Client, error) {
 	}
 	errs := &connErrors{}
 	reconn := newReconnects()
+	// Replies come to this batcher's own inbox, the only one its credential may read.
 	opts := []nats.Option{nats.Name("towerrl-batcher " + cfg.BatcherID), nats.MaxReconnects(-1),
+		nats.CustomInboxPrefix(nm.inbox(cfg.BatcherID)),
 		nats.ReconnectWait(250 * time.Millisecond), nats.ErrorHandler(errs.handler),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			cfg.Logger.Warn("remote: disconnected from the learner's NATS; reconnecting", zap.String("url", url), zap.Error(err))
@@ -161,10 +183,8 @@ func Dial(ctx context.Context, url string, cfg ClientConfig) (*Client, error) {
 			cfg.Logger.Info("remote: reconnected", zap.String("url", nc.ConnectedUrlRedacted()))
 			reconn.fire()
 		})}
-	if o, err := credsOption(cfg.Creds); err != nil {
-		return nil, err
-	} else if o != nil {
-		opts = append(opts, o)
+	if credOpt != nil {
+		opts = append(opts, credOpt)
 	}
 	if cfg.CAFile != "" {
 		opts = append(opts, nats.RootCAs(cfg.CAFile))
@@ -213,7 +233,7 @@ func (c *Client) Close() error {
 		var errs []error
 		if registered && !c.nc.IsClosed() {
 			b, _ := json.Marshal(memberReq{Batcher: c.id, Session: c.session})
-			if err := c.nc.Publish(c.names.coord(verbLeave), b); err != nil {
+			if err := c.nc.Publish(c.names.coord(c.id, verbLeave), b); err != nil {
 				errs = append(errs, fmt.Errorf("remote: leaving the coordinator: %w", err))
 			}
 		}
@@ -334,7 +354,7 @@ func (c *Client) requestTimeout(ctx context.Context, verb string, req, reply any
 	if err != nil {
 		return fmt.Errorf("remote: coordinator %s: %w", verb, err)
 	}
-	subj := c.names.coord(verb)
+	subj := c.names.coord(c.id, verb)
 	bo := backoff{min: c.cfg.RetryMin, max: c.cfg.RetryMax}
 	for {
 		// A request the learner held when its server went away is never answered: a
@@ -437,7 +457,7 @@ func (c *Client) heartbeat(interval time.Duration) {
 		c.coordMu.Unlock()
 		b, _ := json.Marshal(req)
 		rctx, rcancel := context.WithTimeout(ctx, max(interval, time.Second))
-		m, err := c.nc.RequestWithContext(rctx, c.names.coord(verbHeartbeat), b)
+		m, err := c.nc.RequestWithContext(rctx, c.names.coord(c.id, verbHeartbeat), b)
 		rcancel()
 		var rep beatReply
 		if err == nil {

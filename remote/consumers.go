@@ -16,7 +16,7 @@ import (
 // batcher waited for a policy forever), and push consumers that deliver to subjects it may not
 // publish to (the learn-info subject, the learner's inbox). sweepConsumers deletes both kinds
 // every consumerSweep, logging each: a batcher's own consumers are ephemeral and deliver to its
-// _INBOX.
+// inbox (<ns>.inbox.<id>).
 
 // consumerSweep is how often the learner looks for consumers no batcher needs.
 const consumerSweep = 2 * time.Second
@@ -53,7 +53,7 @@ func (s *Server) sweepStream(ctx context.Context, stream string) {
 	for info := range lister.Info() {
 		c := info.Config
 		deliver := c.DeliverSubject
-		if c.Durable != "" || deliver != "" && !strings.HasPrefix(deliver, "_INBOX.") {
+		if c.Durable != "" || deliver != "" && !strings.HasPrefix(deliver, s.names.inboxes()) {
 			bad = append(bad, info.Name)
 			s.log.Warn("remote: deleting a consumer no batcher needs (durable, or pushing outside the batchers' inboxes)",
 				zap.String("stream", stream), zap.String("consumer", info.Name), zap.String("durable", c.Durable),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -113,16 +114,26 @@ func (s *Server) startCoordinator() error {
 	if s.cfg.Credits > 0 {
 		s.coord.credits = newCredits(s.cfg.Credits, s.cfg.OnPolicy)
 	}
-	for verb, h := range map[string]func(*nats.Msg){
+	for verb, h := range map[string]func(string, *nats.Msg){
 		verbRegister:  s.coord.answer(s.coord.register),
 		verbHeartbeat: s.coord.answer(s.coord.heartbeat),
 		verbTask:      s.coord.answer(s.coord.next),
 		verbLeave:     s.coord.answer(s.coord.leave),
 		verbCredit:    s.coord.credit, // answered now or later
 	} {
-		sub, err := s.nc.Subscribe(s.names.coord(verb), h)
+		sub, err := s.nc.Subscribe(s.names.coordAll(verb), func(m *nats.Msg) {
+			// The batcher is the one the subject names, which its credential alone may
+			// publish under (BatcherPermissions), whatever the request claims.
+			// Its reply goes to its own inbox only, never to another batcher's.
+			id := s.names.coordID(m.Subject, verb)
+			if id == "" || m.Reply != "" && !strings.HasPrefix(m.Reply, s.names.inbox(id)+".") {
+				s.log.Debug("remote: ignoring a coordinator request", zap.String("subject", m.Subject), zap.String("reply", m.Reply))
+				return
+			}
+			h(id, m)
+		})
 		if err != nil {
-			return fmt.Errorf("remote: coordinator: subscribing %s: %w", s.names.coord(verb), err)
+			return fmt.Errorf("remote: coordinator: subscribing %s: %w", s.names.coordAll(verb), err)
 		}
 		s.subs = append(s.subs, sub)
 	}
@@ -146,9 +157,20 @@ func (s *Server) startCoordinator() error {
 	return nil
 }
 
-// answer makes a subscription handler of a handler that answers at once.
-func (c *coordinator) answer(h func([]byte) any) func(*nats.Msg) {
-	return func(m *nats.Msg) { c.respond(m, h(m.Data)) }
+// answer makes a subscription handler of a handler that answers at once; id is the batcher
+// the request's subject names.
+func (c *coordinator) answer(h func(id string, data []byte) any) func(string, *nats.Msg) {
+	return func(id string, m *nats.Msg) { c.respond(m, h(id, m.Data)) }
+}
+
+// decodeMember decodes a heartbeat, task or leave request of batcher id: the request's own
+// batcher field is ignored (one naming another batcher acts on id's sessions, where the
+// other's session is unknown).
+func decodeMember(id string, data []byte) (memberReq, error) {
+	var r memberReq
+	err := json.Unmarshal(data, &r)
+	r.Batcher = id
+	return r, err
 }
 
 // Bounds on a registration: the whole message, its free-text fields (cut to maxFreeText),
@@ -159,7 +181,7 @@ const (
 	maxMembers           = 1024
 )
 
-func (c *coordinator) register(data []byte) any {
+func (c *coordinator) register(id string, data []byte) any {
 	if len(data) > maxRegistrationBytes {
 		return registerReply{Error: fmt.Sprintf("a registration of %d bytes; at most %d (shorten host, agent and detail)", len(data), maxRegistrationBytes)}
 	}
@@ -167,8 +189,8 @@ func (c *coordinator) register(data []byte) any {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return registerReply{Error: fmt.Sprintf("malformed registration: %v", err)}
 	}
-	if err := checkToken(r.BatcherID); err != nil {
-		return registerReply{Error: fmt.Sprintf("batcher id %q: %v", r.BatcherID, err)}
+	if r.BatcherID != id {
+		return registerReply{Error: fmt.Sprintf("batcher id %q, sent as batcher %q: a credential registers its own batcher ID only", cut(r.BatcherID), id)}
 	}
 	if len(r.EnvID) > maxEnvLen || len(r.ObsShape) > 8 || len(r.ActionSpace) > maxFreeText || len(r.Task) > maxFreeText {
 		return registerReply{Error: fmt.Sprintf("env id of %d bytes, observation shape of %d dimensions, action space of %d bytes, task of %d bytes: too long",
@@ -250,9 +272,9 @@ func cut(s string) string {
 	return s
 }
 
-func (c *coordinator) heartbeat(data []byte) any {
-	var r memberReq
-	if err := json.Unmarshal(data, &r); err != nil {
+func (c *coordinator) heartbeat(id string, data []byte) any {
+	r, err := decodeMember(id, data)
+	if err != nil {
 		return beatReply{Unknown: true}
 	}
 	c.mu.Lock()
@@ -264,9 +286,9 @@ func (c *coordinator) heartbeat(data []byte) any {
 	return beatReply{Lost: r.Task != "" && (m.task == nil || m.task.task.ID != r.Task)}
 }
 
-func (c *coordinator) next(data []byte) any {
-	var r memberReq
-	if err := json.Unmarshal(data, &r); err != nil {
+func (c *coordinator) next(id string, data []byte) any {
+	r, err := decodeMember(id, data)
+	if err != nil {
 		return taskReply{Error: fmt.Sprintf("malformed task request: %v", err)}
 	}
 	c.mu.Lock()
@@ -292,9 +314,9 @@ func (c *coordinator) next(data []byte) any {
 	return taskReply{Task: &t}
 }
 
-func (c *coordinator) leave(data []byte) any {
-	var r memberReq
-	if json.Unmarshal(data, &r) != nil {
+func (c *coordinator) leave(id string, data []byte) any {
+	r, err := decodeMember(id, data)
+	if err != nil {
 		return nil
 	}
 	c.mu.Lock()

@@ -87,12 +87,14 @@ const creditWaitMax = 2 * time.Second
 
 // credit answers a batcher's credit request now (a grant it holds, an unknown batcher, the
 // end of the run) or holds it until a credit is free.
-func (c *coordinator) credit(m *nats.Msg) {
+// id is the batcher the request's subject names; the request's own batcher field is ignored.
+func (c *coordinator) credit(id string, m *nats.Msg) {
 	var r creditReq
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		c.respond(m, creditReply{Unknown: true})
 		return
 	}
+	r.Batcher = id
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	mem, ended := c.find(memberReq{Batcher: r.Batcher, Session: r.Session})

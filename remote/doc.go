@@ -26,19 +26,30 @@
 //
 // # Authentication
 //
-// Always on. An embedded server knows two NKey users: the learner's, whose key exists only
-// in the learner's memory (it connects in-process), and the batchers', whose seed Serve
-// writes to ServeConfig.CredsDir/batcher.creds (mode 0600, atomically; a resumed learner
-// reuses it). The batcher user may publish rollouts, make coordinator requests and read
-// the run bucket and the policy store, and nothing else ([BatcherPermissions]; consumers it
-// creates there that no batcher needs, durable or pushing outside its _INBOX, the learner
-// deletes every 2 s): it cannot
-// move the policy pointer, store a policy, read other batchers' rollouts, or create,
-// purge or delete a stream; the server refuses with a permissions violation. A client
-// without the credential is refused at connection ([ErrUnauthorized]). With
-// ServeConfig.TLSCert and TLSKey the server speaks TLS only; batchers pass the CA with
-// ClientConfig.CAFile. On an external cluster the operator issues both credentials and
-// grants the batchers BatcherPermissions.
+// Always on, one identity per batcher. An embedded server knows the learner's NKey user,
+// whose key exists only in the learner's memory (it connects in-process), and one NKey user
+// per batcher ID, whose seed Serve writes to ServeConfig.CredsDir/<id>.creds (mode 0600,
+// atomically) for each of ServeConfig.Batchers, or Server.AddBatcher adds while serving; a
+// resumed learner accepts every credential already there. The file names its batcher ID, and
+// a batcher that connects with it takes that ID. A batcher's user may, under its own ID only,
+// make coordinator requests (<ns>.coord.<id>.<verb>) and publish rollouts
+// (<ns>.rollouts.<id>); it may read the run bucket, the policy store and the learn-info
+// lines, and receive replies in its own inbox, <ns>.inbox.<id> (nats.CustomInboxPrefix), the
+// only one it may subscribe to ([BatcherPermissions]). The coordinator takes a request's
+// batcher ID from its subject, whatever the request says, and answers into that batcher's
+// inbox only; the learner refuses a rollout chunk whose header names another ID than its
+// subject (Stats.RefusedReasons "id"). So a batcher cannot read another's replies (the
+// server refuses a subscription to _INBOX.> or to another's inbox), nor register, heartbeat,
+// take tasks or credits, leave or publish as another. Consumers it creates that no batcher
+// needs, durable or pushing outside the batchers' inboxes, the learner deletes every 2 s. It
+// cannot move the policy pointer, store a policy, read rollouts, or create, purge or delete a
+// stream; the server refuses with a permissions violation. A client without a credential the
+// learner issued is refused at connection ([ErrUnauthorized]). Local batchers (train
+// --local-workers) get identities that exist only in the learner's process
+// ([Server.LocalClient]). With ServeConfig.TLSCert and TLSKey the server speaks TLS only;
+// batchers pass the CA with ClientConfig.CAFile. On an external cluster the operator issues
+// the learner's credential and one per batcher ID, granting each BatcherPermissions(ns, id),
+// and each batcher is started with its ID (ClientConfig.BatcherID, batcher --id).
 //
 // # Rollout messages
 //
@@ -132,9 +143,9 @@
 // Holding rollouts against the run: with ServeConfig.Spec every rollout is checked against the
 // run's env, T, N, sizes, column types and lengths before anything is decompressed, and its
 // values and policy versions once unpacked (see [Spec] and Source.Next); one that does not fit
-// is acknowledged, logged with its batcher ID and counted by reason (Stats.Refused). The
-// credential every batcher shares can send anything: nothing it sends reaches the learner's
-// batch unchecked or costs more memory than a rollout of the run.
+// is acknowledged, logged with its batcher ID and counted by reason (Stats.Refused). A
+// batcher's credential can send anything under its own ID: nothing it sends reaches the
+// learner's batch unchecked or costs more memory than a rollout of the run.
 //
 // # Policies
 //
@@ -152,7 +163,8 @@
 // task until it leaves (Close), or is silent for HeartbeatTimeout, when the task goes to
 // the next batcher with Task.Attempt incremented (seeds differ). A batcher presumed dead
 // that heartbeats again is told to register again and that its task is lost
-// (Assignment.Lost). A batcher ID names one batcher: a new session registering under it (the
+// (Assignment.Lost). A batcher ID names one batcher, and only its credential's holder may use
+// it: a new session registering under it (the
 // batcher started again) drops the previous session, freeing its task and credits, once that
 // session has been silent for 1.5 heartbeat intervals and a second (until then the newcomer is told to wait,
 // so that no client evicts a live batcher by taking its ID). Registrations are bounded (16 KB,
@@ -164,7 +176,7 @@
 //
 // In the embedded server's store (ServeConfig.StoreDir, under the run directory): the
 // rollout stream with its unacknowledged rollouts and the consumer's state, the policy
-// object store and the run bucket. In CredsDir: batcher.creds. In memory only: the
+// object store and the run bucket. In CredsDir: one <id>.creds per batcher. In memory only: the
 // de-duplication window, partly received rollouts, the coordinator's batchers, tasks and
 // credits (batchers register again, and reclaim their task if it is free, when a learner
 // restarts).

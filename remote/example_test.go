@@ -9,8 +9,9 @@ import (
 	"github.com/towerrl/towerrl/remote"
 )
 
-// A learner serves, a batcher connects with the credential it wrote, receives the policy
-// and sends a rollout back.
+// A learner serves, a batcher connects with the credential the learner wrote for it
+// (host1.creds: the batcher's ID comes from it), receives the policy and sends a rollout
+// back.
 func Example() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "run")
@@ -20,7 +21,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	// The learner.
-	srv, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: dir + "/nats"})
+	srv, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: dir + "/nats", CredsDir: dir + "/creds", Batchers: []string{"host1"}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,7 +35,7 @@ func Example() {
 	}
 
 	// A batcher, in another process: batcher --connect URL --creds FILE.
-	c, err := remote.Dial(ctx, srv.URL(), remote.ClientConfig{Creds: srv.CredsFile(), BatcherID: "host1"})
+	c, err := remote.Dial(ctx, srv.URL(), remote.ClientConfig{Creds: dir + "/creds/host1.creds"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func ExampleRunBatcher() {
 	defer os.RemoveAll(dir)
 
 	// The learner.
-	srv, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: dir + "/nats"})
+	srv, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: dir + "/nats", CredsDir: dir + "/creds", Batchers: []string{"host1"}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func ExampleRunBatcher() {
 	done := make(chan result, 1)
 	go func() {
 		sum, err := remote.RunBatcher(ctx, srv.URL(), remote.BatcherConfig{
-			Client: remote.ClientConfig{Creds: srv.CredsFile(), BatcherID: "host1"},
+			Client: remote.ClientConfig{Creds: dir + "/creds/host1.creds"},
 		})
 		done <- result{sum, err}
 	}()

@@ -73,25 +73,18 @@ func TestHostileCoordinator(t *testing.T) {
 	}
 	granted(t, hogWait, 0)
 
-	// Raw coordinator requests with the batcher credential.
-	opt, err := credsOption(s.CredsFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(s.URL(), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	register := func(r Registration) registerReply {
+	// Raw coordinator requests with a credential of its own ("raw"), and with a copy of the
+	// honest batcher's.
+	nc, _ := rawConn(t, s, "raw")
+	register := func(nc *nats.Conn, as string, r Registration) registerReply {
 		t.Helper()
 		b, err := json.Marshal(r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := nc.Request(s.names.coord(verbRegister), b, 5*time.Second)
+		m, err := nc.Request(s.names.coord(as, verbRegister), b, 5*time.Second)
 		if err != nil {
-			t.Fatalf("registering %s: %v", r.BatcherID, err)
+			t.Fatalf("registering %s as %s: %v", r.BatcherID, as, err)
 		}
 		var rep registerReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
@@ -100,34 +93,49 @@ func TestHostileCoordinator(t *testing.T) {
 		return rep
 	}
 	big := strings.Repeat("x", 900<<10)
-	for k := range 5 {
-		rep := register(Registration{BatcherID: fmt.Sprintf("big-%d", k), Session: 1, EnvID: "CartPole-v1", Detail: big})
+	for range 5 {
+		rep := register(nc, "raw", Registration{BatcherID: "raw", Session: 1, EnvID: "CartPole-v1", Detail: big})
 		if !strings.Contains(rep.Error, "at most 16384") {
 			t.Fatalf("a registration of 900 KB: %+v, want refused for its size", rep)
 		}
 	}
-	waits := 0
+	// A flood of sessions under its own ID holds one place; registrations claiming other IDs
+	// hold none.
+	waits, refused := 0, 0
 	for k := range 1100 {
-		rep := register(Registration{BatcherID: fmt.Sprintf("flood-%d", k), Session: 1, EnvID: "CartPole-v1", Detail: strings.Repeat("y", 4000)})
+		rep := register(nc, "raw", Registration{BatcherID: "raw", Session: uint64(k + 1), EnvID: "CartPole-v1", Detail: strings.Repeat("y", 4000)})
 		if rep.WaitMS > 0 {
 			waits++
 		}
+		rep = register(nc, "raw", Registration{BatcherID: fmt.Sprintf("flood-%d", k), Session: 1, EnvID: "CartPole-v1"})
+		if strings.Contains(rep.Error, "its own batcher ID only") {
+			refused++
+		}
 	}
-	if n := len(s.Batchers()); n > maxMembers {
-		t.Errorf("%d batchers registered, at most %d", n, maxMembers)
+	// (A session that does not heartbeat is replaced once silent for 1.15 s: the flood may
+	// outlast that, but only one session of raw holds a place at a time.)
+	if waits < 1000 || refused != 1100 {
+		t.Errorf("of 1100 sessions under one ID, %d told to wait (want nearly all); of 1100 registrations under other IDs, %d refused (want all)", waits, refused)
 	}
+	ids := map[string]int{}
 	for _, b := range s.Batchers() {
+		ids[b.BatcherID]++
 		if len(b.Detail) > maxFreeText {
 			t.Fatalf("batcher %s keeps %d bytes of detail", b.BatcherID, len(b.Detail))
 		}
 	}
-	if waits < 1100-maxMembers {
-		t.Errorf("%d of 1100 flooding registrations told to wait, want at least %d", waits, 1100-maxMembers)
+	if len(ids) != 3 || ids["raw"] != 1 {
+		t.Errorf("registered: %v, want hog, honest and one session of raw", ids)
 	}
 
-	// Another session under the honest batcher's ID, while it heartbeats.
+	// The honest batcher's ID claimed with another credential: refused. Another session with a
+	// copy of its credential, while it heartbeats: told to wait.
+	if rep := register(nc, "raw", Registration{BatcherID: "honest", Session: 666, EnvID: "CartPole-v1"}); !strings.Contains(rep.Error, "its own batcher ID only") {
+		t.Errorf("registering under the honest batcher's ID with another credential: %+v, want refused", rep)
+	}
+	copied, _ := rawConn(t, s, "honest")
 	for range 5 {
-		rep := register(Registration{BatcherID: "honest", Session: 666, EnvID: "CartPole-v1"})
+		rep := register(copied, "honest", Registration{BatcherID: "honest", Session: 666, EnvID: "CartPole-v1"})
 		if rep.WaitMS == 0 {
 			t.Fatalf("a second session under a live batcher's ID: %+v, want told to wait", rep)
 		}
@@ -152,15 +160,7 @@ func TestHostileConsumers(t *testing.T) {
 	ctx := timeout(t, 60*time.Second)
 	c := dial(t, s, ClientConfig{BatcherID: "watcher"})
 	policies := c.WatchPolicy(ctx)
-	opt, err := credsOption(s.CredsFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(s.URL(), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc, _ := rawConn(t, s, "flooder")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -58,32 +58,34 @@ func cartPoleRollout(T, N int, version int64, seed uint64) *batcher.Rollout {
 	return r
 }
 
-// hostileClient publishes whatever it likes with the batcher credential, as any holder of
-// batcher.creds could: rollout messages it encodes itself, raw chunks.
+// hostileClient publishes whatever it likes with batcher credentials, as any holder of one
+// could: rollout messages it encodes itself, raw chunks. It sends as batcher id with id's
+// credential (issued on first use).
 type hostileClient struct {
 	t     *testing.T
-	nc    *nats.Conn
-	js    jetstream.JetStream
+	s     *Server
+	js    map[string]jetstream.JetStream // by batcher ID
 	names names
 	codec *codec
 	seq   uint64
 }
 
 func newHostile(t *testing.T, s *Server) *hostileClient {
-	opt, err := credsOption(s.CredsFile())
-	if err != nil {
-		t.Fatal(err)
+	return &hostileClient{t: t, s: s, js: map[string]jetstream.JetStream{}, names: s.names, codec: newCodec(0)}
+}
+
+// as is the JetStream context of batcher id's credential.
+func (h *hostileClient) as(id string) jetstream.JetStream {
+	if js := h.js[id]; js != nil {
+		return js
 	}
-	nc, err := nats.Connect(s.URL(), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc, _ := rawConn(h.t, h.s, id)
 	js, err := jetstream.New(nc)
 	if err != nil {
-		t.Fatal(err)
+		h.t.Fatal(err)
 	}
-	return &hostileClient{t: t, nc: nc, js: js, names: s.names, codec: newCodec(0)}
+	h.js[id] = js
+	return js
 }
 
 // send encodes m as batcher id (a fresh sequence number) and publishes its chunks.
@@ -110,7 +112,7 @@ func (h *hostileClient) raw(id, msgID string, data []byte) {
 	msg := &nats.Msg{Subject: h.names.rolloutSubject(id), Data: data, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	for {
-		_, err := h.js.PublishMsg(ctx, msg)
+		_, err := h.as(id).PublishMsg(ctx, msg)
 		if err == nil {
 			return
 		}

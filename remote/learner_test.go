@@ -27,7 +27,7 @@ type serving struct {
 func (s *serving) Expect(sp engine.RolloutSpec) error {
 	ctx := context.Background()
 	var err error
-	s.srv, err = remote.Serve(ctx, remote.ServeConfig{StoreDir: s.store, Credits: 4, StreamMaxMsgs: 64,
+	s.srv, err = remote.Serve(ctx, remote.ServeConfig{StoreDir: s.store, Batchers: []string{"honest", "evil"}, Credits: 4, StreamMaxMsgs: 64,
 		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: 2 * time.Second,
 		Spec: &remote.Spec{Env: sp.Env, T: sp.T, N: sp.N}})
 	if err != nil {
@@ -146,7 +146,7 @@ func TestLearnerUnderAttack(t *testing.T) {
 				return
 			}
 			_, err := remote.RunBatcher(bctx, s.srv.URL(), remote.BatcherConfig{Env: "CartPole-v1",
-				Client: remote.ClientConfig{Creds: s.srv.CredsFile(), BatcherID: "honest"}})
+				Client: remote.ClientConfig{Creds: filepath.Join(s.srv.CredsDir(), "honest.creds")}})
 			if err != nil && bctx.Err() == nil {
 				t.Errorf("honest batcher: %v", err)
 			}
@@ -157,7 +157,7 @@ func TestLearnerUnderAttack(t *testing.T) {
 			case <-bctx.Done():
 				return
 			}
-			c, err := remote.Dial(bctx, s.srv.URL(), remote.ClientConfig{Creds: s.srv.CredsFile(), BatcherID: "evil"})
+			c, err := remote.Dial(bctx, s.srv.URL(), remote.ClientConfig{Creds: filepath.Join(s.srv.CredsDir(), "evil.creds")})
 			if err != nil {
 				t.Errorf("attacker: %v", err)
 				return

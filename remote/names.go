@@ -68,8 +68,33 @@ func (n names) rolloutSubjects() string         { return n.ns + ".rollouts.*" }
 func (n names) rolloutSubject(id string) string { return n.ns + ".rollouts." + id }
 func (n names) policyBucket() string            { return n.ns + "_policies" } // object store
 func (n names) runBucket() string               { return n.ns + "_run" }      // KV: policy pointer, run state
-func (n names) coord(verb string) string        { return n.ns + ".coord." + verb }
 func (n names) info() string                    { return n.ns + ".info" }
+
+// coord is the subject of a coordinator request of batcher id; coordAll matches every
+// batcher's requests of one verb. The batcher ID is a token of the subject, not only a field
+// of the request, so that a credential allowed to publish under its own ID alone (see
+// BatcherPermissions) cannot act as another batcher: the coordinator takes the ID from the
+// subject (coordID).
+func (n names) coord(id, verb string) string { return n.ns + ".coord." + id + "." + verb }
+func (n names) coordAll(verb string) string  { return n.ns + ".coord.*." + verb }
+
+// coordID is the batcher ID of a coordinator request's subject, "" if it is not one.
+func (n names) coordID(subject, verb string) string {
+	id, ok := strings.CutPrefix(subject, n.ns+".coord.")
+	if !ok {
+		return ""
+	}
+	if id, ok = strings.CutSuffix(id, "."+verb); !ok || checkToken(id) != nil {
+		return ""
+	}
+	return id
+}
+
+// inbox is the reply subject prefix of batcher id (nats.CustomInboxPrefix): its coordinator
+// replies, JetStream API replies and policy deliveries come under it, and its credential may
+// subscribe there alone, so no batcher reads another's replies. inboxes prefixes them all.
+func (n names) inbox(id string) string { return n.inboxes() + id }
+func (n names) inboxes() string        { return n.ns + ".inbox." }
 
 // learnerConsumer is the durable consumer the learner pulls rollouts with.
 const learnerConsumer = "learner"
@@ -89,22 +114,28 @@ const (
 	verbCredit    = "credit"
 )
 
-// BatcherPermissions lists the subjects a batcher credential may publish to and subscribe
-// to in namespace ns (DefaultNamespace when empty), and those it is explicitly denied. Serve
-// gives its batcher credential exactly these; for an external NATS, an operator grants them
-// to the batchers' user. They allow fetching tasks (coordinator requests), reading policies
-// (the run bucket's KV watch and the policy object store's reads: stream info, direct and
-// message gets, ordered consumers and their flow control) and publishing rollouts. Nothing
-// else: in particular no KV or object store put ($KV.>, $O.>) and no stream create, update,
-// purge or delete. Replies come to _INBOX.>.
-func BatcherPermissions(ns string) (publish, subscribe, deny []string, err error) {
+// BatcherPermissions lists the subjects the credential of batcher id may publish to and
+// subscribe to in namespace ns (DefaultNamespace when empty), and those it is explicitly
+// denied. Serve gives each batcher credential exactly these; for an external NATS, an
+// operator grants them to each batcher's user (one user per batcher ID). They allow the
+// coordinator requests and rollouts of that ID only (<ns>.coord.<id>.*, <ns>.rollouts.<id>),
+// reading policies (the run bucket's KV watch and the policy object store's reads: stream
+// info, direct and message gets, ordered consumers and their flow control) and the
+// learn-info lines. Replies come to the batcher's own inbox, <ns>.inbox.<id>.>, the only
+// one it may subscribe to: no batcher reads another's replies or acts under another's ID.
+// Nothing else: in particular no KV or object store put ($KV.>, $O.>) and no stream create,
+// update, purge or delete.
+func BatcherPermissions(ns, id string) (publish, subscribe, deny []string, err error) {
 	n, err := newNames(ns)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if err := checkToken(id); err != nil {
+		return nil, nil, nil, fmt.Errorf("remote: batcher id %q: %w", id, err)
+	}
 	publish = []string{
-		n.rolloutSubjects(),
-		n.ns + ".coord.*",
+		n.rolloutSubject(id),
+		n.coord(id, "*"),
 		"$JS.FC.>", // flow-control replies of the ordered consumers reading policies
 	}
 	for _, stream := range []string{"KV_" + n.runBucket(), "OBJ_" + n.policyBucket()} {
@@ -119,7 +150,7 @@ func BatcherPermissions(ns string) (publish, subscribe, deny []string, err error
 			"$JS.API.CONSUMER.INFO."+stream+".>",
 		)
 	}
-	subscribe = []string{"_INBOX.>", n.info()}
+	subscribe = []string{n.inbox(id) + ".>", n.info()}
 	deny = []string{
 		"$KV.>", "$O.>",
 		"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>",

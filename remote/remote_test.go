@@ -56,10 +56,43 @@ func serve(t *testing.T, cfg ServeConfig) *Server {
 	return s
 }
 
+// credsFor issues the credential of batcher id (Server.AddBatcher).
+func credsFor(t testing.TB, s *Server, id string) string {
+	t.Helper()
+	path, err := s.AddBatcher(id)
+	if err != nil {
+		t.Fatalf("AddBatcher %s: %v", id, err)
+	}
+	return path
+}
+
+// rawConn connects to s with batcher id's credential, as a hostile client would with nats.go
+// (replies to that batcher's inbox, the only one it may read); permission violations are
+// recorded in the returned connErrors.
+func rawConn(t *testing.T, s *Server, id string) (*nats.Conn, *connErrors) {
+	t.Helper()
+	opt, _, err := credsOption(credsFor(t, s, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ce := &connErrors{}
+	nc, err := nats.Connect(s.URL(), opt, nats.ErrorHandler(ce.handler), nats.CustomInboxPrefix(s.names.inbox(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, ce
+}
+
+// dial dials s as batcher cfg.BatcherID ("b" when empty), with that batcher's credential
+// unless cfg.Creds is set.
 func dial(t *testing.T, s *Server, cfg ClientConfig) *Client {
 	t.Helper()
 	if cfg.Creds == "" {
-		cfg.Creds = s.CredsFile()
+		if cfg.BatcherID == "" {
+			cfg.BatcherID = "b"
+		}
+		cfg.Creds = credsFor(t, s, cfg.BatcherID)
 	}
 	if cfg.RetryMin == 0 {
 		cfg.RetryMin, cfg.RetryMax = 10*time.Millisecond, 100*time.Millisecond
@@ -364,8 +397,8 @@ func TestLearnerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if s2.CredsFile() != s1.CredsFile() {
-		t.Errorf("credential moved from %s to %s", s1.CredsFile(), s2.CredsFile())
+	if c2 := credsFor(t, s2, "r"); c2 != credsFor(t, s1, "r") || s2.CredsDir() != s1.CredsDir() {
+		t.Errorf("credential moved from %s to %s", credsFor(t, s1, "r"), c2)
 	}
 	ch2, err := s2.Rollouts(ctx)
 	if err != nil {
@@ -468,24 +501,15 @@ func TestPermissions(t *testing.T) {
 		t.Errorf("Dial without a credential: %v, want ErrUnauthorized", err)
 	}
 	other := t.TempDir()
-	if _, _, err := batcherKey(other); err != nil {
+	if _, _, err := issueCreds(other, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Dial(ctx, s.URL(), ClientConfig{Creds: other + "/" + CredsFileName}); !errors.Is(err, ErrUnauthorized) {
+	if _, err := Dial(ctx, s.URL(), ClientConfig{Creds: other + "/a" + CredsExt}); !errors.Is(err, ErrUnauthorized) {
 		t.Errorf("Dial with another run's credential: %v, want ErrUnauthorized", err)
 	}
 
-	// The batcher credential, used directly.
-	opt, err := credsOption(s.CredsFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ce := &connErrors{}
-	nc, err := nats.Connect(s.URL(), opt, nats.ErrorHandler(ce.handler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	// A batcher credential, used directly.
+	nc, ce := rawConn(t, s, "a")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

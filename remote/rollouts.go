@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -248,6 +249,14 @@ func (c *consumer) handle(ctx context.Context, msg jetstream.Msg) {
 	if err != nil {
 		s.log.Warn("remote: dropping a message that is not a rollout chunk", zap.String("subject", msg.Subject()), zap.Error(err))
 		c.drop(msg, err)
+		return
+	}
+	if sender := strings.TrimPrefix(msg.Subject(), s.names.rolloutSubject("")); sender != h.batcher {
+		// The subject is the sender's own (BatcherPermissions): a chunk claiming another
+		// batcher's ID would count against that batcher's de-duplication and credits.
+		err := refuse(refusedID, "a chunk of batcher %q published as batcher %q: a credential publishes its own rollouts only", h.batcher, sender)
+		s.refused(sender, h.key(), err)
+		_ = msg.TermWithReason(err.Error())
 		return
 	}
 	if sp := s.cfg.Spec; sp != nil && h.blobLen > sp.maxBlob() {

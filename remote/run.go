@@ -262,7 +262,7 @@ func dialError(ctx context.Context, url string, wait time.Duration, err error) e
 // publishError adds to a permanent publish error what to do about it.
 func publishError(err error) error {
 	if errors.Is(err, ErrPermission) {
-		return fmt.Errorf("%w: the credential may not publish rollouts; use the batcher.creds of this run, or (an external NATS) have its operator grant the batchers' user remote.BatcherPermissions", err)
+		return fmt.Errorf("%w: the credential may not publish rollouts as this batcher; use a batcher credential of this run (DIR/creds/<id>.creds, whose ID the batcher takes), or (an external NATS) pass --id with the batcher ID its operator granted this user (remote.BatcherPermissions)", err)
 	}
 	return err
 }
@@ -318,7 +318,7 @@ func (r *runner) register(ctx context.Context, env string) error {
 			return fmt.Errorf("%w (this batcher: env %s, observations %v, actions %s)", err, orAny(env), reg.ObsShape, orAny(reg.ActionSpace))
 		}
 		if errors.Is(err, ErrPermission) {
-			return fmt.Errorf("%w: the credential may not talk to the coordinator; use the batcher.creds of this run", err)
+			return fmt.Errorf("%w: the credential may not talk to the coordinator as batcher %s; use a batcher credential of this run (DIR/creds/<id>.creds, whose ID the batcher takes), or (an external NATS) pass --id with the batcher ID its operator granted this user (remote.BatcherPermissions)", err, r.c.ID())
 		}
 		return err
 	}

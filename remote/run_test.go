@@ -37,7 +37,7 @@ func readFile(t testing.TB, name string) []byte {
 // credential.
 func batcherConfig(t testing.TB, s *Server, id string) BatcherConfig {
 	return BatcherConfig{
-		Client:         ClientConfig{Creds: s.CredsFile(), BatcherID: id, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond},
+		Client:         ClientConfig{Creds: credsFor(t, s, id), BatcherID: id, RetryMin: 10 * time.Millisecond, RetryMax: 100 * time.Millisecond},
 		Workers:        2,
 		ConnectTimeout: 10 * time.Second,
 		Logger:         zaptest.NewLogger(t).Named(id),
@@ -251,7 +251,7 @@ func TestRunBatcherErrors(t *testing.T) {
 	closed := "nats://" + l.Addr().String()
 	l.Close()
 	other := t.TempDir()
-	if _, _, err := batcherKey(other); err != nil {
+	if _, _, err := issueCreds(other, "e"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -261,8 +261,9 @@ func TestRunBatcherErrors(t *testing.T) {
 		is   error
 		want []string
 	}{
-		{"no credential", "", func(c *BatcherConfig) { c.Client.Creds = "" }, ErrUnauthorized, []string{"batcher.creds"}},
-		{"another run's credential", "", func(c *BatcherConfig) { c.Client.Creds = other + "/batcher.creds" }, ErrUnauthorized, []string{"refused credential"}},
+		{"no credential", "", func(c *BatcherConfig) { c.Client.Creds = "" }, ErrUnauthorized, []string{"DIR/creds/batcher-K.creds"}},
+		{"another run's credential", "", func(c *BatcherConfig) { c.Client.Creds = other + "/e.creds" }, ErrUnauthorized, []string{"refused credential"}},
+		{"another batcher's credential", "", func(c *BatcherConfig) { c.Client.Creds = credsFor(t, s, "f") }, nil, []string{`credential of batcher "f"`, "--id"}},
 		{"missing credential file", "", func(c *BatcherConfig) { c.Client.Creds = other + "/nope.creds" }, nil, []string{"nope.creds"}},
 		{"nothing listening", closed, func(c *BatcherConfig) { c.ConnectTimeout = 400 * time.Millisecond }, ErrUnreachable,
 			[]string{closed, "train --serve", "--connect-timeout"}},
@@ -434,7 +435,7 @@ func BenchmarkRunBatcher(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer src.Close()
-		run := startBatcher(ctx, s.URL(), BatcherConfig{Client: ClientConfig{Creds: s.CredsFile(), BatcherID: "bench"}})
+		run := startBatcher(ctx, s.URL(), BatcherConfig{Client: ClientConfig{Creds: credsFor(b, s, "bench")}})
 		first, err := src.Next(ctx)
 		if err != nil {
 			b.Fatal(err)

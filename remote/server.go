@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,9 +31,14 @@ type ServeConfig struct {
 	// policies, run state); put it under the run directory so that a resumed run re-opens
 	// it. Required by Serve; must be empty for Connect.
 	StoreDir string
-	// CredsDir receives the batcher credential, batcher.creds (mode 0600); an existing
-	// one is reused. Default StoreDir. Serve only.
+	// CredsDir holds the batchers' credentials, one per batcher ID: <id>.creds (mode 0600),
+	// written for each of Batchers that has none, and every one already there (an earlier
+	// learner's) accepted again. Default StoreDir. Serve only.
 	CredsDir string
+	// Batchers are the IDs of the remote batchers Serve writes credentials for (more can
+	// be added while it serves: Server.AddBatcher). A credential lets its holder act as its
+	// batcher ID alone (BatcherPermissions). Serve only.
+	Batchers []string
 	// TLSCert and TLSKey are PEM files; with both set the server speaks only TLS and
 	// batchers need the certificate's CA (ClientConfig.CAFile) unless it is a public one.
 	// Serve only.
@@ -220,9 +226,11 @@ type Server struct {
 	names names
 	log   *zap.Logger
 
-	ns    *server.Server // embedded server; nil after Connect
-	url   string         // what batchers dial
-	creds string         // batcher credential file; "" after Connect
+	ns       *server.Server // embedded server; nil after Connect
+	url      string         // what batchers dial
+	auth     *authTable     // the embedded server's users; nil after Connect
+	credsDir string         // where the batchers' credentials are; "" after Connect
+	ownCreds string         // the learner's credential file, after Connect (its local batchers use it)
 
 	nc     *nats.Conn // control: buckets, coordinator, acknowledgements
 	pullNC *nats.Conn // rollout data: the pull consumer, alone, so acks do not queue behind megabytes
@@ -289,36 +297,40 @@ func Serve(ctx context.Context, cfg ServeConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	pubs, subs, deny, err := BatcherPermissions(nm.ns)
-	if err != nil {
-		return nil, err
-	}
-	batcherPub, credsPath, err := batcherKey(cfg.CredsDir)
-	if err != nil {
-		return nil, err
-	}
 	admin, err := newMemoryKey()
 	if err != nil {
 		return nil, err
 	}
 	defer admin.kp.Wipe()
+	auth := &authTable{users: map[string]authUser{admin.pub: {name: "learner"}}}
+	known, err := loadCreds(cfg.CredsDir)
+	if err != nil {
+		return nil, err
+	}
+	for pub, id := range known {
+		u, err := batcherUser(nm, id)
+		if err != nil {
+			return nil, err
+		}
+		auth.add(pub, u)
+	}
+	for _, id := range cfg.Batchers {
+		if err := addBatcher(auth, nm, cfg.CredsDir, id); err != nil {
+			return nil, err
+		}
+	}
 
 	opts := &server.Options{
-		ServerName:             "towerrl-learner",
-		Host:                   host,
-		Port:                   port,
-		JetStream:              true,
-		StoreDir:               cfg.StoreDir,
-		MaxPayload:             MaxMessageBytes,
-		NoSigs:                 true,
-		DisableJetStreamBanner: true,
-		Nkeys: []*server.NkeyUser{
-			{Nkey: admin.pub},
-			{Nkey: batcherPub, Permissions: &server.Permissions{
-				Publish:   &server.SubjectPermission{Allow: pubs, Deny: deny},
-				Subscribe: &server.SubjectPermission{Allow: subs, Deny: []string{nm.ns + ".rollouts.>"}},
-			}},
-		},
+		ServerName:                 "towerrl-learner",
+		Host:                       host,
+		Port:                       port,
+		JetStream:                  true,
+		StoreDir:                   cfg.StoreDir,
+		MaxPayload:                 MaxMessageBytes,
+		NoSigs:                     true,
+		DisableJetStreamBanner:     true,
+		CustomClientAuthentication: auth,
+		AlwaysEnableNonce:          true, // clients sign it with their NKey (authTable.Check)
 	}
 	scheme := "nats"
 	if cfg.TLSCert != "" {
@@ -357,22 +369,23 @@ func Serve(ctx context.Context, cfg ServeConfig) (*Server, error) {
 		}
 	}
 	s := newServer(cfg, nm, conns[0], conns[1])
-	s.ns, s.creds = ns, credsPath
+	s.ns, s.auth, s.credsDir = ns, auth, cfg.CredsDir
 	s.url = fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, strconv.Itoa(addr.Port)))
 	if err := s.setup(ctx); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
 	s.log.Info("remote: serving batchers", zap.String("url", s.url), zap.String("store", cfg.StoreDir),
-		zap.String("creds", credsPath))
+		zap.String("creds", cfg.CredsDir), zap.Strings("batchers", cfg.Batchers))
 	return s, nil
 }
 
 // Connect is Serve for an external NATS server or cluster with JetStream (train --nats URL
 // --nats-creds FILE): nothing is embedded and no credential is written; the batchers'
-// credential and its permissions (BatcherPermissions) come from the cluster's operator.
-// credsFile authenticates the learner (a .creds or NKey seed file; "" for none); its user
-// needs JetStream rights on the namespace's stream and buckets and its replies come to
-// _INBOX_learner.>. Addr, StoreDir, CredsDir, TLSCert and TLSKey must be empty.
+// credentials, one user per batcher ID with BatcherPermissions for it, come from the
+// cluster's operator. credsFile authenticates the learner (a .creds or NKey seed file; ""
+// for none); its user needs JetStream rights on the namespace's stream and buckets and its
+// replies come to _INBOX_learner.>. Addr, StoreDir, CredsDir, Batchers, TLSCert and TLSKey
+// must be empty.
 func Connect(ctx context.Context, url, credsFile string, cfg ServeConfig) (*Server, error) {
 	for _, f := range []struct{ name, v string }{
 		{"Addr", cfg.Addr}, {"StoreDir", cfg.StoreDir}, {"CredsDir", cfg.CredsDir}, {"TLSCert", cfg.TLSCert}, {"TLSKey", cfg.TLSKey},
@@ -380,6 +393,9 @@ func Connect(ctx context.Context, url, credsFile string, cfg ServeConfig) (*Serv
 		if f.v != "" {
 			return nil, fmt.Errorf("remote: ServeConfig.%s is set for an external NATS server, which owns it: leave it empty with Connect", f.name)
 		}
+	}
+	if len(cfg.Batchers) > 0 {
+		return nil, errors.New("remote: ServeConfig.Batchers is set for an external NATS server, whose operator issues the batchers' credentials: leave it empty with Connect")
 	}
 	cfg.defaults()
 	if err := cfg.validate(); err != nil {
@@ -390,7 +406,7 @@ func Connect(ctx context.Context, url, credsFile string, cfg ServeConfig) (*Serv
 		return nil, err
 	}
 	opts := []nats.Option{nats.Name("towerrl-learner"), nats.MaxReconnects(-1), nats.CustomInboxPrefix(learnerInbox)}
-	if o, err := credsOption(credsFile); err != nil {
+	if o, _, err := credsOption(credsFile); err != nil {
 		return nil, err
 	} else if o != nil {
 		opts = append(opts, o)
@@ -410,7 +426,7 @@ func Connect(ctx context.Context, url, credsFile string, cfg ServeConfig) (*Serv
 		return nil, err
 	}
 	s := newServer(cfg, nm, nc, pullNC)
-	s.url = nc.ConnectedUrlRedacted()
+	s.url, s.ownCreds = nc.ConnectedUrlRedacted(), credsFile
 	if err := s.setup(ctx); err != nil {
 		if p := ce.permission("$JS.API"); p != nil {
 			err = fmt.Errorf("%w (the learner's credential needs JetStream admin rights in its account)", p)
@@ -538,8 +554,58 @@ func (s *Server) consumerIdle(now time.Time) time.Duration {
 // wildcard listen address (0.0.0.0) replace the host by one the batchers can reach.
 func (s *Server) URL() string { return s.url }
 
-// CredsFile is the batcher credential Serve wrote or reused ("" after Connect).
-func (s *Server) CredsFile() string { return s.creds }
+// CredsDir is the folder of the batchers' credentials Serve wrote or reused, <id>.creds
+// ("" after Connect).
+func (s *Server) CredsDir() string { return s.credsDir }
+
+// AddBatcher issues the credential of batcher id, CredsDir/<id>.creds (or reuses the one
+// there), and accepts it from now on; it returns the file's path. Serve only: an external
+// server's operator issues its batchers' credentials.
+func (s *Server) AddBatcher(id string) (string, error) {
+	if s.auth == nil {
+		return "", errors.New("remote: AddBatcher: the batchers' credentials of an external NATS server come from its operator (one user per batcher ID, with remote.BatcherPermissions)")
+	}
+	if err := addBatcher(s.auth, s.names, s.credsDir, id); err != nil {
+		return "", err
+	}
+	return filepath.Join(s.credsDir, id+CredsExt), nil
+}
+
+func addBatcher(auth *authTable, nm names, dir, id string) error {
+	pub, _, err := issueCreds(dir, id)
+	if err != nil {
+		return err
+	}
+	u, err := batcherUser(nm, id)
+	if err != nil {
+		return err
+	}
+	auth.add(pub, u)
+	return nil
+}
+
+// LocalClient is the ClientConfig of a batcher the learner runs in its own process (train
+// --local-workers) as batcher id: with Serve, an identity that exists only in this process,
+// allowed what BatcherPermissions allows id; after Connect, the learner's own credential
+// (its operator must then grant that user the batcher's permissions too).
+func (s *Server) LocalClient(id string) (ClientConfig, error) {
+	cfg := ClientConfig{BatcherID: id, Namespace: s.names.ns}
+	if s.auth == nil {
+		cfg.Creds = s.ownCreds
+		return cfg, nil
+	}
+	k, err := newMemoryKey()
+	if err != nil {
+		return ClientConfig{}, err
+	}
+	u, err := batcherUser(s.names, id)
+	if err != nil {
+		return ClientConfig{}, err
+	}
+	s.auth.add(k.pub, u)
+	cfg.key = k
+	return cfg, nil
+}
 
 // Close stops the Rollouts loop, the coordinator and, for Serve, the embedded server. It
 // waits for them and is idempotent. Unacknowledged rollouts stay in the store and are

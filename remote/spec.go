@@ -53,6 +53,7 @@ const (
 	refusedAction  = "action"     // a discrete action out of range or not whole
 	refusedVersion = "version"    // a policy version the learner never published, or not yet when it was stored
 	refusedPending = "unfinished" // chunks of an unfinished rollout dropped to bound what waits
+	refusedID      = "id"         // a chunk claiming another batcher's ID than its subject's
 )
 
 // refusal is the error of a rollout held against the Spec: its reason (a key of

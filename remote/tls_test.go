@@ -56,7 +56,7 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("URL %s, want tls://", s.URL())
 	}
 	ctx := timeout(t, 20*time.Second)
-	if _, err := Dial(ctx, s.URL(), ClientConfig{Creds: s.CredsFile()}); err == nil || !strings.Contains(err.Error(), "CA") {
+	if _, err := Dial(ctx, s.URL(), ClientConfig{Creds: credsFor(t, s, "w")}); err == nil || !strings.Contains(err.Error(), "CA") {
 		t.Errorf("Dial without the CA: %v, want an error about the certificate's CA", err)
 	}
 	c := dial(t, s, ClientConfig{CAFile: cert, BatcherID: "tls"})
@@ -71,7 +71,7 @@ func TestTLS(t *testing.T) {
 		t.Errorf("rollout from %q", d.Rollout.BatcherID)
 	}
 	// A plain-text client is refused.
-	if _, err := Dial(ctx, strings.Replace(s.URL(), "tls://", "nats://", 1), ClientConfig{Creds: s.CredsFile()}); err == nil {
+	if _, err := Dial(ctx, strings.Replace(s.URL(), "tls://", "nats://", 1), ClientConfig{Creds: credsFor(t, s, "w")}); err == nil {
 		t.Error("a plain-text client connected to a TLS server")
 	} else if errors.Is(err, ErrUnauthorized) {
 		t.Logf("plain text: %v", err)

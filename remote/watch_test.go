@@ -14,13 +14,13 @@ import (
 func TestWatchStop(t *testing.T) {
 	s := serve(t, ServeConfig{})
 	ctx := timeout(t, 20*time.Second)
-	if _, err := Watch(ctx, s.URL(), WatchConfig{Client: ClientConfig{Creds: s.CredsFile()}}); err == nil || !strings.Contains(err.Error(), "Info is nil") {
+	if _, err := Watch(ctx, s.URL(), WatchConfig{Client: ClientConfig{Creds: credsFor(t, s, "w")}}); err == nil || !strings.Contains(err.Error(), "Info is nil") {
 		t.Errorf("no Info: %v", err)
 	}
 	if _, err := Watch(ctx, s.URL(), WatchConfig{Info: func([]byte) {}}); !errors.Is(err, ErrUnauthorized) {
 		t.Errorf("no credential: %v, want ErrUnauthorized", err)
 	}
-	if _, err := Watch(ctx, "nats://127.0.0.1:1", WatchConfig{Client: ClientConfig{Creds: s.CredsFile()}, Info: func([]byte) {},
+	if _, err := Watch(ctx, "nats://127.0.0.1:1", WatchConfig{Client: ClientConfig{Creds: credsFor(t, s, "w")}, Info: func([]byte) {},
 		ConnectTimeout: 300 * time.Millisecond}); !errors.Is(err, ErrUnreachable) {
 		t.Errorf("nothing listening: %v, want ErrUnreachable", err)
 	}
@@ -34,7 +34,7 @@ func TestWatchStop(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		sum, err := Watch(ctx, s.URL(), WatchConfig{Client: ClientConfig{Creds: s.CredsFile()}, Stop: stop, Info: func(line []byte) {
+		sum, err := Watch(ctx, s.URL(), WatchConfig{Client: ClientConfig{Creds: credsFor(t, s, "w")}, Stop: stop, Info: func(line []byte) {
 			mu.Lock()
 			got = append(got, string(line))
 			mu.Unlock()

@@ -67,11 +67,12 @@ start_learner() {
 }
 
 nbatcher=0
-# start_batcher ID: a batcher process with a ledger of its own.
+# start_batcher ID: a batcher process with a ledger of its own, and the credential the learner
+# wrote for ID (DIR/creds/ID.creds: the ID comes from it).
 start_batcher() {
 	nbatcher=$((nbatcher + 1))
 	TOWERRL_TEST_LEDGER="$led/batcher-$1-$(printf %03d "$nbatcher")" "$tmp/bin/batcher" --connect "nats://$addr" \
-		--creds "$run/batcher.creds" --id "$1" --connect-timeout 0 >"$tmp/batcher-$nbatcher.json" 2>"$tmp/batcher-$nbatcher.log" &
+		--creds "$run/creds/$1.creds" --connect-timeout 0 >"$tmp/batcher-$nbatcher.json" 2>"$tmp/batcher-$nbatcher.log" &
 	batchers[$1]=$!
 }
 
@@ -87,7 +88,7 @@ if [[ -z "${url:-}" ]]; then
 fi
 addr="${url#nats://}" # the same address after every restart
 for ((i = 0; i < k; i++)); do
-	start_batcher "b$i"
+	start_batcher "batcher-$i"
 done
 
 # Chaos: every 0.3–2.3 s a batcher or (one time in four, and not within 4 s of its last
@@ -110,7 +111,7 @@ while ((SECONDS < end)); do
 		start_learner
 		last_learner=$SECONDS
 	else
-		id="b$((RANDOM % k))"
+		id="batcher-$((RANDOM % k))"
 		kill -9 "${batchers[$id]}"
 		wait "${batchers[$id]}" 2>/dev/null || true
 		batcher_kills=$((batcher_kills + 1))
@@ -157,7 +158,7 @@ if ((stop_ms > 2000)) || [[ "$term_status" != 1 ]] || ! grep -q 'continue it wit
 	status=1
 fi
 for ((i = 0; i < k; i++)); do
-	start_batcher "b$i"
+	start_batcher "batcher-$i"
 done
 
 start_learner --total-steps "$((done_steps + 5 * iteration))"
@@ -192,7 +193,8 @@ done
 awk -v learner_kills="$learner_kills" -v batcher_kills="$batcher_kills" -v learners="$nlearner" '
 	FNR == 1 {
 		n = split(FILENAME, p, "/"); name = p[n]
-		split(name, q, "-"); kind = q[1]; id = q[2]; file++
+		# batcher-ID-NNN (the ID may hold dashes: batcher-0) or learner-NNN
+		split(name, q, "-"); kind = q[1]; id = name; sub(/^[a-z]+-/, "", id); sub(/-[0-9]+$/, "", id); file++
 	}
 	kind == "batcher" && NF == 3 && $1 ~ /^[0-9a-f]+$/ {
 		session[file] = id " " $1

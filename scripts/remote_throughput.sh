@@ -88,7 +88,7 @@ run_remote() {
 		exit 1
 	fi
 	for ((i = 0; i < k; i++)); do
-		"$tmp/bin/batcher" --connect "$url" --creds "$dir/batcher.creds" --id "b$i" --workers "$workers" "${batcher_extra[@]}" \
+		"$tmp/bin/batcher" --connect "$url" --creds "$dir/creds/batcher-$i.creds" --workers "$workers" "${batcher_extra[@]}" \
 			>"$dir-b$i.json" 2>"$dir-b$i.log" &
 		pids+=("$!")
 	done

@@ -68,8 +68,9 @@
 //	batcher --connect URL --creds FILE [--env ID] [--workers W] [--env-threads K] [--device D] [--threads N]
 //	        [--id NAME] [--ca CA.pem] [--namespace NS] [--codec s2|zstd|none] [--connect-timeout 1m] [--info]
 //
-// collects for a learner serving on URL (train --serve prints it) with the credential it
-// wrote into its run directory (batcher.creds; copy it to the batcher's machine). The
+// collects for a learner serving on URL (train --serve prints it) with one of the
+// credentials it wrote into its run directory (DIR/creds/batcher-K.creds, one per batcher:
+// copy it to the batcher's machine; the batcher's ID comes from it). The
 // batcher registers with the learner's coordinator, takes a collect task (env, number of
 // envs, rollout length, seed, policy version floor), waits for a policy of at least the
 // floor, and publishes every rollout to the learner, hot-swapping to each newer policy the
@@ -166,7 +167,7 @@ func main() {
 	fs := flag.CommandLine
 	cli.Usage(fs, "batcher", "collect experience with an ONNX policy into .npz shards, or for a remote learner (docs/tools.md)",
 		"bin/batcher --policy policy.onnx --env CartPole-v1 --envs 256 --workers 2 --steps 1000000 --out out/data",
-		"bin/batcher --connect nats://learner:4222 --creds runs/r/batcher.creds")
+		"bin/batcher --connect nats://learner:4222 --creds runs/r/creds/batcher-0.creds")
 	fs.StringVar(&o.policy, "policy", "", `ONNX policy file, or "random" (required)`)
 	fs.StringVar(&o.env, "env", "", "Gymnasium environment id, e.g. CartPole-v1 (required)")
 	fs.IntVar(&o.envs, "envs", 64, "environments per worker (M)")

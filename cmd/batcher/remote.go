@@ -26,7 +26,7 @@ type remoteOptions struct {
 var remoteOnly = []string{"creds", "ca", "id", "namespace", "codec", "connect-timeout", "info"}
 
 // watchFlags names the flags that mean something with --watch: the connection's.
-var watchFlags = map[string]bool{"watch": true, "creds": true, "ca": true, "namespace": true, "connect-timeout": true,
+var watchFlags = map[string]bool{"watch": true, "creds": true, "ca": true, "id": true, "namespace": true, "connect-timeout": true,
 	"log-level": true, "log-json": true, "profile": true}
 
 // localOnly names the flags a remote batcher takes from the learner's task or policy instead.
@@ -34,9 +34,9 @@ var localOnly = []string{"policy", "steps", "rollout", "envs", "seed", "out", "a
 
 func (r *remoteOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.connect, "connect", "", "collect for a learner: its NATS URL (nats://HOST:PORT or tls://HOST:PORT, printed by train --serve); the learner's tasks set env, envs, rollout and seeds, and its policies are hot-swapped")
-	fs.StringVar(&r.creds, "creds", "", "with --connect: the credential file (the batcher.creds the learner wrote into its run directory, or a NATS .creds file)")
+	fs.StringVar(&r.creds, "creds", "", "with --connect: the credential file: one of those the learner wrote into its run directory, DIR/creds/batcher-K.creds (one per batcher; the batcher's ID comes from it), or a NATS .creds file")
 	fs.StringVar(&r.ca, "ca", "", "with --connect: PEM CA bundle that signed the learner's TLS certificate (for tls://)")
-	fs.StringVar(&r.id, "id", "", "with --connect: this batcher's ID in the learner's accounting (default: host name and PID)")
+	fs.StringVar(&r.id, "id", "", "with --connect or --watch: this batcher's ID in the learner's accounting: the one its learner-written credential names (the default), or with an external NATS the ID its operator granted the credential (default there: host name and PID)")
 	fs.StringVar(&r.namespace, "namespace", "", "with --connect: the learner's NATS namespace (default "+remote.DefaultNamespace+")")
 	fs.StringVar(&r.codec, "codec", "", "with --connect: rollout compression: s2 (default), zstd or none")
 	fs.DurationVar(&r.connectTimeout, "connect-timeout", time.Minute, "with --connect: how long to wait for the learner to answer at the start (0: forever)")
@@ -113,12 +113,12 @@ func remoteConfig(o options, log *zap.Logger) (remote.BatcherConfig, error) {
 func checkCreds(r remoteOptions, mode string) error {
 	switch {
 	case r.creds == "":
-		return fmt.Errorf("%s needs --creds FILE: the batcher.creds the learner wrote into its run directory (copy it to this machine), or the .creds file your NATS operator issued", mode)
+		return fmt.Errorf("%s needs --creds FILE: the batcher's credential the learner wrote into its run directory, DIR/creds/batcher-K.creds (one per batcher: copy one to this machine), or the .creds file your NATS operator issued", mode)
 	case r.connectTimeout < 0:
 		return fmt.Errorf("--connect-timeout %v: want 0 (forever) or more", r.connectTimeout)
 	}
 	if _, err := os.Stat(r.creds); err != nil {
-		return fmt.Errorf("--creds: %w (copy the batcher.creds from the learner's run directory)", err)
+		return fmt.Errorf("--creds: %w (copy a batcher credential from the learner's run directory, DIR/creds/batcher-K.creds)", err)
 	}
 	if r.ca != "" {
 		if _, err := os.Stat(r.ca); err != nil {
@@ -147,14 +147,14 @@ func watchConfig(o options) (remote.WatchConfig, error) {
 	}
 	for name := range o.set {
 		if !watchFlags[name] {
-			return remote.WatchConfig{}, fmt.Errorf("--%s does not apply with --watch, which only shows the learner's learn-info lines (it takes --creds, --ca, --namespace, --connect-timeout)", name)
+			return remote.WatchConfig{}, fmt.Errorf("--%s does not apply with --watch, which only shows the learner's learn-info lines (it takes --creds, --ca, --id, --namespace, --connect-timeout)", name)
 		}
 	}
 	if err := checkCreds(r, "--watch"); err != nil {
 		return remote.WatchConfig{}, err
 	}
 	return remote.WatchConfig{
-		Client:         remote.ClientConfig{Creds: r.creds, CAFile: r.ca, Namespace: r.namespace},
+		Client:         remote.ClientConfig{Creds: r.creds, CAFile: r.ca, BatcherID: r.id, Namespace: r.namespace},
 		ConnectTimeout: connectTimeout(r),
 		Stop:           o.stop,
 	}, nil

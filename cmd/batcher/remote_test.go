@@ -45,7 +45,7 @@ func TestRemoteFlags(t *testing.T) {
 		edit func(*options)
 		want string
 	}{
-		{"connect without creds", func(o *options) { o.remote.creds = ""; delete(o.set, "creds") }, "--connect needs --creds FILE: the batcher.creds the learner wrote"},
+		{"connect without creds", func(o *options) { o.remote.creds = ""; delete(o.set, "creds") }, "--connect needs --creds FILE: the batcher's credential the learner wrote"},
 		{"creds without connect", func(o *options) { o.remote.connect = ""; delete(o.set, "connect") }, "--creds needs --connect URL"},
 		{"info without connect", func(o *options) {
 			o.remote.connect, o.remote.creds = "", ""
@@ -87,7 +87,8 @@ func TestRemoteFlags(t *testing.T) {
 func TestRemoteRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: t.TempDir(), HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 500 * time.Millisecond})
+	store := t.TempDir()
+	s, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: store, Batchers: []string{"cli"}, HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,16 +124,21 @@ func TestRemoteRun(t *testing.T) {
 		is    error
 		wants []string
 	}{
-		{"wrong credential", remoteOpts(s.URL(), other), remote.ErrUnauthorized, []string{"batcher.creds"}},
+		{"wrong credential", remoteOpts(s.URL(), other), remote.ErrUnauthorized, []string{"DIR/creds/batcher-K.creds"}},
+		{"another batcher's ID", func() options {
+			o := remoteOpts(s.URL(), filepath.Join(store, "cli.creds"), "id")
+			o.remote.id = "other"
+			return o
+		}(), nil, []string{`credential of batcher "cli"`, "--id"}},
 		{"nothing listening", func() options {
-			o := remoteOpts("nats://127.0.0.1:1", s.CredsFile(), "connect-timeout")
+			o := remoteOpts("nats://127.0.0.1:1", filepath.Join(store, "cli.creds"), "connect-timeout")
 			o.remote.connectTimeout = 300 * time.Millisecond
 			return o
 		}(), remote.ErrUnreachable, []string{"train --serve", "--connect-timeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := runRemote(ctx, io.Discard, zap.NewNop(), tc.o)
-			if !errors.Is(err, tc.is) {
+			if err == nil || tc.is != nil && !errors.Is(err, tc.is) {
 				t.Fatalf("error %v, want %v", err, tc.is)
 			}
 			for _, w := range tc.wants {
@@ -143,7 +149,7 @@ func TestRemoteRun(t *testing.T) {
 		})
 	}
 
-	o := remoteOpts(s.URL(), s.CredsFile(), "env", "workers", "id")
+	o := remoteOpts(s.URL(), filepath.Join(store, "cli.creds"), "env", "workers", "id")
 	o.env, o.workers, o.remote.id = "CartPole-v1", 2, "cli"
 	var stdout bytes.Buffer
 	done := make(chan error, 1)
@@ -233,7 +239,8 @@ func TestWatchFlags(t *testing.T) {
 func TestWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: t.TempDir()})
+	store := t.TempDir()
+	s, err := remote.Serve(ctx, remote.ServeConfig{StoreDir: store, Batchers: []string{"w"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +248,9 @@ func TestWatch(t *testing.T) {
 	core, logs := observer.New(zap.InfoLevel)
 	var stdout bytes.Buffer
 	done := make(chan error, 1)
-	go func() { done <- runWatch(ctx, &stdout, zap.New(core), watchOpts(s.URL(), s.CredsFile())) }()
+	go func() {
+		done <- runWatch(ctx, &stdout, zap.New(core), watchOpts(s.URL(), filepath.Join(store, "w.creds")))
+	}()
 	// Lines are not stored: publish until the watcher shows one, then three more.
 	learnerLines := func() int { return logs.FilterMessage("learner").Len() }
 	for i := 0; learnerLines() == 0; i++ {

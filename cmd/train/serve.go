@@ -29,6 +29,9 @@ type serveFlags struct {
 	// credits is the flow control (--credits): rollouts the batchers may collect that the
 	// learner has not taken yet; 0 turns it off, negative picks it (creditsFor).
 	credits int
+	// batchers is how many batcher credentials --serve writes (--batchers; 0: one per task),
+	// DIR/creds/batcher-K.creds: each lets one batcher act as batcher-K alone.
+	batchers int
 }
 
 func (f serveFlags) on() bool { return f.addr != "" || f.nats != "" }
@@ -44,13 +47,16 @@ const ledgerEnv = "TOWERRL_TEST_LEDGER"
 // embedded NATS server with JetStream (or a connection to an external one), a collect task per
 // remote batcher, and the rollouts they publish, as an engine.RolloutSource. The server starts
 // with the first policy, once the run directory exists: its store is DIR/nats and the
-// batchers' credential DIR/batcher.creds.
+// batchers' credentials DIR/creds/batcher-K.creds, one per batcher (--batchers, default one
+// per task): a credential lets its holder act as its own batcher ID alone, so no batcher
+// reads another's replies or takes its ID.
 //
 // With --local-workers N the learner also runs N batchers itself (remote.RunBatcher in this
 // process, with the batcher credential, over the server's address): they take N more collect
 // tasks and their rollouts go through the stream like those of remote batchers — the same
 // acknowledgement, de-duplication, accounting (batcher IDs local-0, local-1, …) and policy
-// hot swap — at the cost of the loopback transport.
+// hot swap — at the cost of the loopback transport — each with an identity that exists only
+// in the learner's process (remote.Server.LocalClient).
 type serving struct {
 	f       serveFlags
 	dir     string // the run directory
@@ -145,7 +151,11 @@ func newServing(ctx context.Context, f serveFlags, cfg engine.Config, dir, resum
 	case f.addr != "" && f.nats != "":
 		return nil, errors.New("--serve ADDR embeds a NATS server, --nats URL uses an external one: give one of them")
 	case f.nats == "" && f.natsCreds != "":
-		return nil, errors.New("--nats-creds is the credential for --nats URL; --serve writes its own (DIR/batcher.creds)")
+		return nil, errors.New("--nats-creds is the credential for --nats URL; --serve writes its batchers' own (DIR/creds/batcher-K.creds)")
+	case f.nats != "" && f.batchers != 0:
+		return nil, errors.New("--batchers N writes credentials for --serve's embedded NATS server; with --nats URL the server's operator issues one per batcher (see docs/distributed.md)")
+	case f.batchers < 0:
+		return nil, fmt.Errorf("--batchers %d: want 0 (one credential per task) or more", f.batchers)
 	case (f.tlsCert == "") != (f.tlsKey == ""):
 		return nil, errors.New("--tls-cert and --tls-key go together")
 	case f.tasks < 0 || f.localWorkers < 0:
@@ -190,7 +200,8 @@ func (s *serving) start(ctx context.Context) error {
 	// Remote batchers never wait for the learner: a bound on the chunks stored makes them
 	// wait (and retry) once 16 rollout chunks per task are queued, instead of filling the
 	// store with rollouts the learner would drop as too old.
-	sc := remote.ServeConfig{Addr: s.f.addr, StoreDir: filepath.Join(s.dir, "nats"), CredsDir: s.dir, TLSCert: s.f.tlsCert, TLSKey: s.f.tlsKey,
+	sc := remote.ServeConfig{Addr: s.f.addr, StoreDir: filepath.Join(s.dir, "nats"), CredsDir: filepath.Join(s.dir, credsDir),
+		Batchers: s.batcherIDs(), TLSCert: s.f.tlsCert, TLSKey: s.f.tlsKey,
 		StreamMaxMsgs: int64(max(64, 16*tasks)),
 		Credits:       s.credits(), OnPolicy: s.cfg.Algo == ppo.Name,
 		Logger: s.log, Admit: func(r remote.Registration) error {
@@ -207,9 +218,10 @@ func (s *serving) start(ctx context.Context) error {
 	}
 	var err error
 	if s.f.nats != "" {
-		sc.StoreDir, sc.CredsDir = "", ""
+		sc.StoreDir, sc.CredsDir, sc.Batchers = "", "", nil
 		s.srv, err = remote.Connect(s.base, s.f.nats, s.f.natsCreds, sc)
 	} else {
+		s.warnSharedCreds()
 		s.srv, err = remote.Serve(s.base, sc)
 	}
 	if err != nil {
@@ -232,11 +244,57 @@ func (s *serving) start(ctx context.Context) error {
 		})
 	}
 	s.log.Info(fmt.Sprintf("serving %d collect tasks (%s, %d envs × %d steps each): batcher --connect %s --creds %s",
-		tasks, env, n, s.cfg.RolloutSteps, s.srv.URL(), s.batcherCreds()))
+		tasks, env, n, s.cfg.RolloutSteps, s.srv.URL(), s.credsHint()))
 	if s.f.localWorkers > 0 {
-		s.local = s.startLocal()
+		if s.local, err = s.startLocal(); err != nil {
+			return errors.Join(err, s.src.Close(), s.srv.Close())
+		}
 	}
 	return nil
+}
+
+// credsDir is the folder of the run directory that holds the batchers' credentials.
+const credsDir = "creds"
+
+// batcherIDs are the batchers --serve writes credentials for: batcher-0 … batcher-(K-1), K
+// the --batchers, or one per remote task.
+func (s *serving) batcherIDs() []string {
+	k := s.f.batchers
+	if k == 0 {
+		k = s.f.tasks
+	}
+	ids := make([]string, k)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("batcher-%d", i)
+	}
+	return ids
+}
+
+// credsHint names the credentials batchers connect with, for the log: the files the embedded
+// server wrote, or with --nats those the operator issued.
+func (s *serving) credsHint() string {
+	dir := s.srv.CredsDir()
+	if dir == "" {
+		return "FILE (one per batcher, from the NATS operator: a user per batcher ID with remote.BatcherPermissions; pass --id ID)"
+	}
+	ids := s.batcherIDs()
+	switch len(ids) {
+	case 0:
+		return filepath.Join(dir, "ID.creds")
+	case 1:
+		return filepath.Join(dir, ids[0]+remote.CredsExt)
+	}
+	return fmt.Sprintf("%s (K = 0…%d, one per batcher)", filepath.Join(dir, "batcher-K"+remote.CredsExt), len(ids)-1)
+}
+
+// warnSharedCreds warns of the one batcher credential earlier versions wrote for every
+// batcher (DIR/batcher.creds), which no longer connects: a resumed run of theirs has new ones.
+func (s *serving) warnSharedCreds() {
+	old := filepath.Join(s.dir, "batcher.creds")
+	if _, err := os.Stat(old); err == nil {
+		s.log.Warn(fmt.Sprintf("%s, the one credential all batchers shared, is no longer accepted: give each batcher its own, %s (delete the old one)",
+			old, filepath.Join(s.dir, credsDir, "batcher-K"+remote.CredsExt)))
+	}
 }
 
 // credits is the credit pool (remote.ServeConfig.Credits): --credits, or by default one for
@@ -253,15 +311,6 @@ func (s *serving) credits() int {
 	return max(1, s.cfg.QueueSize)
 }
 
-// batcherCreds is the credential batchers connect with: the one the embedded server wrote,
-// or with --nats the learner's own.
-func (s *serving) batcherCreds() string {
-	if c := s.srv.CredsFile(); c != "" {
-		return c
-	}
-	return s.f.natsCreds
-}
-
 // localBatchers are the batchers a serving learner runs itself (--local-workers).
 type localBatchers struct {
 	cancel context.CancelFunc
@@ -276,17 +325,25 @@ type localBatchers struct {
 }
 
 // startLocal starts the --local-workers batchers; stopLocal (end) waits for them.
-func (s *serving) startLocal() *localBatchers {
-	ctx, cancel := context.WithCancel(s.base)
-	failed, fail := context.WithCancelCause(context.Background())
-	l := &localBatchers{cancel: cancel, failed: failed, fail: fail, errs: make([]error, s.f.localWorkers)}
+func (s *serving) startLocal() (*localBatchers, error) {
 	ca := ""
 	if s.f.tlsCert != "" {
 		ca = s.f.tlsCert // a self-signed certificate is its own CA
 	}
+	clients := make([]remote.ClientConfig, s.f.localWorkers)
+	for i := range clients {
+		var err error
+		if clients[i], err = s.srv.LocalClient(fmt.Sprintf("local-%d", i)); err != nil {
+			return nil, fmt.Errorf("--local-workers: %w", err)
+		}
+		clients[i].CAFile = ca
+	}
+	ctx, cancel := context.WithCancel(s.base)
+	failed, fail := context.WithCancelCause(context.Background())
+	l := &localBatchers{cancel: cancel, failed: failed, fail: fail, errs: make([]error, s.f.localWorkers)}
 	for i := range s.f.localWorkers {
 		cfg := remote.BatcherConfig{
-			Client:  remote.ClientConfig{Creds: s.batcherCreds(), CAFile: ca, BatcherID: fmt.Sprintf("local-%d", i)},
+			Client:  clients[i],
 			Env:     s.cfg.Env,
 			Workers: s.cfg.Workers,
 			Logger:  s.log.Named(fmt.Sprintf("local-%d", i)),
@@ -304,7 +361,7 @@ func (s *serving) startLocal() *localBatchers {
 			}
 		})
 	}
-	return l
+	return l, nil
 }
 
 // stop waits for the local batchers: after the run's end (ended) they finish on their own

@@ -33,13 +33,15 @@ func freeAddr(t *testing.T) string {
 }
 
 // startServing runs a serving learner (run with cfg, flags f, into dir) on a goroutine,
-// waits until it wrote the batcher credential and returns it with the run's outcome.
+// waits until it wrote the batchers' credentials and returns their folder with the run's
+// outcome.
 func startServing(t *testing.T, ctx context.Context, out io.Writer, log *zap.Logger, stop <-chan struct{}, cfg engine.Config, dir string, f serveFlags) (string, <-chan error) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, out, log, stop, cfg, nil, dir, "", "", nil, f) }()
-	creds := filepath.Join(dir, "batcher.creds")
-	for _, err := os.Stat(creds); err != nil; _, err = os.Stat(creds) {
+	creds := filepath.Join(dir, "creds")
+	last := filepath.Join(creds, fmt.Sprintf("batcher-%d.creds", max(f.batchers, f.tasks)-1)) // written last
+	for _, err := os.Stat(last); err != nil; _, err = os.Stat(last) {
 		select {
 		case err := <-done:
 			t.Fatalf("the run ended before serving: %v", err)
@@ -67,7 +69,7 @@ func TestServeRemoteBatchers(t *testing.T) {
 			errs := make([]error, 2)
 			for i := range 2 {
 				wg.Go(func() {
-					sums[i], errs[i] = remote.RunBatcher(ctx, "nats://"+addr, remote.BatcherConfig{Client: remote.ClientConfig{Creds: creds, BatcherID: fmt.Sprintf("b%d", i)}})
+					sums[i], errs[i] = remote.RunBatcher(ctx, "nats://"+addr, remote.BatcherConfig{Client: remote.ClientConfig{Creds: filepath.Join(creds, fmt.Sprintf("batcher-%d.creds", i))}})
 				})
 			}
 			if err := <-done; err != nil {
@@ -118,6 +120,8 @@ func TestServeFlags(t *testing.T) {
 		{serveFlags{addr: "127.0.0.1:1", tasks: 1}, "ddppo", "ddppo"},
 		{serveFlags{addr: "127.0.0.1:1", tasks: 1, localWorkers: -1}, "", "--local-workers -1"},
 		{serveFlags{localWorkers: 1}, "", "--local-workers N"},
+		{serveFlags{nats: "nats://127.0.0.1:1", tasks: 1, batchers: 2}, "", "operator issues one per batcher"},
+		{serveFlags{addr: "127.0.0.1:1", tasks: 1, batchers: -1}, "", "--batchers -1"},
 	} {
 		c := cfg
 		c.Algo = tc.algo
@@ -176,7 +180,7 @@ func TestServeStopResume(t *testing.T) {
 	}
 	bdone := make(chan result, 1)
 	go func() {
-		sum, err := remote.RunBatcher(ctx, "nats://"+addr, remote.BatcherConfig{Client: remote.ClientConfig{Creds: creds, BatcherID: "b"}})
+		sum, err := remote.RunBatcher(ctx, "nats://"+addr, remote.BatcherConfig{Client: remote.ClientConfig{Creds: filepath.Join(creds, "batcher-0.creds")}})
 		bdone <- result{sum, err}
 	}()
 	for { // a few iterations, then the first SIGINT
