@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // eventually waits up to 3 s for f to hold.
@@ -271,5 +273,127 @@ func TestCredentialFiles(t *testing.T) {
 		t.Error("Serve accepted a credential naming no batcher ID")
 	} else if !strings.Contains(err.Error(), "names no batcher ID") {
 		t.Errorf("Serve with a credential naming no ID: %v", err)
+	}
+}
+
+// TestExternalPermissions: an external NATS server whose operator gives the learner a user
+// and batcher x a user with BatcherPermissions("ext", "x"), as docs/distributed.md says: the
+// batcher (its bare NKey seed names no ID: it is started with --id x) registers, takes a
+// task and a credit, reads the policy and publishes a rollout; started as y with x's user, it
+// is refused by the server with advice naming --id; and x's user cannot read y's inbox.
+func TestExternalPermissions(t *testing.T) {
+	dir := t.TempDir()
+	seedFile := func(name string) (string, string) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seed, _ := kp.Seed()
+		pub, _ := kp.PublicKey()
+		path := filepath.Join(dir, name+".nk")
+		if err := os.WriteFile(path, append(seed, '\n'), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path, pub
+	}
+	learnerSeed, learnerPub := seedFile("learner")
+	xSeed, xPub := seedFile("x")
+	pubs, subs, deny, err := BatcherPermissions("ext", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Nkeys: []*server.NkeyUser{
+			{Nkey: learnerPub},
+			{Nkey: xPub, Permissions: &server.Permissions{
+				Publish:   &server.SubjectPermission{Allow: pubs, Deny: deny},
+				Subscribe: &server.SubjectPermission{Allow: subs},
+			}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	ctx := timeout(t, 30*time.Second)
+	s, err := Connect(ctx, ns.ClientURL(), learnerSeed, fast(ServeConfig{Namespace: "ext", Credits: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.AddBatcher("x"); err == nil {
+		t.Error("AddBatcher on an external server: no error")
+	}
+	if err := s.AddTask(Task{ID: "t", EnvID: "CartPole-v1", Envs: 2, RolloutLen: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PublishPolicy(ctx, 1, []byte("model")); err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewSource(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+
+	c, err := Dial(ctx, ns.ClientURL(), ClientConfig{Namespace: "ext", Creds: xSeed, BatcherID: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Register(ctx, Registration{EnvID: "CartPole-v1"}); err != nil {
+		t.Fatal(err)
+	}
+	if task, err := c.Task(ctx); err != nil || task.ID != "t" {
+		t.Fatalf("task %+v, %v", task, err)
+	}
+	if _, err := c.Credit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p := <-c.WatchPolicy(ctx); p.Version != 1 || string(p.ONNX) != "model" {
+		t.Errorf("policy %d %q", p.Version, p.ONNX)
+	}
+	if _, err := c.PublishRollout(ctx, pack(t, "CartPole-v1", cartPoleRollout(4, 2, 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := src.Next(ctx); err != nil || r.BatcherID != "x" {
+		t.Fatalf("rollout %v, %v", r, err)
+	}
+
+	// x's user started as y: its inbox and subjects are not x's, so the server refuses.
+	if y, err := Dial(ctx, ns.ClientURL(), ClientConfig{Namespace: "ext", Creds: xSeed, BatcherID: "y"}); err != nil {
+		t.Errorf("Dial as y: %v", err)
+	} else {
+		_, err := RunBatcher(ctx, ns.ClientURL(), BatcherConfig{Client: ClientConfig{Namespace: "ext", Creds: xSeed, BatcherID: "y"}, ConnectTimeout: 3 * time.Second})
+		if !errors.Is(err, ErrPermission) || !strings.Contains(err.Error(), "--id") {
+			t.Errorf("a batcher started as y with x's user: %v, want a permission error naming --id", err)
+		}
+		if err := y.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	opt, _, err := credsOption(xSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ce := &connErrors{}
+	nc, err := nats.Connect(ns.ClientURL(), opt, nats.ErrorHandler(ce.handler), nats.CustomInboxPrefix("ext.inbox.x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for _, subject := range []string{"_INBOX.>", "ext.inbox.y.>"} {
+		if _, err := nc.SubscribeSync(subject); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if !eventually(func() bool { return ce.permission("Subscription to \""+subject) != nil }) {
+			t.Errorf("x's user subscribed to %s", subject)
+		}
 	}
 }
