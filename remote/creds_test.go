@@ -184,7 +184,8 @@ func TestCredentialsBound(t *testing.T) {
 }
 
 // TestCredentialFiles: Serve writes one credential per batcher ID, mode 0600, naming its
-// ID; a restarted learner accepts them again (an earlier learner's too, beyond Batchers);
+// ID; a restarted learner accepts them again (an earlier learner's too, beyond Batchers), but
+// not one whose file was deleted (revoked);
 // a batcher takes its ID from the credential and refuses another given with it; the one
 // credential all batchers shared before is refused, saying what to do.
 func TestCredentialFiles(t *testing.T) {
@@ -216,7 +217,22 @@ func TestCredentialFiles(t *testing.T) {
 	if err := s1.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Revoking: batcher-1's file deleted while the learner is down (a copy kept).
+	revoked := filepath.Join(t.TempDir(), "batcher-1.creds")
+	b1, err := os.ReadFile(filepath.Join(dir, "batcher-1.creds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(revoked, b1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "batcher-1.creds")); err != nil {
+		t.Fatal(err)
+	}
 	s2 := serve(t, ServeConfig{StoreDir: dir, Addr: addr, Batchers: []string{"batcher-0"}})
+	if _, err := Dial(ctx, s2.URL(), ClientConfig{Creds: revoked}); !errors.Is(err, ErrUnauthorized) {
+		t.Errorf("Dial with a revoked credential: %v, want ErrUnauthorized", err)
+	}
 	if after, err := os.ReadFile(extra); err != nil || string(after) != string(before) {
 		t.Errorf("the restarted learner rewrote %s (%v)", extra, err)
 	}

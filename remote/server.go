@@ -229,6 +229,7 @@ type Server struct {
 	ns       *server.Server // embedded server; nil after Connect
 	url      string         // what batchers dial
 	auth     *authTable     // the embedded server's users; nil after Connect
+	credsMu  sync.Mutex     // serialises AddBatcher: one file, one key per batcher ID
 	credsDir string         // where the batchers' credentials are; "" after Connect
 	ownCreds string         // the learner's credential file, after Connect (its local batchers use it)
 
@@ -565,6 +566,8 @@ func (s *Server) AddBatcher(id string) (string, error) {
 	if s.auth == nil {
 		return "", errors.New("remote: AddBatcher: the batchers' credentials of an external NATS server come from its operator (one user per batcher ID, with remote.BatcherPermissions)")
 	}
+	s.credsMu.Lock()
+	defer s.credsMu.Unlock()
 	if err := addBatcher(s.auth, s.names, s.credsDir, id); err != nil {
 		return "", err
 	}
