@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/envs"
 	"go.uber.org/zap"
@@ -101,7 +101,7 @@ type Batcher struct {
 	wg      sync.WaitGroup
 
 	device string // where the workers' policy runs: "cpu", "cuda", or "random" for no policy
-	states string // the policy's recurrent state layout (Policy.stateLayout); a new policy must match
+	states string // the policy's recurrent state layout (bind.Policy.StateLayout); a new policy must match
 
 	mu      sync.Mutex // guards closed and stream and serialises Collect; held while a rollout runs
 	closed  bool
@@ -167,7 +167,7 @@ type request struct {
 
 // New makes the envs and one agent per worker, resets the envs, and starts the workers.
 // policy nil acts uniformly at random.
-func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
+func New(ctx context.Context, cfg Config, policy *bind.Policy) (*Batcher, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -184,7 +184,7 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 		actDim, discrete = 1, true
 	}
 	if policy != nil && !cfg.Deterministic {
-		if err := policy.stochastic(); err != nil {
+		if err := policy.Stochastic(); err != nil {
 			return nil, err
 		}
 	}
@@ -192,11 +192,11 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 	n := cfg.Workers * cfg.EnvsPerWorker
 	b.rollout = newRollout(cfg.Steps, n, spec.Observation.Shape, actDim, discrete)
 	if policy != nil {
-		b.states = policy.stateLayout()
-		b.newest.Store(policy.version)
-		for _, st := range policy.feeds.states {
-			b.rollout.StateNames = append(b.rollout.StateNames, st.name)
-			b.rollout.StateShapes = append(b.rollout.StateShapes, slices.Clone(st.row))
+		b.states = policy.StateLayout()
+		b.newest.Store(policy.Version())
+		for _, st := range policy.States() {
+			b.rollout.StateNames = append(b.rollout.StateNames, st.Name)
+			b.rollout.StateShapes = append(b.rollout.StateShapes, st.Row)
 		}
 		b.rollout.allocStates()
 	}
@@ -212,7 +212,7 @@ func New(ctx context.Context, cfg Config, policy *Policy) (*Batcher, error) {
 	}
 	b.device = "random"
 	if a, ok := b.workers[0].agent.(*onnxAgent); ok {
-		b.device = string(a.sess.Provider())
+		b.device = string(a.r.Provider())
 	}
 	for _, w := range b.workers {
 		b.wg.Add(1)
@@ -231,7 +231,7 @@ func samplingStream(seed uint64, i int) (*rand.Rand, *rand.PCG) {
 	return rand.New(src), src
 }
 
-func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim int, discrete bool) (*worker, error) {
+func (b *Batcher) newWorker(ctx context.Context, w int, policy *bind.Policy, actDim int, discrete bool) (*worker, error) {
 	m := b.cfg.EnvsPerWorker
 	od := b.spec.Observation.Dim()
 	wk := &worker{index: w, m: m, rngs: make([]*rand.Rand, m), pcgs: make([]*rand.PCG, m), ret: make([]float64, m),
@@ -249,7 +249,7 @@ func (b *Batcher) newWorker(ctx context.Context, w int, policy *Policy, actDim i
 	wk.phys, _ = envs.PhysicsOf(env)
 	if policy == nil {
 		wk.agent = &randomAgent{space: b.spec.Action, rngs: wk.rngs}
-	} else if wk.agent, err = policy.agent(ctx, m, wk.rngs, b.cfg.Deterministic); err != nil {
+	} else if wk.agent, err = newAgent(ctx, policy, m, wk.rngs, b.cfg.Deterministic); err != nil {
 		return nil, errors.Join(err, env.Close())
 	}
 	if err := env.Reset(); err != nil {
@@ -412,22 +412,22 @@ func (b *Batcher) Timings() Timings {
 // then hands each worker its agent; a worker switches between two steps, so collection never
 // pauses and no step mixes versions. The policy must fit the environment (see NewPolicy).
 // After Close it returns ErrClosed.
-func (b *Batcher) UpdatePolicy(ctx context.Context, policy *Policy) error {
+func (b *Batcher) UpdatePolicy(ctx context.Context, policy *bind.Policy) error {
 	if policy == nil {
 		return errors.New("batcher: UpdatePolicy needs a policy")
 	}
-	if l := policy.stateLayout(); l != b.states {
+	if l := policy.StateLayout(); l != b.states {
 		return fmt.Errorf("%w: the new policy's recurrent states (%s) are not the batcher's (%s); make a new Batcher for it",
-			ErrPolicy, orNone(l), orNone(b.states))
+			bind.ErrPolicy, orNone(l), orNone(b.states))
 	}
 	if !b.cfg.Deterministic {
-		if err := policy.stochastic(); err != nil {
+		if err := policy.Stochastic(); err != nil {
 			return err
 		}
 	}
 	agents := make([]Agent, len(b.workers))
 	for i, w := range b.workers {
-		a, err := policy.agent(ctx, w.m, w.rngs, b.cfg.Deterministic)
+		a, err := newAgent(ctx, policy, w.m, w.rngs, b.cfg.Deterministic)
 		if err != nil {
 			for _, a := range agents[:i] {
 				a.Close()
@@ -455,7 +455,7 @@ func (b *Batcher) UpdatePolicy(ctx context.Context, policy *Policy) error {
 		w.hasNext.Store(true)
 		w.pendingMu.Unlock()
 	}
-	b.newest.Store(policy.version)
+	b.newest.Store(policy.Version())
 	return errors.Join(errs...)
 }
 
@@ -555,8 +555,8 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[
 				inf0 = a.inferenceTime()
 			}
 		}
-		if a, ok := w.agent.(*onnxAgent); ok && a.fed != nil {
-			if err := a.takeWeights(); err != nil { // weights a Publish staged
+		if a, ok := w.agent.(*onnxAgent); ok {
+			if err := a.r.TakeWeights(); err != nil { // weights a Publish staged
 				return err
 			}
 		}

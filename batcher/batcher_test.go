@@ -15,11 +15,15 @@ import (
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/goleak"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/bind/bindtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func loadPolicy(t testing.TB, path string, env string, cfg PolicyConfig) *Policy {
+func loadPolicy(t testing.TB, path string, env string, cfg bind.Config) *bind.Policy {
 	t.Helper()
 	model, err := os.ReadFile(path)
 	if err != nil {
@@ -29,14 +33,31 @@ func loadPolicy(t testing.TB, path string, env string, cfg PolicyConfig) *Policy
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPolicy(context.Background(), model, 0, spec, cfg)
+	p, err := bind.New(context.Background(), model, 0, spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func newBatcher(t testing.TB, cfg Config, p *Policy) *Batcher {
+// loadFile reads the policy file at path and binds it to env.
+func loadFile(ctx context.Context, path, env string, cfg bind.Config) (*bind.Policy, error) {
+	spec, err := envs.Lookup(env)
+	if err != nil {
+		return nil, err
+	}
+	return bind.Load(ctx, path, spec, cfg)
+}
+
+// observed returns a bind.Config whose session logger records into the returned logs.
+func observed() (bind.Config, *observer.ObservedLogs) {
+	var cfg bind.Config
+	var logs *observer.ObservedLogs
+	cfg.Session.Logger, logs = bindtest.Observed()
+	return cfg, logs
+}
+
+func newBatcher(t testing.TB, cfg Config, p *bind.Policy) *Batcher {
 	t.Helper()
 	b, err := New(context.Background(), cfg, p)
 	if err != nil {
@@ -54,7 +75,7 @@ func newBatcher(t testing.TB, cfg Config, p *Policy) *Batcher {
 // single Env with the recorded actions: observations, rewards, flags and final observations
 // must be the same, so the columnar bookkeeping (rows t·N+i, worker slices) is right.
 func TestRolloutMatchesSingleEnvReplay(t *testing.T) {
-	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 3, Steps: 60, Seed: 11}, p)
 	r, err := b.Collect(context.Background(), 60)
 	if err != nil {
@@ -107,7 +128,7 @@ func TestRolloutMatchesSingleEnvReplay(t *testing.T) {
 // TestSameTrajectoriesWhateverTheWorkers: 1×6 envs, 3×2 envs and 1×6 envs stepped in 3 env
 // threads give the same rollout.
 func TestSameTrajectoriesWhateverTheWorkers(t *testing.T) {
-	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	collect := func(w, m, threads int) *Rollout {
 		b := newBatcher(t, Config{Env: "CartPole-v1", Workers: w, EnvsPerWorker: m, EnvThreads: threads, Steps: 40, Seed: 5}, p)
 		r, err := b.Collect(context.Background(), 40)
@@ -142,8 +163,8 @@ func sameRollout(t *testing.T, a, b *Rollout) {
 func TestHotSwapNeverMixesVersions(t *testing.T) {
 	ctx := context.Background()
 	spec, _ := envs.Lookup("CartPole-v1")
-	mk := func(v int64) *Policy {
-		p, err := NewPolicy(ctx, constPolicy(t, v), v, spec, PolicyConfig{})
+	mk := func(v int64) *bind.Policy {
+		p, err := bind.New(ctx, bindtest.ConstPolicy(t, v), v, spec, bind.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,47 +245,8 @@ func (c *versionChecker) check(t *testing.T, r *Rollout) {
 	}
 }
 
-func TestPolicyDoesNotFit(t *testing.T) {
-	ctx := context.Background()
-	model, _ := os.ReadFile("../testdata/mlp_tanh.onnx")
-	gauss, _ := os.ReadFile("../testdata/gaussian_relu.onnx")
-	pend, _ := envs.Lookup("Pendulum-v1")
-	acro, _ := envs.Lookup("Acrobot-v1")
-	cart, _ := envs.Lookup("CartPole-v1")
-	for _, tc := range []struct {
-		name  string
-		model []byte
-		env   envs.Spec
-		cfg   PolicyConfig
-		want  []string
-	}{
-		{"obs shape", model, pend, PolicyConfig{}, []string{"[4]", "[3]", "Pendulum-v1"}},
-		{"action space", model, acro, PolicyConfig{Spec: &head.Spec{Head: head.CategoricalKind, N: 2}}, []string{"[4]", "[6]"}},
-		{"head vs env", gauss, cart, PolicyConfig{}, []string{"[3]", "[4]"}},
-		{"foreign head size", gauss, pend, PolicyConfig{Spec: &head.Spec{Head: head.GaussianKind, Low: []float32{-2, -2}, High: []float32{2, 2}}},
-			[]string{"box:2:-2:2", "box:1:-2:2"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewPolicy(ctx, tc.model, 0, tc.env, tc.cfg)
-			if !errors.Is(err, ErrPolicy) {
-				t.Fatalf("error %v, want ErrPolicy", err)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %s", err, w)
-				}
-			}
-		})
-	}
-	// The metadata says CartPole's discrete:2; Acrobot has 3 actions.
-	_, err := NewPolicy(ctx, model, 0, acro, PolicyConfig{})
-	if err == nil {
-		t.Fatal("CartPole policy accepted for Acrobot")
-	}
-}
-
 func TestForeignGaussianOnPendulum(t *testing.T) {
-	p := loadPolicy(t, "../testdata/gaussian_relu.onnx", "Pendulum-v1", PolicyConfig{})
+	p := loadPolicy(t, "../testdata/gaussian_relu.onnx", "Pendulum-v1", bind.Config{})
 	if p.Spec().Head != head.GaussianKind || p.Spec().ActionSpace() != "box:1:-2:2" {
 		t.Fatalf("spec %+v", p.Spec())
 	}
@@ -354,7 +336,7 @@ func (otherDevice) String() string { return "cpu:1" }
 // TestBootstrapValues: LastValues and, at truncations, FinalValues are the policy's value output
 // for LastObs and FinalObs, as a separate ONNX Runtime session computes them.
 func TestBootstrapValues(t *testing.T) {
-	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 4, Steps: 60, Seed: 4, MaxEpisodeSteps: 15}, p)
 	r, err := b.Collect(context.Background(), 60)
 	if err != nil {

@@ -10,6 +10,9 @@ import (
 
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/onnx"
+
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/bind/bindtest"
 )
 
 // TestCollectAllocatesNothing: after warm-up, a whole rollout allocates nothing, with
@@ -18,7 +21,7 @@ func TestCollectAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	tr := newTrainer(t, "../testdata/mlp_tanh.onnx")
 	for _, publish := range []bool{false, true} {
-		var cfg PolicyConfig
+		var cfg bind.Config
 		if publish {
 			cfg.Publish = tr.layout
 		}
@@ -55,7 +58,7 @@ func TestCollectAllocatesNothing(t *testing.T) {
 //	go test ./batcher -run '^$' -bench 'Batcher$' -count 5
 func BenchmarkBatcher(b *testing.B) {
 	const workers, envs, steps = 2, 1024, 64
-	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	bt := newBatcher(b, Config{Env: "CartPole-v1", Workers: workers, EnvsPerWorker: envs, Steps: steps}, p)
 	before, t := benchCollect(b, bt, steps)
 	rate := float64(t.Steps-before.Steps) / b.Elapsed().Seconds()
@@ -120,11 +123,11 @@ func BenchmarkForeignTwins(b *testing.B) {
 	for _, tw := range twins(b) {
 		for _, f := range tw {
 			b.Run(f.Name, func(b *testing.B) {
-				p, err := LoadPolicy(context.Background(), f.path(), f.Env, PolicyConfig{})
+				p, err := loadFile(context.Background(), f.path(), f.Env, bind.Config{})
 				if err != nil {
 					b.Fatal(err)
 				}
-				bt := newBatcher(b, Config{Env: f.Env, EnvsPerWorker: 256, Steps: 64, Deterministic: p.stochastic() != nil}, p)
+				bt := newBatcher(b, Config{Env: f.Env, EnvsPerWorker: 256, Steps: 64, Deterministic: p.Stochastic() != nil}, p)
 				before, t := benchCollect(b, bt, 64)
 				b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/b.Elapsed().Seconds(), "%inference")
 			})
@@ -162,8 +165,8 @@ func benchCollect(b *testing.B, bt *Batcher, steps int) (before, after Timings) 
 func BenchmarkPublishInference(b *testing.B) {
 	for _, f := range []struct{ name, path, env string }{
 		{"mlp_tanh", "../testdata/mlp_tanh.onnx", "CartPole-v1"},
-		{"cleanrl_cartpole", foreignDir + "/cleanrl_cartpole.onnx", "CartPole-v1"},
-		{"rllib_cartpole_lstm", foreignDir + "/rllib_cartpole_lstm.onnx", "CartPole-v1"},
+		{"cleanrl_cartpole", bindtest.ForeignDir + "/cleanrl_cartpole.onnx", "CartPole-v1"},
+		{"rllib_cartpole_lstm", bindtest.ForeignDir + "/rllib_cartpole_lstm.onnx", "CartPole-v1"},
 	} {
 		for _, rows := range []int{1024, 4} {
 			b.Run(fmt.Sprintf("%s/rows=%d", f.name, rows), func(b *testing.B) {
@@ -176,18 +179,20 @@ func BenchmarkPublishInference(b *testing.B) {
 // benchFed is BenchmarkPublishInference for one policy and batch.
 func benchFed(b *testing.B, path, env string, rows int) {
 	tr := newTrainer(b, path)
-	constant := newTestAgent(b, loadPolicy(b, path, env, PolicyConfig{}), rows, 0, true)
+	pol := loadPolicy(b, path, env, bind.Config{})
+	constant := newTestAgent(b, pol, rows, 0, true)
 	defer constant.Close()
-	published := newTestAgent(b, loadPolicy(b, path, env, PolicyConfig{Publish: tr.layout}), rows, 0, true)
+	published := newTestAgent(b, loadPolicy(b, path, env, bind.Config{Publish: tr.layout}), rows, 0, true)
 	defer published.Close()
 	rng := rand.New(rand.NewPCG(1, 2))
-	obs := make([]float32, rows*constant.obsRow)
+	spec, _ := envs.Lookup(env)
+	obs := make([]float32, rows*spec.Observation.Dim())
 	for i := range obs {
 		obs[i] = 0.2 * (2*rng.Float32() - 1)
 	}
 	var state [][]float32
-	for _, st := range constant.fd.states {
-		s := make([]float32, rows*st.size)
+	for k := range pol.States() {
+		s := make([]float32, rows*constant.size[k])
 		for i := range s {
 			s[i] = 0.1 * (2*rng.Float32() - 1)
 		}
@@ -196,7 +201,7 @@ func benchFed(b *testing.B, path, env string, rows int) {
 	agents := []*onnxAgent{constant, published}
 	times := [2][]float64{}
 	for _, a := range agents { // warm up each batch size's binding
-		if err := a.run(rows, obs, state, nil); err != nil {
+		if err := a.r.Run(rows, obs, state, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -205,7 +210,7 @@ func benchFed(b *testing.B, path, env string, rows int) {
 		for j := range 2 {
 			i := (j + k) % 2
 			t0 := time.Now()
-			if err := agents[i].run(rows, obs, state, nil); err != nil {
+			if err := agents[i].r.Run(rows, obs, state, nil); err != nil {
 				b.Fatal(err)
 			}
 			times[i] = append(times[i], time.Since(t0).Seconds())
@@ -237,13 +242,13 @@ func BenchmarkPublish(b *testing.B) {
 		name, path string
 		workers, m int
 	}{
-		{"cleanrl_cartpole/1x4", foreignDir + "/cleanrl_cartpole.onnx", 1, 4},
+		{"cleanrl_cartpole/1x4", bindtest.ForeignDir + "/cleanrl_cartpole.onnx", 1, 4},
 		{"mlp_tanh/2x1024", "../testdata/mlp_tanh.onnx", 2, 1024},
 	} {
 		for _, path := range []string{"publish", "export+UpdatePolicy"} {
 			b.Run(c.name+"/"+path, func(b *testing.B) {
 				tr := newTrainer(b, c.path)
-				p, err := NewPolicy(ctx, tr.model, 0, spec, PolicyConfig{Publish: tr.layout})
+				p, err := bind.New(ctx, tr.model, 0, spec, bind.Config{Publish: tr.layout})
 				if err != nil {
 					b.Fatal(err)
 				}

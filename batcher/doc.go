@@ -1,49 +1,28 @@
 // Package batcher collects experience with ONNX policies, in the manner of rlstructures'
 // batchers: W worker goroutines, each owning a vectorised environment of M envs and its own
-// ONNX Runtime session, make one inference call per step over their M observations, sample
-// actions with the policy head, and write T steps into a columnar [Rollout] allocated once.
+// [Agent] (for a policy, a bind.Runner: its own ONNX Runtime session), make one inference call
+// per step over their M observations, sample actions with the policy head, and write T steps
+// into a columnar [Rollout] allocated once.
+//
+// Three jobs live elsewhere: package bind binds a model to the environment and runs it (the
+// agents of a bind.Policy), package dataset writes rollouts as .npz shards. Batcher keeps the
+// workers, the rollouts, the stream, evaluation and the memory checks.
 //
 // # Lifecycle
 //
-// [NewPolicy] (or [LoadPolicy]) binds a model and checks it against the environment before
-// any step: its observation input must take the env's observation rows and its head must act
-// in the env's action space. [New]
-// makes the envs and agents, resets the envs and starts the workers; [Batcher.Collect] runs
+// bind.New (or bind.Load) binds a model and checks it against the environment before any step:
+// its observation input must take the env's observation rows and its head must act in the
+// env's action space. [New] makes the envs and agents, resets the envs and starts the workers; [Batcher.Collect] runs
 // T steps on every env and returns the rollout, valid until the next Collect, or
 // [Batcher.Stream] keeps collecting into a ring of rollouts handed out by ownership until its
 // Close; [Batcher.Close] stops and waits for the workers and releases envs and sessions.
-// [Evaluate] runs whole episodes; [Dataset] writes rollouts as .npz shards into a folder it
-// holds locked, recorded in its manifest.json.
-//
-// # Policies from other libraries
-//
-// [NewPolicy] binds a policy without flags. A fixed batch (an export without dynamic axes) is
-// made dynamic by edit.DynamicBatch and verified against the original; when it cannot be, the
-// agents run the model one fixed batch per call and the log says so. layout.Recognise finds
-// the head (categorical, gaussian, tanh-gaussian) and its tensors — logits or mean, log_std,
-// value, the graph's own actions — from towerrl metadata, an exporter's layout or naming
-// conventions, and how the inputs are fed; layout.Expose makes inner tensors outputs.
-// PolicyConfig's Spec, Head, Names and ActionScale override any of it. Every note of the
-// binding and every rewrite goes to PolicyConfig.Session.Logger. A towerrl model is used as
-// it is. A graph that fits no head is refused with layout's error, which lists the candidate
-// tensors and the flags to pass.
-//
-// The agent feeds the observation input, zeros to the inputs the binding lists as Zeros,
-// ones to seq_lens and 1 to episode_starts at an episode's first step. RLlib's Split rows
-// hold the mean then the log_std. A tanh-gaussian head (SAC) draws u ~ N(mean, σ) and the env
-// takes tanh(u) mapped onto its bounds (head.ScaleEnv) or as it is (head.ScaleNone); the
-// rollout's Actions hold u and LogP the Gaussian log-density of u without the tanh
-// correction, which depends on u alone and cancels in PPO's ratio: a learner treats the head
-// as a Gaussian over u (see [Rollout]). A DeterministicOnly binding (no logits, or a mean
-// without a log_std) acts with the graph's own actions or the mean, with log-probabilities 0,
-// and needs Config.Deterministic.
+// [Evaluate] runs whole episodes.
 //
 // # Recurrent policies
 //
 // For each recurrent state of the binding the worker keeps one row per env, double-buffered
 // (the step's output becomes the next step's input by swapping buffers): preallocated, no
-// allocation per step. A state whose batch is on axis 1 (torch's [layers, batch, hidden]) is
-// transposed to batch-first at the graph's edge when the policy is loaded. An env's state is
+// allocation per step (package bind gives every state batch-first). An env's state is
 // zeroed when its episode ends (the env is reset in the same step), so every episode starts
 // from zeros. Each rollout carries every env's state before its first step
 // (Rollout.InitialState) and the episode starts (Rollout.EpisodeStarts), so a learner can
@@ -57,18 +36,16 @@
 // collection does not pause and a step never mixes versions. Every row carries the version of
 // the policy that chose its action. A policy a worker has not yet picked up is replaced (and
 // closed) by a newer one. Recurrent states carry over a swap; a policy with other states is
-// refused. A trainer publishing new weights calls [Policy.WithModel] with a re-export of the
-// original graph: the edits made at load (batch freed, tensors exposed, states transposed)
-// are applied to it by taking its initializers by name, without recognising or verifying
-// anything again.
+// refused. A trainer publishing new weights calls bind.Policy.WithModel with a re-export of the
+// original graph (package bind carries the edits made at load over to it).
 //
 // # Publishing weights in place
 //
 // Within one process a trainer publishes a new version without exporting a model or building
-// a session: a policy loaded with PolicyConfig.Publish (the initializers the trainer owns and
-// where each lies in its flat parameter vector; [ContiguousParams] for the usual back-to-back
-// layout) makes sessions that read those weights from buffers each worker owns (package onnx's
-// fed weights), two sets per worker. [Batcher.Publish] copies the flat vector into every
+// a session: a policy bound with bind.Config.Publish (the initializers the trainer owns and
+// where each lies in its flat parameter vector; bind.ContiguousParams for the usual
+// back-to-back layout) makes sessions that read those weights from buffers each worker owns
+// (package onnx's fed weights), two sets per worker. [Batcher.Publish] copies the flat vector into every
 // worker's set not in use — its session may be running a step on the other — and flags it;
 // at its next step boundary, where it would install an UpdatePolicy agent, the worker swaps
 // the sets and its rows from then on carry the new version. So when Publish returns every
@@ -89,7 +66,7 @@
 // same where they work and are silently half-ignored where ONNX Runtime optimises them;
 // sessions rebuilt per publish cost milliseconds each, per worker. Convolutions are the
 // exception: fed, they lose ONNX Runtime's NCHWc layout and run several times slower (an Atari
-// CNN at batch 64), so NewPolicy warns when a published weight feeds a Conv, and such a policy is
+// CNN at batch 64), so bind.New warns when a published weight feeds a Conv, and such a policy is
 // better published with WithModel and UpdatePolicy.
 //
 // # Continuous collection

@@ -3,6 +3,8 @@ package batcher
 import (
 	"context"
 	"fmt"
+
+	"github.com/towerrl/towerrl/bind"
 )
 
 // Trajectory is one episode recorded step by step (to draw it: package envs/render).
@@ -31,7 +33,7 @@ const maxRecordSteps = 100_000
 // same Seed, so with Deterministic set the episode is Evaluate's first (its Returns[0]).
 // cfg.Episodes and cfg.Envs are not used. An episode longer than 100 000 steps (an env with no
 // time limit and a policy that never ends it) is an error that names MaxEpisodeSteps.
-func RecordEpisode(ctx context.Context, cfg EvalConfig, policy *Policy) (Trajectory, error) {
+func RecordEpisode(ctx context.Context, cfg EvalConfig, policy *bind.Policy) (Trajectory, error) {
 	const chunk = evalSteps
 	b, err := New(ctx, Config{Env: cfg.Env, Workers: 1, EnvsPerWorker: 1, Steps: chunk, Seed: cfg.Seed,
 		Deterministic: cfg.Deterministic, MaxEpisodeSteps: cfg.MaxEpisodeSteps}, policy)

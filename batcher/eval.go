@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/towerrl/towerrl/bind"
 )
 
 // EvalConfig configures Evaluate. The zero value needs Env and Episodes.
@@ -31,7 +33,7 @@ type EvalResult struct {
 // Evaluate runs whole episodes with the policy (nil: uniformly random actions). Env i runs
 // ⌊(Episodes+i)/Envs⌋ episodes, fixed in advance as Stable-Baselines3's evaluate_policy does,
 // so short episodes are not over-represented.
-func Evaluate(ctx context.Context, cfg EvalConfig, policy *Policy) (EvalResult, error) {
+func Evaluate(ctx context.Context, cfg EvalConfig, policy *bind.Policy) (EvalResult, error) {
 	if cfg.Episodes < 1 {
 		return EvalResult{}, fmt.Errorf("%w: Episodes = %d, want >= 1", ErrConfig, cfg.Episodes)
 	}

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"math/rand/v2"
 	"os"
 	"slices"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/models/head"
-	"github.com/towerrl/towerrl/onnx"
 )
 
 // Evaluate an ONNX policy over whole episodes, as `bin/eval --policy FILE --env ID` does:
@@ -29,7 +27,7 @@ func ExampleEvaluate() {
 	}
 	// The policy is bound once (its head read from the towerrl.* metadata, or recognised for
 	// another library's export) and shared by the batchers made from it.
-	p, err := batcher.NewPolicy(ctx, model, 0, spec, batcher.PolicyConfig{})
+	p, err := bind.New(ctx, model, 0, spec, bind.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -55,7 +53,7 @@ func ExampleBatcher_Collect() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	p, err := batcher.NewPolicy(ctx, model, 3, spec, batcher.PolicyConfig{})
+	p, err := bind.New(ctx, model, 3, spec, bind.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -72,45 +70,4 @@ func ExampleBatcher_Collect() {
 		r.N, r.T, len(r.Obs)/4, !slices.ContainsFunc(r.Version, func(v int64) bool { return v != 3 }))
 	// Output:
 	// 16 envs × 16 steps, 256 observations, every row by version 3: true
-}
-
-// Run an ONNX policy by hand and sample its actions: the session's buffers are preallocated
-// (Run allocates nothing in steady state), the head is read from the towerrl.* metadata, and
-// the random source is one the caller seeds.
-func ExampleHeadTensors() {
-	ctx := context.Background()
-	s, err := onnx.Open(ctx, "../testdata/mlp_tanh.onnx", onnx.Config{MaxBatch: 1024}) // CPU, 1 intra-op thread
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer s.Close()
-	observations := []float32{0.01, 0.02, 0.03, 0.04, -0.01, -0.02, -0.03, -0.04}
-	batch, err := onnx.Feed(s, 0, []int64{2, 4}, observations) // checks the type and shape, copies the rows
-	if err != nil {
-		log.Fatal(err)
-	}
-	if err := s.Run(batch); err != nil {
-		log.Fatal(err)
-	}
-
-	spec, ok, err := head.FromMetadata(s.Metadata()) // a foreign policy without metadata: build the Spec yourself
-	if err != nil || !ok {
-		log.Fatal("no towerrl head metadata: ", err)
-	}
-	outs, err := head.Bind(spec, batcher.HeadTensors(s.Outputs()), head.Names{}) // which output is what
-	if err != nil {
-		log.Fatal(err)
-	}
-	logits, err := onnx.Output[float32](s, outs.Params)
-	if err != nil {
-		log.Fatal(err)
-	}
-	actions, logp := make([]int32, batch), make([]float32, batch)
-	rng := rand.New(rand.NewPCG(1, 2))
-	if err := (head.Categorical{N: spec.N}).Sample(rng, logits[:batch*spec.N], actions, logp); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println("head:", spec.Head, "actions:", spec.N, "sampled:", len(actions), "log-probabilities ≤ 0:", logp[0] <= 0 && logp[1] <= 0)
-	// Output:
-	// head: categorical actions: 2 sampled: 2 log-probabilities ≤ 0: true
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/envs"
 )
 
@@ -25,8 +26,8 @@ func ExampleBatcher_Stream() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	layout := batcher.ContiguousParams([]string{"critic.4.weight", "critic.4.bias"}, []int{64, 1})
-	p, err := batcher.NewPolicy(ctx, model, 0, spec, batcher.PolicyConfig{Publish: layout})
+	layout := bind.ContiguousParams([]string{"critic.4.weight", "critic.4.bias"}, []int{64, 1})
+	p, err := bind.New(ctx, model, 0, spec, bind.Config{Publish: layout})
 	if err != nil {
 		log.Fatal(err)
 	}

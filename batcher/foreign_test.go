@@ -8,12 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-// foreignDir holds policies exported the way the popular RL libraries do it
-// (scripts/gen_fixtures_foreign.py; see its README.md), each with the return it earns in
-// PyTorch.
-const foreignDir = "../testdata/foreign"
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/bind/bindtest"
+)
 
 // foreignFixture is the part of a fixture's NAME.json these tests read.
 type foreignFixture struct {
@@ -36,17 +34,17 @@ type foreignFixture struct {
 	} `json:"pytorch_return"`
 }
 
-func (f foreignFixture) path() string { return filepath.Join(foreignDir, f.Name+".onnx") }
+func (f foreignFixture) path() string { return filepath.Join(bindtest.ForeignDir, f.Name+".onnx") }
 
 // foreignFixtures lists the fixtures that act in an env (the Atari CNN has none here).
 func foreignFixtures(t testing.TB) []foreignFixture {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(foreignDir, "*.json"))
+	paths, err := filepath.Glob(filepath.Join(bindtest.ForeignDir, "*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(paths) == 0 {
-		t.Fatalf("no fixtures in %s; generate them with scripts/gen_fixtures_foreign.py", foreignDir)
+		t.Fatalf("no fixtures in %s; generate them with scripts/gen_fixtures_foreign.py", bindtest.ForeignDir)
 	}
 	var out []foreignFixture
 	for _, p := range paths {
@@ -83,7 +81,7 @@ func TestForeignReturns(t *testing.T) {
 	for _, f := range foreignFixtures(t) {
 		t.Run(f.Name, func(t *testing.T) {
 			t.Parallel()
-			p, err := LoadPolicy(context.Background(), f.path(), f.Env, PolicyConfig{})
+			p, err := loadFile(context.Background(), f.path(), f.Env, bind.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,12 +132,12 @@ func TestFixedBatchTwins(t *testing.T) {
 	for _, tw := range twins(t) {
 		fixed, dyn := tw[0], tw[1]
 		t.Run(fixed.Name, func(t *testing.T) {
-			collect := func(f foreignFixture) (*Rollout, *Policy) {
-				p, err := LoadPolicy(ctx, f.path(), f.Env, PolicyConfig{})
+			collect := func(f foreignFixture) (*Rollout, *bind.Policy) {
+				p, err := loadFile(ctx, f.path(), f.Env, bind.Config{})
 				if err != nil {
 					t.Fatal(err)
 				}
-				det := p.stochastic() != nil
+				det := p.Stochastic() != nil
 				b := newBatcher(t, Config{Env: f.Env, EnvsPerWorker: 16, Steps: 64, Seed: 4, Deterministic: det}, p)
 				r, err := b.Collect(ctx, 64)
 				if err != nil {
@@ -149,7 +147,7 @@ func TestFixedBatchTwins(t *testing.T) {
 			}
 			a, pa := collect(fixed)
 			b, _ := collect(dyn)
-			if pa.FixedBatch() != 0 || pa.reweigh == nil {
+			if pa.FixedBatch() != 0 || !pa.Edited() {
 				t.Fatalf("the fixed batch was not freed (FixedBatch %d)", pa.FixedBatch())
 			}
 			for k := range a.Actions {

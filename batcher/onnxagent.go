@@ -2,307 +2,67 @@ package batcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"time"
 
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/device"
-	"github.com/towerrl/towerrl/models/head"
-	"github.com/towerrl/towerrl/onnx"
 )
 
-// onnxAgent runs an ONNX policy on CPU memory and samples its head. Each env has its own
-// random stream, so actions do not depend on how envs are spread over workers.
-//
-// A policy with a dynamic batch runs all rows in one call and its head reads the session's
-// output buffers directly. A policy whose fixed batch could not be freed runs one fixed batch
-// per call (rows padded with stale ones), its outputs gathered into buffers of all rows.
+// onnxAgent is the Agent of a bound ONNX policy: a bind.Runner fed the step's tensors in CPU
+// memory.
 type onnxAgent struct {
-	sess          *onnx.Session
-	spec          head.Spec
-	outs          head.Outputs
-	fd            feeds
-	scaled        bool         // the graph's own actions are in env units (tanh-gaussian)
-	rngs          []*rand.Rand // one per env, owned by the worker
-	deterministic bool
-	version       int64 // the policy version of the weights the session reads
-	inference     time.Duration
-	fed           *fed // the published weights' buffers; nil when the policy is not published in place
+	r      *bind.Runner
+	states []bind.State
+	size   []int // elements of one env's row of each state
 
-	chunk  int  // rows per call
-	fixed  bool // static batch: every call runs exactly chunk rows
-	obsRow int  // elements per observation
-	obs    []float32
-	obsAny numeric // the observation input when it is not float32
-	starts numeric // episode_starts input; nil without one
-	stIn   [][]float32
-
-	params, logStd, value port
-	states                []port
-	gacts                 numeric   // the graph's own actions output; nil when not used
-	gactsRow              int       // its elements per row
-	acts                  []float32 // gacts as float32, all rows
-	logStdShared          bool
-
-	// scratch, allocated once
-	act      []int32     // the categorical head's actions, one per env
 	stateBuf [][]float32 // host memory of AgentInput.State, per step
-	zeros    []float32   // episode starts of a bootstrap evaluation: none
+	stateOut [][]float32 // host memory of AgentOutput.State, per step
 }
 
-// port is an output the head reads: the session's buffer (src), and the rows of every call
-// (dst: src itself when one call covers all rows or the output does not follow the batch).
-type port struct {
-	src, dst []float32
-	row      int
-	batched  bool
-}
-
-func (p *port) gather(r0, k int) {
-	if p.src == nil || !p.batched || &p.src[0] == &p.dst[0] {
-		return
-	}
-	copy(p.dst[r0*p.row:(r0+k)*p.row], p.src[:k*p.row])
-}
-
-// numeric is a session buffer of any element type, read and written as float64.
-type numeric interface {
-	get(i int) float64
-	set(i int, v float64)
-}
-
-type typed[T onnx.Element] []T
-
-func (b typed[T]) get(i int) float64    { return float64(b[i]) }
-func (b typed[T]) set(i int, v float64) { b[i] = T(v) }
-
-func numericBuf(s *onnx.Session, i int, output bool) (numeric, error) {
-	infos := s.Inputs()
-	if output {
-		infos = s.Outputs()
-	}
-	get := func(d onnx.DType) (numeric, error) {
-		switch d {
-		case onnx.Float32:
-			return buf[float32](s, i, output)
-		case onnx.Float64:
-			return buf[float64](s, i, output)
-		case onnx.Int32:
-			return buf[int32](s, i, output)
-		case onnx.Int64:
-			return buf[int64](s, i, output)
-		case onnx.Uint8:
-			return buf[uint8](s, i, output)
-		}
-		return nil, fmt.Errorf("%w: %s holds %s", ErrPolicy, infos[i], d)
-	}
-	return get(infos[i].DType)
-}
-
-func buf[T onnx.Element](s *onnx.Session, i int, output bool) (numeric, error) {
-	var b []T
-	var err error
-	if output {
-		b, err = onnx.Output[T](s, i)
-	} else {
-		b, err = onnx.Input[T](s, i)
-	}
-	return typed[T](b), err
-}
-
-func newONNXAgent(ctx context.Context, p *Policy, n int, rngs []*rand.Rand, deterministic bool) (*onnxAgent, error) {
-	sc := p.cfg.Session
-	sc.MaxBatch = n
-	sc.Weights = p.pub.names()
-	s, err := onnx.New(ctx, p.model, sc)
+// newAgent makes the agent of a worker stepping n envs with the given random streams.
+func newAgent(ctx context.Context, p *bind.Policy, n int, rngs []*rand.Rand, deterministic bool) (*onnxAgent, error) {
+	r, err := p.NewRunner(ctx, n, rngs, deterministic)
 	if err != nil {
 		return nil, err
 	}
-	a := &onnxAgent{sess: s, spec: p.spec, outs: p.outs, fd: p.feeds, scaled: p.binding.ActionsScaled, rngs: rngs,
-		deterministic: deterministic, version: p.version, chunk: n, fixed: s.StaticBatch(),
-		act: make([]int32, n), zeros: make([]float32, n)}
-	if a.fixed {
-		a.chunk = s.MaxBatch()
-	}
-	if p.pub != nil {
-		if a.fed, err = newFed(s, p.pub); err != nil {
-			return nil, errors.Join(err, s.Close())
+	a := &onnxAgent{r: r, states: p.States()}
+	a.size = make([]int, len(a.states))
+	for k, st := range a.states {
+		a.size[k] = 1
+		for _, d := range st.Row {
+			a.size[k] *= d
 		}
 	}
-	if err := a.bind(n); err != nil {
-		return nil, errors.Join(err, s.Close())
-	}
+	a.stateBuf, a.stateOut = make([][]float32, len(a.states)), make([][]float32, len(a.states))
 	return a, nil
 }
 
-// bind takes the session's buffers and sets the constant inputs (seq_lens ones, zeros).
-func (a *onnxAgent) bind(n int) error {
-	s, fd := a.sess, a.fd
-	ins, outs := s.Inputs(), s.Outputs()
-	a.obsRow = ins[fd.obs].RowSize()
-	var err error
-	if ins[fd.obs].DType == onnx.Float32 {
-		if a.obs, err = onnx.Input[float32](s, fd.obs); err != nil {
-			return err
-		}
-	} else if a.obsAny, err = numericBuf(s, fd.obs, false); err != nil {
-		return err
-	}
-	if fd.seqLens >= 0 {
-		lens, err := numericBuf(s, fd.seqLens, false)
-		if err != nil {
-			return err
-		}
-		for i := range a.chunk {
-			lens.set(i, 1) // every step is a sequence of one
-		}
-	}
-	if fd.starts >= 0 {
-		if a.starts, err = numericBuf(s, fd.starts, false); err != nil {
-			return err
-		}
-	}
-	// fd.zeros: the session's buffers start zeroed and nothing writes them.
-	out := func(i int) (port, error) {
-		src, err := onnx.Output[float32](s, i)
-		if err != nil {
-			return port{}, err
-		}
-		p := port{src: src, dst: src, row: outs[i].RowSize(), batched: outs[i].Batched}
-		if a.fixed && p.batched && a.chunk < n {
-			p.dst = make([]float32, n*p.row)
-		}
-		return p, nil
-	}
-	if a.outs.Params >= 0 {
-		if a.params, err = out(a.outs.Params); err != nil {
-			return err
-		}
-	}
-	if a.outs.LogStd >= 0 && !a.outs.Split {
-		if a.logStd, err = out(a.outs.LogStd); err != nil {
-			return err
-		}
-		if a.logStdShared, err = head.LogStdLayout(HeadTensor(outs[a.outs.LogStd]), a.spec.ActionDim()); err != nil {
-			return fmt.Errorf("%w: %v", ErrPolicy, err)
-		}
-		if a.logStdShared {
-			a.logStd.batched = false
-			a.logStd.dst = a.logStd.src[:a.spec.ActionDim()]
-		}
-	}
-	if a.outs.Value >= 0 {
-		if a.value, err = out(a.outs.Value); err != nil {
-			return err
-		}
-	}
-	if a.outs.Actions >= 0 && (a.outs.DeterministicOnly || a.outs.Params < 0) {
-		if a.gacts, err = numericBuf(s, a.outs.Actions, true); err != nil {
-			return err
-		}
-		a.gactsRow = outs[a.outs.Actions].RowSize()
-		a.acts = make([]float32, n*a.gactsRow)
-	}
-	a.stIn = make([][]float32, len(fd.states))
-	a.states = make([]port, len(fd.states))
-	a.stateBuf = make([][]float32, len(fd.states))
-	for k, st := range fd.states {
-		if a.stIn[k], err = onnx.Input[float32](s, st.in); err != nil {
-			return err
-		}
-		if a.states[k], err = out(st.out); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (a *onnxAgent) Version() int64               { return a.r.Version() }
+func (a *onnxAgent) Close() error                 { return a.r.Close() }
+func (a *onnxAgent) inferenceTime() time.Duration { return a.r.InferenceTime() }
 
-func (a *onnxAgent) Version() int64               { return a.version }
-func (a *onnxAgent) Close() error                 { return a.sess.Close() }
-func (a *onnxAgent) inferenceTime() time.Duration { return a.inference }
+// values implements valuer.
+func (a *onnxAgent) values(obs []float32, state [][]float32, starts []float32, n int, dst []float32) error {
+	return a.r.Values(obs, state, starts, n, dst)
+}
 
 // Initial returns zero recurrent states for n envs, one tensor [n × row] per state; nil for
 // a feed-forward policy.
 func (a *onnxAgent) Initial(n int) ([]*device.Tensor, error) {
-	if len(a.fd.states) == 0 {
+	if len(a.states) == 0 {
 		return nil, nil
 	}
-	out := make([]*device.Tensor, len(a.fd.states))
-	for k, st := range a.fd.states {
-		t, err := device.CPU().Mirror(st.name, make([]float32, n*st.size), append([]int{n}, st.row...)...)
+	out := make([]*device.Tensor, len(a.states))
+	for k, st := range a.states {
+		t, err := device.CPU().Mirror(st.Name, make([]float32, n*a.size[k]), append([]int{n}, st.Row...)...)
 		if err != nil {
 			return nil, err
 		}
 		out[k] = t
 	}
 	return out, nil
-}
-
-// run runs the policy on n rows: observations, recurrent states (one row per env, nil for a
-// feed-forward policy) and episode starts (nil: none). Outputs are then in the ports.
-func (a *onnxAgent) run(n int, obs []float32, state [][]float32, starts []float32) error {
-	od := a.obsRow
-	for r0 := 0; r0 < n; r0 += a.chunk {
-		k := min(a.chunk, n-r0)
-		batch := k
-		if a.fixed {
-			batch = a.chunk // rows k.. keep whatever the last call left: their outputs are not read
-		}
-		if a.obs != nil {
-			copy(a.obs[:k*od], obs[r0*od:(r0+k)*od])
-		} else {
-			for j, v := range obs[r0*od : (r0+k)*od] {
-				a.obsAny.set(j, float64(v))
-			}
-		}
-		for j, st := range a.fd.states {
-			copy(a.stIn[j][:k*st.size], state[j][r0*st.size:(r0+k)*st.size])
-		}
-		if a.starts != nil {
-			for i := range k {
-				v := 0.0
-				if starts != nil {
-					v = float64(starts[r0+i])
-				}
-				a.starts.set(i, v)
-			}
-		}
-		start := time.Now()
-		if err := a.sess.Run(batch); err != nil {
-			return err
-		}
-		a.inference += time.Since(start)
-		a.params.gather(r0, k)
-		a.logStd.gather(r0, k)
-		a.value.gather(r0, k)
-		for j := range a.states {
-			a.states[j].gather(r0, k)
-		}
-		if a.gacts != nil {
-			for j := range k * a.gactsRow {
-				a.acts[r0*a.gactsRow+j] = float32(a.gacts.get(j))
-			}
-		}
-	}
-	return nil
-}
-
-// values implements valuer: one inference over the rows, the value output read.
-func (a *onnxAgent) values(obs []float32, state [][]float32, starts []float32, n int, dst []float32) error {
-	if a.value.src == nil {
-		clear(dst[:n])
-		return nil
-	}
-	if starts == nil {
-		starts = a.zeros
-	}
-	if err := a.run(n, obs, state, starts); err != nil {
-		return err
-	}
-	copy(dst[:n], a.value.dst[:n])
-	return nil
 }
 
 func (a *onnxAgent) Act(in AgentInput, out AgentOutput) error {
@@ -314,13 +74,15 @@ func (a *onnxAgent) Act(in AgentInput, out AgentOutput) error {
 	if err != nil {
 		return err
 	}
-	n := in.N
-	if len(in.State) != len(a.fd.states) || len(out.State) != len(a.fd.states) {
+	if len(in.State) != len(a.states) || len(out.State) != len(a.states) {
 		return fmt.Errorf("batcher: the policy carries %d recurrent states; the step gave %d in and %d out",
-			len(a.fd.states), len(in.State), len(out.State))
+			len(a.states), len(in.State), len(out.State))
 	}
-	for k := range a.fd.states {
+	for k := range a.states {
 		if a.stateBuf[k], err = host(in.State[k]); err != nil {
+			return err
+		}
+		if a.stateOut[k], err = host(out.State[k]); err != nil {
 			return err
 		}
 	}
@@ -330,174 +92,5 @@ func (a *onnxAgent) Act(in AgentInput, out AgentOutput) error {
 			return err
 		}
 	}
-	if err := a.run(n, obs[:n*a.obsRow], a.stateBuf, starts); err != nil {
-		return err
-	}
-	if err := a.sample(n, acts, envActs, logp); err != nil {
-		return err
-	}
-	for k, st := range a.fd.states {
-		dst, err := host(out.State[k])
-		if err != nil {
-			return err
-		}
-		copy(dst[:n*st.size], a.states[k].dst[:n*st.size])
-	}
-	if a.value.src != nil {
-		copy(value[:n], a.value.dst[:n])
-	} else {
-		clear(value[:n])
-	}
-	return nil
-}
-
-// atanhLimit keeps atanh finite for actions at ±1.
-const atanhLimit = 1 - 1e-6
-
-// sample turns the outputs of n rows into actions (see Rollout for what each buffer holds).
-// The head works all n rows in one call, row i drawing from env i's stream; only RLlib's
-// split layout (each row's mean then log_std) goes row by row.
-func (a *onnxAgent) sample(n int, acts, envActs, logp []float32) error {
-	d := a.spec.ActionDim()
-	if a.gacts != nil { // no logits or mean, or no distribution: the graph's own actions
-		return a.graphActions(n, acts, envActs, logp)
-	}
-	switch a.spec.Head {
-	case head.CategoricalKind:
-		c, act := head.Categorical{N: a.spec.N}, a.act[:n]
-		var err error
-		if a.deterministic {
-			err = c.Mode(a.params.dst[:n*d], act, logp[:n])
-		} else {
-			err = c.SampleRows(a.rngs[:n], a.params.dst[:n*d], act, logp[:n])
-		}
-		if err != nil {
-			return fmt.Errorf("batcher: %w", err)
-		}
-		for i, k := range act {
-			acts[i], envActs[i] = float32(k), float32(k)
-		}
-		return nil
-	case head.GaussianKind, head.TanhGaussianKind:
-	default:
-		return fmt.Errorf("%w: head %s", ErrPolicy, a.spec.Head)
-	}
-	g := head.Gaussian{Low: a.spec.Low, High: a.spec.High}
-	tanh := a.spec.Head == head.TanhGaussianKind
-	raw, env := acts[:n*d], envActs[:n*d]
-	clipped := env
-	if tanh {
-		clipped = nil
-	}
-	switch {
-	case a.outs.DeterministicOnly: // a mean without a log_std
-		copy(raw, a.params.dst[:n*d])
-		clear(logp[:n])
-		if clipped != nil {
-			for i := range n {
-				clip(raw[i*d:(i+1)*d], clipped[i*d:(i+1)*d], a.spec.Low, a.spec.High)
-			}
-		}
-	case a.outs.Split: // rows of 2·D: the mean, then the log_std
-		for i := range n {
-			mean, ls := a.params.dst[i*2*d:i*2*d+d], a.logStdRow(i, d)
-			r, c := raw[i*d:(i+1)*d], []float32(nil)
-			if clipped != nil {
-				c = clipped[i*d : (i+1)*d]
-			}
-			var err error
-			if a.deterministic {
-				err = g.Mode(mean, ls, r, c, logp[i:i+1])
-			} else {
-				err = g.SampleRows(a.rngs[i:i+1], mean, ls, r, c, logp[i:i+1])
-			}
-			if err != nil {
-				return fmt.Errorf("batcher: env %d: %w", i, err)
-			}
-		}
-	default:
-		ls := a.logStd.dst
-		if !a.logStdShared {
-			ls = ls[:n*d]
-		}
-		var err error
-		if a.deterministic {
-			err = g.Mode(a.params.dst[:n*d], ls, raw, clipped, logp[:n])
-		} else {
-			err = g.SampleRows(a.rngs[:n], a.params.dst[:n*d], ls, raw, clipped, logp[:n])
-		}
-		if err != nil {
-			return fmt.Errorf("batcher: %w", err)
-		}
-	}
-	if tanh {
-		for k, u := range raw {
-			env[k] = float32(math.Tanh(float64(u)))
-		}
-		tg := head.TanhGaussian{Low: a.spec.Low, High: a.spec.High, Scale: a.spec.Scale}
-		if err := tg.ToEnv(env, env); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// logStdRow is row i's log_std: shared, per row, or the second half of a Split row.
-func (a *onnxAgent) logStdRow(i, d int) []float32 {
-	switch {
-	case a.outs.Split:
-		return a.params.dst[i*2*d+d : (i+1)*2*d]
-	case a.logStd.src == nil:
-		return nil
-	case a.logStdShared:
-		return a.logStd.dst
-	}
-	return a.logStd.dst[i*d : (i+1)*d]
-}
-
-// graphActions acts with the graph's own deterministic actions (a DeterministicOnly policy
-// that has them); log-probabilities are 0.
-func (a *onnxAgent) graphActions(n int, acts, envActs, logp []float32) error {
-	clear(logp[:n])
-	if a.spec.Head == head.CategoricalKind {
-		for i := range n {
-			k := a.acts[i]
-			if k < 0 || int(k) >= a.spec.N || k != float32(math.Trunc(float64(k))) {
-				return fmt.Errorf("%w: env %d: the policy's action %v is not one of the %d actions", ErrPolicy, i, k, a.spec.N)
-			}
-			acts[i], envActs[i] = k, k
-		}
-		return nil
-	}
-	d := a.spec.ActionDim()
-	tg := head.TanhGaussian{Low: a.spec.Low, High: a.spec.High, Scale: a.spec.Scale}
-	for i := range n {
-		g, raw, env := a.acts[i*d:(i+1)*d], acts[i*d:(i+1)*d], envActs[i*d:(i+1)*d]
-		switch {
-		case a.spec.Head != head.TanhGaussianKind:
-			copy(raw, g)
-			clip(raw, env, a.spec.Low, a.spec.High)
-			continue
-		case a.scaled: // in env units: raw is the pre-tanh value they came from
-			clip(g, env, a.spec.Low, a.spec.High)
-			if err := tg.FromEnv(env, raw); err != nil {
-				return err
-			}
-		default: // tanh's [−1, 1]
-			copy(raw, g)
-			if err := tg.ToEnv(g, env); err != nil {
-				return err
-			}
-		}
-		for j, x := range raw {
-			raw[j] = float32(math.Atanh(min(max(float64(x), -atanhLimit), atanhLimit)))
-		}
-	}
-	return nil
-}
-
-func clip(x, dst, lo, hi []float32) {
-	for j, v := range x {
-		dst[j] = min(max(v, lo[j]), hi[j])
-	}
+	return a.r.Step(in.N, obs, a.stateBuf, starts, acts, envActs, logp, value, a.stateOut)
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/towerrl/towerrl/bind"
 )
 
 // TestCollectPreemptible: a preempted rollout of T steps is exactly the first T steps a twin
@@ -14,7 +16,7 @@ import (
 // observations and values those after step T), and both batchers go on alike afterwards.
 func TestCollectPreemptible(t *testing.T) {
 	ctx := context.Background()
-	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	const steps, minSteps = 40, 10
 	for _, tc := range []struct {
 		name   string
@@ -92,7 +94,7 @@ func samePrefix(t *testing.T, a, b *Rollout) {
 // allocates nothing in steady state.
 func TestCollectPreemptibleAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
-	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 64, Steps: 32}, p)
 	var n atomic.Int64
 	for _, pre := range []Preempt{

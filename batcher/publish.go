@@ -2,240 +2,11 @@ package batcher
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/towerrl/towerrl/onnx"
-	"github.com/towerrl/towerrl/onnx/onnxpb"
+	"github.com/towerrl/towerrl/bind"
 )
-
-// ErrPublish is wrapped by errors about publishing weights in place: a layout
-// (PolicyConfig.Publish) that does not fit the graph, or a Publish that does not fit the
-// layout.
-var ErrPublish = errors.New("batcher: cannot publish the weights")
-
-// publishing is a policy's layout of published weights with the model's values of each. It is
-// immutable and shared by the agents made from the policy.
-type publishing struct {
-	params   []Param
-	size     int         // values in the flat vector: the furthest end of params
-	defaults [][]float32 // the model's values of each weight, in params order
-	// conv names the published weights of convolutions, which run slower fed (see doc.go).
-	conv []string
-}
-
-// names lists the published initializers in layout order; nil for no layout.
-func (p *publishing) names() []string {
-	if p == nil {
-		return nil
-	}
-	out := make([]string, len(p.params))
-	for i, q := range p.params {
-		out[i] = q.Name
-	}
-	return out
-}
-
-// preparePublish checks a layout against model and makes each published Identity output an
-// initializer of its own (see untie). It returns the model sessions are made from (model
-// itself when nothing was rewritten) and the layout with the model's values.
-func preparePublish(model []byte, params []Param) ([]byte, *publishing, error) {
-	size, err := checkLayout(params)
-	if err != nil {
-		return nil, nil, err
-	}
-	m, err := parseModel(model)
-	if err != nil {
-		return nil, nil, err
-	}
-	g := m.GetGraph()
-	inits := map[string]*onnxpb.TensorProto{}
-	for _, t := range g.GetInitializer() {
-		inits[t.GetName()] = t
-	}
-	changed := false
-	for _, p := range params {
-		t, ok := inits[p.Name]
-		if !ok {
-			if t, err = untie(g, p.Name, inits); err != nil {
-				return nil, nil, err
-			}
-			inits[p.Name], changed = t, true
-		}
-		n := 1
-		for _, d := range t.GetDims() {
-			n *= int(d)
-		}
-		switch {
-		case onnxpb.TensorProto_DataType(t.GetDataType()) != onnxpb.TensorProto_FLOAT:
-			return nil, nil, fmt.Errorf("%w: initializer %q holds %v; only float32 weights are published", ErrPublish,
-				p.Name, onnxpb.TensorProto_DataType(t.GetDataType()))
-		case len(t.GetDims()) == 0 || n != p.Len:
-			return nil, nil, fmt.Errorf("%w: initializer %q has shape %v (%d values); the layout gives it %d", ErrPublish,
-				p.Name, t.GetDims(), n, p.Len)
-		}
-	}
-	if changed {
-		if model, err = proto.Marshal(m); err != nil {
-			return nil, nil, fmt.Errorf("batcher: writing the policy with untied weights: %w", err)
-		}
-	}
-	pub := &publishing{params: slices.Clone(params), size: size}
-	for _, n := range g.GetNode() {
-		if op := n.GetOpType(); (op == "Conv" || op == "ConvTranspose") && len(n.GetInput()) > 1 &&
-			slices.ContainsFunc(params, func(p Param) bool { return p.Name == n.GetInput()[1] }) {
-			pub.conv = append(pub.conv, n.GetInput()[1])
-		}
-	}
-	if pub.defaults, err = onnx.WeightValues(model, pub.names()); err != nil {
-		return nil, nil, err
-	}
-	return model, pub, nil
-}
-
-// checkLayout refuses a layout with an empty or repeated name, a negative offset, an empty
-// or overlapping range, and returns the flat vector's length: the furthest end.
-func checkLayout(params []Param) (int, error) {
-	seen := map[string]bool{}
-	size := 0
-	for i, p := range params {
-		switch {
-		case p.Name == "":
-			return 0, fmt.Errorf("%w: PolicyConfig.Publish[%d] has no name", ErrPublish, i)
-		case seen[p.Name]:
-			return 0, fmt.Errorf("%w: PolicyConfig.Publish names %q twice", ErrPublish, p.Name)
-		case p.Offset < 0 || p.Len < 1 || p.Offset > math.MaxInt-p.Len:
-			return 0, fmt.Errorf("%w: PolicyConfig.Publish[%d] (%q) has offset %d and length %d; want an offset ≥ 0 and a length ≥ 1",
-				ErrPublish, i, p.Name, p.Offset, p.Len)
-		}
-		seen[p.Name] = true
-		size = max(size, p.Offset+p.Len)
-	}
-	byOffset := slices.Clone(params)
-	slices.SortFunc(byOffset, func(a, b Param) int { return a.Offset - b.Offset })
-	for i := 1; i < len(byOffset); i++ {
-		if a, b := byOffset[i-1], byOffset[i]; a.Offset+a.Len > b.Offset {
-			return 0, fmt.Errorf("%w: PolicyConfig.Publish gives %q values [%d, %d) and %q values [%d, %d), which overlap",
-				ErrPublish, a.Name, a.Offset, a.Offset+a.Len, b.Name, b.Offset, b.Offset+b.Len)
-		}
-	}
-	return size, nil
-}
-
-// untie makes name, the output of an Identity node reading a float initializer (PyTorch's
-// exporter shares equal initializers that way; onnx/graph trains each such output as a
-// parameter of its own), an initializer holding a copy of that value, and drops the node: the
-// graph computes the same, and the weight can be fed apart from the one it copied. It returns
-// the new initializer.
-func untie(g *onnxpb.GraphProto, name string, inits map[string]*onnxpb.TensorProto) (*onnxpb.TensorProto, error) {
-	at := slices.IndexFunc(g.GetNode(), func(n *onnxpb.NodeProto) bool { return slices.Contains(n.GetOutput(), name) })
-	var src *onnxpb.TensorProto
-	if at >= 0 {
-		n := g.GetNode()[at]
-		if n.GetOpType() == "Identity" && (n.GetDomain() == "" || n.GetDomain() == "ai.onnx") && len(n.GetInput()) == 1 {
-			src = inits[n.GetInput()[0]]
-		}
-	}
-	if src == nil {
-		return nil, fmt.Errorf("%w: PolicyConfig.Publish names %q, which is neither an initializer of the policy's graph nor an Identity of one; its float initializers are %s",
-			ErrPublish, name, initializerNames(g))
-	}
-	if slices.ContainsFunc(g.GetOutput(), func(v *onnxpb.ValueInfoProto) bool { return v.GetName() == name }) {
-		return nil, fmt.Errorf("%w: %q is a graph output made by an Identity of %q; it cannot become a published initializer", ErrPublish, name, src.GetName())
-	}
-	t := proto.Clone(src).(*onnxpb.TensorProto)
-	t.Name = proto.String(name)
-	g.Initializer = append(g.Initializer, t)
-	g.Node = slices.Delete(g.Node, at, at+1)
-	return t, nil
-}
-
-// initializerNames lists g's float initializers of rank ≥ 1 for a message (the first 20).
-func initializerNames(g *onnxpb.GraphProto) string {
-	var names []string
-	for _, t := range g.GetInitializer() {
-		if onnxpb.TensorProto_DataType(t.GetDataType()) == onnxpb.TensorProto_FLOAT && len(t.GetDims()) > 0 {
-			names = append(names, fmt.Sprintf("%q", t.GetName()))
-		}
-	}
-	if len(names) > 20 {
-		names = append(names[:20], fmt.Sprintf("and %d more", len(names)-20))
-	}
-	return strings.Join(names, ", ")
-}
-
-// fed is an agent's two sets of buffers for a published policy's weights: the session reads
-// the front set while Publish writes the other, and the worker swaps them between two steps.
-type fed struct {
-	pub  *publishing
-	sets [2]*onnx.Weights
-
-	mu      sync.Mutex // guards front, version and the back set's contents
-	front   int        // the set the session reads
-	version int64      // the version staged in the back set
-	staged  atomic.Bool
-}
-
-// newFed makes the two sets of s's fed weights, both holding the model's values, and uses the
-// first.
-func newFed(s *onnx.Session, pub *publishing) (*fed, error) {
-	f := &fed{pub: pub}
-	for i := range f.sets {
-		bufs := make([][]float32, len(pub.defaults))
-		for k, d := range pub.defaults {
-			bufs[k] = slices.Clone(d)
-		}
-		var err error
-		if f.sets[i], err = s.NewWeights(bufs); err != nil {
-			return nil, err
-		}
-	}
-	return f, s.UseWeights(f.sets[0])
-}
-
-// stage copies flat's weights into the back set, for the worker to take before its next step.
-// The session may be running on the front set meanwhile.
-func (f *fed) stage(version int64, flat []float32) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	back := f.sets[1-f.front].Buffers()
-	for i, p := range f.pub.params {
-		copy(back[i], flat[p.Offset:p.Offset+p.Len])
-	}
-	f.version = version
-	f.staged.Store(true)
-}
-
-// take makes the staged set the one s reads, between two steps (the worker's goroutine), and
-// returns its version.
-func (f *fed) take(s *onnx.Session) (int64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.front = 1 - f.front
-	f.staged.Store(false)
-	return f.version, s.UseWeights(f.sets[f.front])
-}
-
-// takeWeights installs weights a Publish staged, between two steps; the agent's version
-// becomes theirs.
-func (a *onnxAgent) takeWeights() error {
-	if a.fed == nil || !a.fed.staged.Load() {
-		return nil
-	}
-	v, err := a.fed.take(a.sess)
-	if err != nil {
-		return err
-	}
-	a.version = v
-	return nil
-}
 
 // nonFinite returns the index of the first NaN or infinity in xs, or -1.
 func nonFinite(xs []float32) int {
@@ -248,7 +19,7 @@ func nonFinite(xs []float32) int {
 }
 
 // Publish makes flat, a trainer's parameter vector in the layout of the policy's
-// PolicyConfig.Publish, policy version version on every worker, without exporting a model or
+// bind.Config.Publish, policy version version on every worker, without exporting a model or
 // building a session. It copies the weights into each worker's second set of buffers (the
 // worker's session may be running a step on the first) and returns; each worker swaps the
 // sets between two steps, as it installs UpdatePolicy's agents. When Publish returns, every
@@ -260,7 +31,7 @@ func nonFinite(xs []float32) int {
 //
 // flat is read before Publish returns and may be changed afterwards. Weights that are not
 // finite are refused, as is a flat vector of another length than the layout's (its furthest
-// end), and a batcher whose policy was built without PolicyConfig.Publish; an error leaves
+// end), and a batcher whose policy was built without bind.Config.Publish; an error leaves
 // every worker as it was. Publish calls are serialised; it may be called during Collect, from
 // any goroutine. After Close it returns ErrClosed.
 func (b *Batcher) Publish(ctx context.Context, version int64, flat []float32) error {
@@ -276,33 +47,37 @@ func (b *Batcher) Publish(ctx context.Context, version int64, flat []float32) er
 		w.pendingMu.Lock()
 		defer w.pendingMu.Unlock()
 	}
-	targets := make([]*fed, len(b.workers))
+	targets := make([]*bind.Runner, len(b.workers))
+	var layout []bind.Param
 	for i, w := range b.workers {
 		next := w.pending
 		if next == nil {
 			next = w.agent
 		}
 		a, ok := next.(*onnxAgent)
-		if !ok || a.fed == nil {
-			return fmt.Errorf("%w: worker %d's policy was not built with PolicyConfig.Publish; publish it with WithModel and UpdatePolicy, or load it with the layout", ErrPublish, w.index)
+		var params []bind.Param
+		var size int
+		if ok {
+			params, size = a.r.Layout()
 		}
-		if n := a.fed.pub.size; len(flat) != n {
-			return fmt.Errorf("%w: a flat vector of %d values; the layout (PolicyConfig.Publish) holds %d", ErrPublish, len(flat), n)
+		if params == nil {
+			return fmt.Errorf("%w: worker %d's policy was not built with bind.Config.Publish; publish it with WithModel and UpdatePolicy, or load it with the layout", bind.ErrPublish, w.index)
 		}
-		if i > 0 && !slices.Equal(a.fed.pub.params, targets[0].pub.params) {
-			return fmt.Errorf("%w: worker %d's next policy lays out its weights (PolicyConfig.Publish) unlike worker %d's", ErrPublish, w.index, b.workers[0].index)
+		if len(flat) != size {
+			return fmt.Errorf("%w: a flat vector of %d values; the layout (bind.Config.Publish) holds %d", bind.ErrPublish, len(flat), size)
 		}
-		targets[i] = a.fed
+		if i > 0 && !slices.Equal(params, layout) {
+			return fmt.Errorf("%w: worker %d's next policy lays out its weights (bind.Config.Publish) unlike worker %d's", bind.ErrPublish, w.index, b.workers[0].index)
+		}
+		layout, targets[i] = params, a.r
 	}
-	if len(targets) > 0 {
-		for _, p := range targets[0].pub.params {
-			if k := nonFinite(flat[p.Offset : p.Offset+p.Len]); k >= 0 {
-				return fmt.Errorf("%w: weight %q value %d is %v", ErrPublish, p.Name, k, flat[p.Offset+k])
-			}
+	for _, p := range layout {
+		if k := nonFinite(flat[p.Offset : p.Offset+p.Len]); k >= 0 {
+			return fmt.Errorf("%w: weight %q value %d is %v", bind.ErrPublish, p.Name, k, flat[p.Offset+k])
 		}
 	}
-	for _, f := range targets {
-		f.stage(version, flat)
+	for _, r := range targets {
+		r.Stage(version, flat)
 	}
 	b.newest.Store(version)
 	return nil

@@ -15,9 +15,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
+
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/bind/bindtest"
 )
 
 // trainer is what the tests publish from, as the engine does: a model, the layout of its
@@ -28,7 +30,7 @@ import (
 // each untied Identity replaced by an initializer of its name (onnx/graph's WriteBack).
 type trainer struct {
 	model  []byte
-	layout []Param
+	layout []bind.Param
 	flat   []float32
 	export func(t testing.TB) []byte
 }
@@ -39,10 +41,7 @@ func newTrainer(t testing.TB, path string) *trainer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := parseModel(model)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bindtest.Parse(t, model)
 	type weight struct {
 		name string
 		dims []int64
@@ -52,7 +51,7 @@ func newTrainer(t testing.TB, path string) *trainer {
 	byName := map[string]int{}
 	for _, init := range m.GetGraph().GetInitializer() {
 		if init.GetDataType() == int32(onnxpb.TensorProto_FLOAT) && len(init.GetDims()) > 0 {
-			vals, err := floatValues(init)
+			vals, err := bindtest.FloatValues(init)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,14 +76,14 @@ func newTrainer(t testing.TB, path string) *trainer {
 		names, sizes = append(names, w.name), append(sizes, len(w.vals))
 		tr.flat = append(tr.flat, w.vals...)
 	}
-	tr.layout = ContiguousParams(names, sizes)
+	tr.layout = bind.ContiguousParams(names, sizes)
 	tr.export = func(t testing.TB) []byte {
 		out := proto.Clone(m).(*onnxpb.ModelProto)
 		g := out.GetGraph()
 		g.Node = slices.DeleteFunc(g.Node, func(n *onnxpb.NodeProto) bool { return untied[n.GetOutput()[0]] })
 		for i, w := range ws {
 			p := tr.layout[i]
-			init := floatTensor(w.name, w.dims, tr.flat[p.Offset:p.Offset+p.Len])
+			init := bindtest.FloatTensor(w.name, w.dims, tr.flat[p.Offset:p.Offset+p.Len])
 			if k := slices.IndexFunc(g.Initializer, func(x *onnxpb.TensorProto) bool { return x.GetName() == w.name }); k >= 0 {
 				g.Initializer[k] = init
 			} else {
@@ -112,18 +111,18 @@ func (tr *trainer) perturb(rng *rand.Rand, scale float32) {
 func compareOutputs(t *testing.T, a, ref *onnxAgent, obs []float32, state [][]float32, starts []float32, n int) {
 	t.Helper()
 	for _, ag := range []*onnxAgent{a, ref} {
-		if err := ag.run(n, obs, state, starts); err != nil {
+		if err := ag.r.Run(n, obs, state, starts); err != nil {
 			t.Fatal(err)
 		}
 	}
-	refOuts := ref.sess.Outputs()
-	for i, info := range a.sess.Outputs() {
+	refOuts := ref.r.Outputs()
+	for i, info := range a.r.Outputs() {
 		j := slices.IndexFunc(refOuts, func(o onnx.TensorInfo) bool { return o.Name == info.Name })
 		if j < 0 || info.DType != onnx.Float32 {
 			continue
 		}
-		got, _ := onnx.Output[float32](a.sess, i)
-		want, _ := onnx.Output[float32](ref.sess, j)
+		got, _ := a.r.Output(i)
+		want, _ := ref.r.Output(j)
 		rows := 1
 		if info.Batched {
 			rows = n
@@ -149,15 +148,15 @@ func TestPublishMatchesExport(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct{ name, env, path string }{
 		{"mlp_tanh", "CartPole-v1", "../testdata/mlp_tanh.onnx"},
-		{"cleanrl_cartpole", "CartPole-v1", filepath.Join(foreignDir, "cleanrl_cartpole.onnx")},
-		{"cleanrl_pendulum", "Pendulum-v1", filepath.Join(foreignDir, "cleanrl_pendulum.onnx")},
-		{"rllib_cartpole_lstm", "CartPole-v1", filepath.Join(foreignDir, "rllib_cartpole_lstm.onnx")},
-		{"sb3_sac_pendulum", "Pendulum-v1", filepath.Join(foreignDir, "sb3_sac_pendulum.onnx")},
+		{"cleanrl_cartpole", "CartPole-v1", filepath.Join(bindtest.ForeignDir, "cleanrl_cartpole.onnx")},
+		{"cleanrl_pendulum", "Pendulum-v1", filepath.Join(bindtest.ForeignDir, "cleanrl_pendulum.onnx")},
+		{"rllib_cartpole_lstm", "CartPole-v1", filepath.Join(bindtest.ForeignDir, "rllib_cartpole_lstm.onnx")},
+		{"sb3_sac_pendulum", "Pendulum-v1", filepath.Join(bindtest.ForeignDir, "sb3_sac_pendulum.onnx")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newTrainer(t, tc.path)
 			spec, _ := envs.Lookup(tc.env)
-			p, err := NewPolicy(ctx, tr.model, 0, spec, PolicyConfig{Publish: tr.layout})
+			p, err := bind.New(ctx, tr.model, 0, spec, bind.Config{Publish: tr.layout})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,12 +174,12 @@ func TestPublishMatchesExport(t *testing.T) {
 				old := newTestAgent(t, p.WithModel(tr.model, 0), n, 0, true)
 				defer old.Close()
 				last := steps - 1
-				if err := old.run(n, r1.Obs[last*n*r1.ObsDim:(last+1)*n*r1.ObsDim], stepStates(r1, last), r1.EpisodeStarts[last*n:(last+1)*n]); err != nil {
+				if err := old.r.Run(n, r1.Obs[last*n*r1.ObsDim:(last+1)*n*r1.ObsDim], stepStates(r1, last), r1.EpisodeStarts[last*n:(last+1)*n]); err != nil {
 					t.Fatal(err)
 				}
-				for _, st := range old.states {
-					size := st.row
-					c := slices.Clone(st.dst[:n*size])
+				for k := range old.states {
+					size := old.size[k]
+					c := slices.Clone(old.r.NextState(k)[:n*size])
 					for i := range n {
 						if r1.Terminated[last*n+i] != 0 || r1.Truncated[last*n+i] != 0 {
 							clear(c[i*size : (i+1)*size])
@@ -210,7 +209,7 @@ func TestPublishMatchesExport(t *testing.T) {
 				}
 			}
 
-			fresh, err := NewPolicy(ctx, tr.export(t), version, spec, PolicyConfig{})
+			fresh, err := bind.New(ctx, tr.export(t), version, spec, bind.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,7 +226,7 @@ func TestPublishMatchesExport(t *testing.T) {
 				rows := func(x []float32, size int) []float32 { return x[(last*n+w*m)*size : (last*n+w*m+m)*size] }
 				var st [][]float32
 				for k, s := range r.States {
-					st = append(st, rows(s, p.feeds.states[k].size))
+					st = append(st, rows(s, a.size[k]))
 				}
 				one := newTestAgent(t, fresh, m, 0, true)
 				compareOutputs(t, a, one, rows(r.Obs, od), st, rows(r.EpisodeStarts, 1), m)
@@ -253,7 +252,7 @@ func TestPublishMatchesExport(t *testing.T) {
 			if r, err = b.Collect(ctx, 1); err != nil {
 				t.Fatal(err)
 			}
-			fresh9, err := NewPolicy(ctx, tr.export(t), 9, spec, PolicyConfig{})
+			fresh9, err := bind.New(ctx, tr.export(t), 9, spec, bind.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -282,7 +281,7 @@ func stepStates(r *Rollout, t int) [][]float32 {
 func runRef(t *testing.T, ref *onnxAgent, r *Rollout, step int) *onnxAgent {
 	t.Helper()
 	n, od := r.N, r.ObsDim
-	if err := ref.run(n, r.Obs[step*n*od:(step+1)*n*od], stepStates(r, step), r.EpisodeStarts[step*n:(step+1)*n]); err != nil {
+	if err := ref.r.Run(n, r.Obs[step*n*od:(step+1)*n*od], stepStates(r, step), r.EpisodeStarts[step*n:(step+1)*n]); err != nil {
 		t.Fatal(err)
 	}
 	return ref
@@ -290,25 +289,17 @@ func runRef(t *testing.T, ref *onnxAgent, r *Rollout, step int) *onnxAgent {
 
 // checkRows compares step t of r with what the reference agent computed on its rows: values,
 // and the log-probability of the rollout's actions under the reference's distribution.
-func checkRows(t *testing.T, p *Policy, ref *onnxAgent, r *Rollout, step int) {
+func checkRows(t *testing.T, p *bind.Policy, ref *onnxAgent, r *Rollout, step int) {
 	t.Helper()
 	n, ad := r.N, r.ActDim
 	for i := range n {
 		row := step*n + i
-		if ref.value.src != nil {
-			if d := math.Abs(float64(r.Values[row] - ref.value.dst[i])); d > 1e-6 {
-				t.Fatalf("step %d env %d: value %v, the export's %v", step, i, r.Values[row], ref.value.dst[i])
+		if p.HasValue() {
+			if d := math.Abs(float64(r.Values[row] - ref.r.Value(i))); d > 1e-6 {
+				t.Fatalf("step %d env %d: value %v, the export's %v", step, i, r.Values[row], ref.r.Value(i))
 			}
 		}
-		var want float64
-		switch p.spec.Head {
-		case head.CategoricalKind:
-			c := p.spec.N
-			want, _ = head.CategoricalForward(ref.params.dst[i*c:(i+1)*c], int(r.Actions[row]), make([]float64, c), make([]float64, c))
-		default:
-			d := p.spec.ActionDim()
-			want = head.GaussianLogProb(r.Actions[row*ad:(row+1)*ad], ref.params.dst[i*d:(i+1)*d], ref.logStdRow(i, d))
-		}
+		want := ref.r.LogProb(i, r.Actions[row*ad:(row+1)*ad])
 		if d := math.Abs(float64(r.LogP[row]) - want); d > 1e-5*math.Max(1, math.Abs(want)) {
 			t.Fatalf("step %d env %d: log-probability %v, %v under the export", step, i, r.LogP[row], want)
 		}
@@ -324,9 +315,9 @@ func maxAbsDiff(a, b []float32) float64 {
 }
 
 // constLayout lays out constPolicy's weights: the logits' weights and bias, the value's.
-var constLayout = ContiguousParams([]string{"w", "b", "wv", "bv"}, []int{8, 2, 4, 1})
+var constLayout = bind.ContiguousParams([]string{"w", "b", "wv", "bv"}, []int{8, 2, 4, 1})
 
-// constWeights are constPolicy(v)'s weights as a flat vector in constLayout: the action is
+// constWeights are bindtest.ConstPolicy(v)'s weights as a flat vector in constLayout: the action is
 // v mod 2, the value v.
 func constWeights(v int64) []float32 {
 	flat := make([]float32, 15)
@@ -344,7 +335,7 @@ func constWeights(v int64) []float32 {
 func TestPublishNeverMixesVersions(t *testing.T) {
 	ctx := context.Background()
 	spec, _ := envs.Lookup("CartPole-v1")
-	p, err := NewPolicy(ctx, constPolicy(t, 0), 0, spec, PolicyConfig{Publish: constLayout})
+	p, err := bind.New(ctx, bindtest.ConstPolicy(t, 0), 0, spec, bind.Config{Publish: constLayout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +367,7 @@ func TestPublishNeverMixesVersions(t *testing.T) {
 func TestPublishAndUpdatePolicy(t *testing.T) {
 	ctx := context.Background()
 	spec, _ := envs.Lookup("CartPole-v1")
-	p, err := NewPolicy(ctx, constPolicy(t, 0), 0, spec, PolicyConfig{Publish: constLayout})
+	p, err := bind.New(ctx, bindtest.ConstPolicy(t, 0), 0, spec, bind.Config{Publish: constLayout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +402,7 @@ func TestPublishAndUpdatePolicy(t *testing.T) {
 			}
 		}
 		if step.update > 0 {
-			if err := b.UpdatePolicy(ctx, p.WithModel(constPolicy(t, step.update), step.update)); err != nil {
+			if err := b.UpdatePolicy(ctx, p.WithModel(bindtest.ConstPolicy(t, step.update), step.update)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -429,30 +420,8 @@ func TestPublishAndUpdatePolicy(t *testing.T) {
 func TestPublishErrors(t *testing.T) {
 	ctx := context.Background()
 	spec, _ := envs.Lookup("CartPole-v1")
-	model := constPolicy(t, 0)
-	for _, tc := range []struct {
-		name   string
-		layout []Param
-		want   string
-	}{
-		{"unknown name", []Param{{"w", 0, 8}, {"w2", 8, 8}}, `"w2", which is neither an initializer`},
-		{"an input", []Param{{"obs", 0, 4}}, `"obs", which is neither an initializer`},
-		{"twice", []Param{{"w", 0, 8}, {"w", 8, 8}}, `names "w" twice`},
-		{"no name", []Param{{"", 0, 8}}, "has no name"},
-		{"wrong length", []Param{{"w", 0, 6}}, `"w" has shape [4 2] (8 values); the layout gives it 6`},
-		{"negative offset", []Param{{"w", -1, 8}}, "offset -1"},
-		{"empty", []Param{{"b", 0, 0}}, "length 0"},
-		{"overlap", []Param{{"w", 0, 8}, {"b", 7, 2}}, "overlap"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewPolicy(ctx, model, 0, spec, PolicyConfig{Publish: tc.layout})
-			if !errors.Is(err, ErrPublish) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want ErrPublish containing %q", err, tc.want)
-			}
-		})
-	}
-
-	p, err := NewPolicy(ctx, model, 0, spec, PolicyConfig{Publish: constLayout})
+	model := bindtest.ConstPolicy(t, 0)
+	p, err := bind.New(ctx, model, 0, spec, bind.Config{Publish: constLayout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,10 +441,10 @@ func TestPublishErrors(t *testing.T) {
 		is   error
 		want string
 	}{
-		{"short", ctx, constWeights(3)[:14], ErrPublish, "a flat vector of 14 values; the layout (PolicyConfig.Publish) holds 15"},
-		{"long", ctx, append(constWeights(3), 0), ErrPublish, "16 values"},
-		{"NaN", ctx, nan, ErrPublish, `weight "b" value 1 is NaN`},
-		{"infinity", ctx, inf, ErrPublish, `weight "w" value 0 is -Inf`},
+		{"short", ctx, constWeights(3)[:14], bind.ErrPublish, "a flat vector of 14 values; the layout (bind.Config.Publish) holds 15"},
+		{"long", ctx, append(constWeights(3), 0), bind.ErrPublish, "16 values"},
+		{"NaN", ctx, nan, bind.ErrPublish, `weight "b" value 1 is NaN`},
+		{"infinity", ctx, inf, bind.ErrPublish, `weight "w" value 0 is -Inf`},
 		{"canceled", canceled, constWeights(3), context.Canceled, "canceled"},
 	} {
 		if err := b.Publish(tc.ctx, 3, tc.flat); !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
@@ -499,9 +468,9 @@ func TestPublishErrors(t *testing.T) {
 		t.Errorf("UpdatePolicy after Close: %v, want ErrClosed", err)
 	}
 
-	for name, pol := range map[string]*Policy{"a policy without a layout": loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{}), "random actions": nil} {
+	for name, pol := range map[string]*bind.Policy{"a policy without a layout": loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{}), "random actions": nil} {
 		b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 2, Steps: 2}, pol)
-		if err := b.Publish(ctx, 1, constWeights(1)); !errors.Is(err, ErrPublish) || !strings.Contains(err.Error(), "not built with PolicyConfig.Publish") {
+		if err := b.Publish(ctx, 1, constWeights(1)); !errors.Is(err, bind.ErrPublish) || !strings.Contains(err.Error(), "not built with bind.Config.Publish") {
 			t.Errorf("%s: Publish error %v", name, err)
 		}
 	}
@@ -514,21 +483,21 @@ func TestPublishConvWarns(t *testing.T) {
 	spec, _ := envs.Lookup("CartPole-v1")
 	shape := &onnxpb.TensorProto{Name: proto.String("shape"), Dims: []int64{4}, DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)),
 		Int64Data: []int64{-1, 1, 4, 1}}
-	model := marshalModel(t, &onnxpb.GraphProto{
+	model := bindtest.Marshal(t, &onnxpb.GraphProto{
 		Name:   proto.String("conv"),
-		Input:  []*onnxpb.ValueInfoProto{valueInfo("obs", "batch", 4)},
-		Output: []*onnxpb.ValueInfoProto{valueInfo("logits", "batch", 2), valueInfo("value", "batch", 1)},
+		Input:  []*onnxpb.ValueInfoProto{bindtest.ValueInfo("obs", "batch", 4)},
+		Output: []*onnxpb.ValueInfoProto{bindtest.ValueInfo("logits", "batch", 2), bindtest.ValueInfo("value", "batch", 1)},
 		Node: []*onnxpb.NodeProto{
-			node("Reshape", []string{"obs", "shape"}, []string{"image"}),
-			node("Conv", []string{"image", "cw", "cb"}, []string{"conv"}),
-			node("Flatten", []string{"conv"}, []string{"features"}, intAttr("axis", 1)),
-			node("Gemm", []string{"features", "w", "b"}, []string{"logits"}), node("Gemm", []string{"obs", "wv", "bv"}, []string{"value"}),
+			bindtest.Node("Reshape", []string{"obs", "shape"}, []string{"image"}),
+			bindtest.Node("Conv", []string{"image", "cw", "cb"}, []string{"conv"}),
+			bindtest.Node("Flatten", []string{"conv"}, []string{"features"}, bindtest.IntAttr("axis", 1)),
+			bindtest.Node("Gemm", []string{"features", "w", "b"}, []string{"logits"}), bindtest.Node("Gemm", []string{"obs", "wv", "bv"}, []string{"value"}),
 		},
-		Initializer: append(linearInits(), shape, floatTensor("cw", []int64{1, 1, 1, 1}, []float32{1}), floatTensor("cb", []int64{1}, []float32{0})),
+		Initializer: append(bindtest.LinearInits(), shape, bindtest.FloatTensor("cw", []int64{1, 1, 1, 1}, []float32{1}), bindtest.FloatTensor("cb", []int64{1}, []float32{0})),
 	})
 	cfg, logs := observed()
-	cfg.Publish = ContiguousParams([]string{"cw", "cb", "w", "b", "wv", "bv"}, []int{1, 1, 8, 2, 4, 1})
-	p, err := NewPolicy(ctx, model, 0, spec, cfg)
+	cfg.Publish = bind.ContiguousParams([]string{"cw", "cb", "w", "b", "wv", "bv"}, []int{1, 1, 8, 2, 4, 1})
+	p, err := bind.New(ctx, model, 0, spec, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +506,7 @@ func TestPublishConvWarns(t *testing.T) {
 		t.Errorf("no warning naming the published convolution weight cw: %v", warned)
 	}
 	b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 4, Steps: 2, Deterministic: true}, p)
-	flat := slices.Concat([]float32{-1, 0}, cartPoleW, cartPoleB, make([]float32, 4), []float32{3})
+	flat := slices.Concat([]float32{-1, 0}, bindtest.CartPoleW, bindtest.CartPoleB, make([]float32, 4), []float32{3})
 	if err := b.Publish(ctx, 2, flat); err != nil {
 		t.Fatal(err)
 	}

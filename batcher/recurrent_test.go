@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/towerrl/towerrl/internal/npy"
+
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/bind/bindtest"
 )
 
 // seqFixture is what a recurrent fixture's NAME.json says about its recorded sequences.
@@ -46,18 +49,18 @@ func TestRecurrentSequences(t *testing.T) {
 	for _, f := range recurrentFixtures(t) {
 		t.Run(f.Name, func(t *testing.T) {
 			var sf seqFixture
-			data, err := os.ReadFile(filepath.Join(foreignDir, f.Name+".json"))
+			data, err := os.ReadFile(filepath.Join(bindtest.ForeignDir, f.Name+".json"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := json.Unmarshal(data, &sf); err != nil {
 				t.Fatal(err)
 			}
-			p, err := LoadPolicy(context.Background(), f.path(), f.Env, PolicyConfig{})
+			p, err := loadFile(context.Background(), f.path(), f.Env, bind.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			seqObs := readNpy(t, filepath.Join(foreignDir, sf.SeqObs))
+			seqObs := bindtest.ReadNpy(t, filepath.Join(bindtest.ForeignDir, sf.SeqObs))
 			steps, n, od := seqObs.Shape[0], seqObs.Shape[1], seqObs.Len()/(seqObs.Shape[0]*seqObs.Shape[1])
 			a := newTestAgent(t, p, n, 0, true)
 			defer a.Close()
@@ -74,14 +77,14 @@ func TestRecurrentSequences(t *testing.T) {
 					if o.SeqFile == "" {
 						continue
 					}
-					rec := readNpy(t, filepath.Join(foreignDir, o.SeqFile))
+					rec := bindtest.ReadNpy(t, filepath.Join(bindtest.ForeignDir, o.SeqFile))
 					want := float64s(rec)
 					per := len(want) / steps
 					want = want[step*per : (step+1)*per]
 					var got []float32
 					switch o.Role {
 					case "logits":
-						got = a.params.dst[:per]
+						got = a.r.Params()[:per]
 					case "actions":
 						got, _ = out.Actions.Host()
 					case "value":
@@ -169,7 +172,7 @@ func TestRecurrentRolloutReplays(t *testing.T) {
 	ctx := context.Background()
 	for _, f := range recurrentFixtures(t) {
 		t.Run(f.Name, func(t *testing.T) {
-			p, err := LoadPolicy(ctx, f.path(), f.Env, PolicyConfig{})
+			p, err := loadFile(ctx, f.path(), f.Env, bind.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +203,7 @@ func TestRecurrentRolloutReplays(t *testing.T) {
 			for i := range r.N {
 				rngs := []*rand.Rand{nil}
 				rngs[0], _ = samplingStream(9, i)
-				a, err := p.agent(ctx, 1, rngs, false)
+				a, err := newAgent(ctx, p, 1, rngs, false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -224,7 +227,7 @@ func TestRecurrentRolloutReplays(t *testing.T) {
 						t.Fatal(err)
 					}
 					// The batcher's action under the replayed logits has the recorded log-probability.
-					if lp := replayLogP(t, a, r.Actions[row]); math.Abs(float64(lp-r.LogP[row])) > 1e-4 {
+					if lp := a.r.LogProb(0, r.Actions[row:row+1]); math.Abs(lp-float64(r.LogP[row])) > 1e-4 {
 						t.Fatalf("env %d step %d: replayed log-probability of action %v is %v, recorded %v",
 							i, step, r.Actions[row], lp, r.LogP[row])
 					}
@@ -234,19 +237,4 @@ func TestRecurrentRolloutReplays(t *testing.T) {
 			}
 		})
 	}
-}
-
-// replayLogP is the log-probability of a categorical action under the agent's last logits.
-func replayLogP(t *testing.T, a *onnxAgent, action float32) float32 {
-	t.Helper()
-	logits := a.params.dst[:a.spec.N]
-	mx := math.Inf(-1)
-	for _, l := range logits {
-		mx = max(mx, float64(l))
-	}
-	var z float64
-	for _, l := range logits {
-		z += math.Exp(float64(l) - mx)
-	}
-	return float32(float64(logits[int(action)]) - mx - math.Log(z))
 }

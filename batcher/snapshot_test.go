@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/bind/bindtest"
 )
 
 // TestSnapshotResumesCollection: a batcher restored from a snapshot collects exactly the rollouts
@@ -14,10 +17,10 @@ import (
 func TestSnapshotResumesCollection(t *testing.T) {
 	for _, tc := range []struct{ name, path, env string }{
 		{"feed-forward", "../testdata/mlp_tanh.onnx", "CartPole-v1"},
-		{"recurrent", foreignDir + "/rllib_cartpole_lstm.onnx", "CartPoleNoVel-v1"},
+		{"recurrent", bindtest.ForeignDir + "/rllib_cartpole_lstm.onnx", "CartPoleNoVel-v1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := loadPolicy(t, tc.path, tc.env, PolicyConfig{})
+			p := loadPolicy(t, tc.path, tc.env, bind.Config{})
 			cfg := Config{Env: tc.env, Workers: 2, EnvsPerWorker: 3, Steps: 40, Seed: 21}
 			a := newBatcher(t, cfg, p)
 			ctx := context.Background()

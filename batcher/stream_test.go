@@ -14,9 +14,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/towerrl/towerrl/envs"
+
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/bind/bindtest"
 )
 
-// streamCase is a policy the stream tests run, published in place (PolicyConfig.Publish).
+// streamCase is a policy the stream tests run, published in place (bind.Config.Publish).
 type streamCase struct {
 	name, path, env string
 }
@@ -25,20 +28,20 @@ type streamCase struct {
 // states; Sample Factory's GRU, fixed batch freed at load, no value output).
 var streamCases = []streamCase{
 	{"mlp_tanh", "../testdata/mlp_tanh.onnx", "CartPole-v1"},
-	{"rllib_cartpole_lstm", foreignDir + "/rllib_cartpole_lstm.onnx", "CartPoleNoVel-v1"},
-	{"sf_cartpole_gru", foreignDir + "/sf_cartpole_gru.onnx", "CartPoleNoVel-v1"},
+	{"rllib_cartpole_lstm", bindtest.ForeignDir + "/rllib_cartpole_lstm.onnx", "CartPoleNoVel-v1"},
+	{"sf_cartpole_gru", bindtest.ForeignDir + "/sf_cartpole_gru.onnx", "CartPoleNoVel-v1"},
 }
 
 // publishedPolicy loads c's policy with its weights published in place, and the trainer
 // that publishes them.
-func publishedPolicy(t testing.TB, c streamCase) (*Policy, *trainer) {
+func publishedPolicy(t testing.TB, c streamCase) (*bind.Policy, *trainer) {
 	t.Helper()
 	tr := newTrainer(t, c.path)
 	spec, err := envs.Lookup(c.env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPolicy(context.Background(), tr.model, 0, spec, PolicyConfig{Publish: tr.layout})
+	p, err := bind.New(context.Background(), tr.model, 0, spec, bind.Config{Publish: tr.layout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +281,7 @@ func TestStreamConcatenates(t *testing.T) {
 func constBatcher(t testing.TB, workers, m, steps int) *Batcher {
 	t.Helper()
 	spec, _ := envs.Lookup("CartPole-v1")
-	p, err := NewPolicy(context.Background(), constPolicy(t, 0), 0, spec, PolicyConfig{Publish: constLayout})
+	p, err := bind.New(context.Background(), bindtest.ConstPolicy(t, 0), 0, spec, bind.Config{Publish: constLayout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -554,7 +557,7 @@ func TestStreamStops(t *testing.T) {
 	})
 	t.Run("Batcher.Close", func(t *testing.T) {
 		spec, _ := envs.Lookup("CartPole-v1")
-		p, err := NewPolicy(ctx, constPolicy(t, 0), 0, spec, PolicyConfig{})
+		p, err := bind.New(ctx, bindtest.ConstPolicy(t, 0), 0, spec, bind.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -651,7 +654,7 @@ func TestStreamAllocatesNothing(t *testing.T) {
 func BenchmarkStream(b *testing.B) {
 	ctx := context.Background()
 	const steps = 64
-	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
+	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	bt := newBatcher(b, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 1024, Steps: steps}, p)
 	t0 := time.Now()
 	for range 5 {

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
@@ -335,12 +335,12 @@ func (f *foreign) startCritic(returns []float32) {
 
 // publishLayout places f.flat's weights in the graph trained (the batchers' model), for
 // Batcher.Publish: the trainable initializers in TrainableNames order.
-func (f *foreign) publishLayout() []batcher.Param {
+func (f *foreign) publishLayout() []bind.Param {
 	names := f.params.TrainableNames()
 	sizes := make([]int, len(names))
 	for i, name := range names {
 		v, _ := f.params.Value(name)
 		sizes[i] = v.Shape().TotalSize()
 	}
-	return batcher.ContiguousParams(names, sizes)
+	return bind.ContiguousParams(names, sizes)
 }

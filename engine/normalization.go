@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/normalize"
 	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/models"
@@ -70,13 +71,13 @@ func (n *obsNorm) wrap(model []byte) ([]byte, error) {
 
 // layout adds the map's mean and scale to a policy's publish layout, after the parameters'
 // values (params of them).
-func (n *obsNorm) layout(ps []batcher.Param, params int) []batcher.Param {
+func (n *obsNorm) layout(ps []bind.Param, params int) []bind.Param {
 	if n == nil {
 		return ps
 	}
 	d := len(n.cur.Mean)
-	return append(slices.Clone(ps), batcher.Param{Name: models.ObsNormMean, Offset: params, Len: d},
-		batcher.Param{Name: models.ObsNormScale, Offset: params + d, Len: d})
+	return append(slices.Clone(ps), bind.Param{Name: models.ObsNormMean, Offset: params, Len: d},
+		bind.Param{Name: models.ObsNormScale, Offset: params + d, Len: d})
 }
 
 // published is the vector Batcher.Publish takes: params, then the current map.

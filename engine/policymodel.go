@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
@@ -25,7 +25,7 @@ type policyModel interface {
 	trained(model []byte) []byte
 	towers(algo.Algorithm) learner.TowerFactory
 	// publishLayout places flatParams' weights in the exported graph, for Batcher.Publish.
-	publishLayout() []batcher.Param
+	publishLayout() []bind.Param
 }
 
 // native is one of our architectures (package models).
@@ -38,14 +38,14 @@ func (n native) towers(a algo.Algorithm) learner.TowerFactory { return Towers(n.
 func (n native) artifact(m []byte, _ int64) ([]byte, error)   { return m, nil }
 func (n native) trained([]byte) []byte                        { return nil }
 
-func (n native) publishLayout() []batcher.Param {
-	ps := make([]batcher.Param, n.p.Len())
+func (n native) publishLayout() []bind.Param {
+	ps := make([]bind.Param, n.p.Len())
 	for i, name := range n.p.Names() {
 		size := 1
 		for _, d := range n.p.Shape(i) {
 			size *= d
 		}
-		ps[i] = batcher.Param{Name: name, Offset: n.p.Offset(i), Len: size}
+		ps[i] = bind.Param{Name: name, Offset: n.p.Offset(i), Len: size}
 	}
 	return ps
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
@@ -43,7 +43,7 @@ func refLossOf(t *testing.T, b []byte, spec head.Spec, mb *learner.SampleBatch, 
 	if err := s.Run(n); err != nil {
 		t.Fatal(err)
 	}
-	outs, err := head.Bind(spec, batcher.HeadTensors(s.Outputs()), head.Names{})
+	outs, err := head.Bind(spec, bind.HeadTensors(s.Outputs()), head.Names{})
 	if err != nil {
 		t.Fatal(err)
 	}

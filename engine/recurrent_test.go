@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/learner"
@@ -59,12 +60,12 @@ func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pc := batcher.PolicyConfig{Names: f.names}
+			pc := bind.Config{Names: f.names}
 			if f.critic {
 				pc.Names.Value = models.CriticOutput
 			}
 			ctx := context.Background()
-			pol, err := batcher.NewPolicy(ctx, model, 1, es, pc)
+			pol, err := bind.New(ctx, model, 1, es, pc)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/envs"
 )
 
@@ -23,7 +24,7 @@ import (
 type batcherSource struct {
 	t        *testing.T
 	b        *batcher.Batcher
-	pol      *batcher.Policy
+	pol      *bind.Policy
 	steps    int
 	mu       sync.Mutex
 	versions []int64
@@ -40,7 +41,7 @@ func (s *batcherSource) Publish(ctx context.Context, version int64, model []byte
 	if s.b == nil {
 		spec, _ := envs.Lookup("CartPole-v1")
 		var err error
-		if s.pol, err = batcher.NewPolicy(ctx, model, version, spec, batcher.PolicyConfig{}); err != nil {
+		if s.pol, err = bind.New(ctx, model, version, spec, bind.Config{}); err != nil {
 			return err
 		}
 		s.b, err = batcher.New(ctx, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 4, Steps: s.steps, Seed: 7}, s.pol)

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/envs"
@@ -81,7 +81,8 @@ func TestTrainCartPoleLearns(t *testing.T) {
 		t.Fatalf("metadata %v inputs %v", s.Metadata(), s.Inputs())
 	}
 	// The exported file is what batchers and cmd/eval load.
-	if _, err := batcher.LoadPolicy(context.Background(), res.Policy, "CartPole-v1", batcher.PolicyConfig{}); err != nil {
+	cart, _ := envs.Lookup("CartPole-v1")
+	if _, err := bind.Load(context.Background(), res.Policy, cart, bind.Config{}); err != nil {
 		t.Fatal(err)
 	}
 }

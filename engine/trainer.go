@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/envs"
@@ -23,7 +24,7 @@ type trainer struct {
 	pm      policyModel
 	session onnx.Config
 	b       *batcher.Batcher
-	pol     *batcher.Policy // the policy checked against the env at the start; re-exports reuse it
+	pol     *bind.Policy // the policy checked against the env at the start; re-exports reuse it
 	l       *learner.Learner
 	opt     learner.Optimizer
 	batch   *learner.SampleBatch
@@ -109,7 +110,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	}
 	// The weights reach the batchers in place (Batcher.Publish), not by a new export and new
 	// sessions per iteration; the observation normaliser's mean and scale with them.
-	pc := batcher.PolicyConfig{Session: t.session, Publish: t.obsNorm.layout(t.pm.publishLayout(), len(t.pm.flatParams()))}
+	pc := bind.Config{Session: t.session, Publish: t.obsNorm.layout(t.pm.publishLayout(), len(t.pm.flatParams()))}
 	if f, ok := t.pm.(*foreign); ok {
 		// The batchers bind the policy as loadForeign did: the user's names and head, else
 		// recognition (and the new critic's value).
@@ -125,7 +126,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 			pc.Spec = &hs
 		}
 	}
-	if t.pol, err = batcher.NewPolicy(ctx, t.model, t.version, t.spec, pc); err != nil {
+	if t.pol, err = bind.New(ctx, t.model, t.version, t.spec, pc); err != nil {
 		return err
 	}
 	t.iterEnd = time.Now()

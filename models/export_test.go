@@ -9,7 +9,7 @@ import (
 
 	G "gorgonia.org/gorgonia"
 
-	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx"
 )
@@ -115,7 +115,7 @@ func TestExportParity(t *testing.T) {
 			if err != nil || !ok || spec.Version != 3 || spec.ActionSpace() != a.cfg.Spec.ActionSpace() {
 				t.Fatalf("metadata %v: spec %+v ok %v err %v", s.Metadata(), spec, ok, err)
 			}
-			outs, err := head.Bind(spec, batcher.HeadTensors(s.Outputs()), head.Names{})
+			outs, err := head.Bind(spec, bind.HeadTensors(s.Outputs()), head.Names{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,11 +13,12 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/envs"
 )
 
 // loadPolicy binds the ONNX policy in file for env, as version.
-func loadPolicy(t testing.TB, file, env string, version int64) *batcher.Policy {
+func loadPolicy(t testing.TB, file, env string, version int64) *bind.Policy {
 	t.Helper()
 	model, err := os.ReadFile(file)
 	if err != nil {
@@ -27,14 +28,14 @@ func loadPolicy(t testing.TB, file, env string, version int64) *batcher.Policy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := batcher.NewPolicy(context.Background(), model, version, spec, batcher.PolicyConfig{})
+	p, err := bind.New(context.Background(), model, version, spec, bind.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func newBatcher(t testing.TB, cfg batcher.Config, p *batcher.Policy) *batcher.Batcher {
+func newBatcher(t testing.TB, cfg batcher.Config, p *bind.Policy) *batcher.Batcher {
 	t.Helper()
 	b, err := batcher.New(context.Background(), cfg, p)
 	if err != nil {

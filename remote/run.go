@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/envs"
 )
 
@@ -33,7 +34,7 @@ type BatcherConfig struct {
 	// EnvThreads steps each worker's envs on this many goroutines (batcher.Config.EnvThreads).
 	EnvThreads int
 	// Policy says how to run the learner's ONNX policies (device, threads, head overrides).
-	Policy batcher.PolicyConfig
+	Policy bind.Config
 	// ConnectTimeout bounds the wait for the learner to answer at all, at the start (default
 	// 1 min; negative: wait forever). Once connected, a batcher waits for a restarting
 	// learner forever.
@@ -140,7 +141,7 @@ func TaskSeed(t Task) uint64 {
 
 // RunBatcher is a remote batcher: it dials the learner's NATS at url, registers, takes a
 // collect task, waits for a policy of at least the task's version floor, builds a local
-// batcher (batcher.NewPolicy from the ONNX bytes, batcher.New with the task's env, envs,
+// batcher (bind.New from the ONNX bytes, batcher.New with the task's env, envs,
 // rollout length and TaskSeed), then collects rollouts and publishes each (Pack), until the
 // learner ends the run (then it returns nil with Ended "run ended"), cfg.Stop closes
 // ("stopped"), or ctx ends (ctx's error). Between rollouts it hot-swaps to the newest
@@ -538,29 +539,29 @@ func (r *runner) task(ctx context.Context) (err error) {
 }
 
 // policies builds a task's policies: the first with its weights laid out for in-place
-// swaps (PolicyConfig.Publish) when the graph allows it, and each later version in place when
+// swaps (bind.Config.Publish) when the graph allows it, and each later version in place when
 // it differs from the one collecting only in its weights, else as new sessions.
 type policies struct {
 	spec       envs.Spec
-	cfg, quiet batcher.PolicyConfig // quiet: for swaps (the binding notes were logged once)
+	cfg, quiet bind.Config // quiet: for swaps (the binding notes were logged once)
 	log        *zap.Logger
 	w          *modelWeights // the collecting policy's weights; nil: not published in place
 }
 
 // build makes p's policy with cfg, its weights laid out for Batcher.Publish when it can.
-func (ps *policies) build(ctx context.Context, p Policy, cfg batcher.PolicyConfig) (*batcher.Policy, error) {
+func (ps *policies) build(ctx context.Context, p Policy, cfg bind.Config) (*bind.Policy, error) {
 	ps.w = nil
 	if w, err := readWeights(p.ONNX); err == nil && len(w.names) > 0 && len(cfg.Publish) == 0 {
 		lcfg := cfg
 		lcfg.Publish = w.layout()
-		pol, err := batcher.NewPolicy(ctx, p.ONNX, p.Version, ps.spec, lcfg)
+		pol, err := bind.New(ctx, p.ONNX, p.Version, ps.spec, lcfg)
 		if err == nil {
 			ps.w = &w
 			return pol, nil
 		}
 		ps.log.Debug("remote: the policy's weights cannot be published in place; swaps build new sessions", zap.Error(err))
 	}
-	return batcher.NewPolicy(ctx, p.ONNX, p.Version, ps.spec, cfg)
+	return bind.New(ctx, p.ONNX, p.Version, ps.spec, cfg)
 }
 
 // swap makes p the policy b collects with, in place when it can (inPlace).

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/envs"
 )
 
@@ -186,8 +187,8 @@ func TestRunBatcherEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		ps := &policies{spec: spec, log: zap.NewNop()}
-		build := func(v int64) *batcher.Policy {
-			p, err := ps.build(ctx, Policy{Version: v, ONNX: models[v]}, batcher.PolicyConfig{})
+		build := func(v int64) *bind.Policy {
+			p, err := ps.build(ctx, Policy{Version: v, ONNX: models[v]}, bind.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/onnx"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
@@ -57,7 +57,7 @@ func readWeights(model []byte) (modelWeights, error) {
 }
 
 // layout is the weights' place in the flat vector Batcher.Publish takes.
-func (w modelWeights) layout() []batcher.Param { return batcher.ContiguousParams(w.names, w.sizes) }
+func (w modelWeights) layout() []bind.Param { return bind.ContiguousParams(w.names, w.sizes) }
 
 // sameLayout reports whether v is w with other weight values.
 func (w modelWeights) sameLayout(v modelWeights) bool {

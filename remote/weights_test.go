@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/onnx"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
@@ -126,7 +127,7 @@ func TestSwapInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	direct, err := batcher.NewPolicy(ctx, v2, 2, spec, batcher.PolicyConfig{})
+	direct, err := bind.New(ctx, v2, 2, spec, bind.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

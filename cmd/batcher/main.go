@@ -118,7 +118,10 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/cmd/internal/cli"
+	"github.com/towerrl/towerrl/dataset"
+	"github.com/towerrl/towerrl/envs"
 	"go.uber.org/zap"
 )
 
@@ -276,27 +279,31 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	if err != nil {
 		return err
 	}
-	var data *batcher.Dataset
+	env, err := envs.Lookup(o.env)
+	if err != nil {
+		return err
+	}
+	var data *dataset.Writer
 	if o.out != "" {
-		data, err = batcher.OpenDataset(o.out, batcher.DatasetRun{Env: o.env, Policy: o.policy, Seed: o.seed,
+		data, err = dataset.Open(o.out, env, dataset.Run{Policy: o.policy, Seed: o.seed,
 			Deterministic: o.deterministic, Workers: o.workers, EnvsPerWorker: o.envs, Rollout: o.rollout,
 			Steps: rounds * int64(o.envs*o.workers)}, o.appendRun)
-		if errors.Is(err, batcher.ErrDatasetExists) {
+		if errors.Is(err, dataset.ErrExists) {
 			return fmt.Errorf("--out: %w; pass --append to add this run's shards after them (recorded in %s), or choose another --out",
-				err, batcher.ManifestName)
+				err, dataset.ManifestName)
 		}
 		if err != nil {
 			return err
 		}
 		defer data.Close()
 	}
-	var policy *batcher.Policy
+	var policy *bind.Policy
 	if o.policy != "random" {
 		cfg, err := o.flags.Config(log)
 		if err != nil {
 			return err
 		}
-		if policy, err = batcher.LoadPolicy(ctx, o.policy, o.env, cfg); err != nil {
+		if policy, err = bind.Load(ctx, o.policy, env, cfg); err != nil {
 			return err
 		}
 	}
@@ -363,7 +370,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		if err := data.Finish(); err != nil {
 			return err
 		}
-		sum.Manifest = filepath.Join(o.out, batcher.ManifestName)
+		sum.Manifest = filepath.Join(o.out, dataset.ManifestName)
 	}
 	tm := b.Timings()
 	busy := (tm.Env + tm.Inference + tm.Sampling + tm.Buffers).Seconds()

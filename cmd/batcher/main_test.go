@@ -17,6 +17,9 @@ import (
 	"testing"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/dataset"
+	"github.com/towerrl/towerrl/envs"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -198,7 +201,7 @@ func TestRerunRefusedAppendContinues(t *testing.T) {
 		before[p], _ = os.ReadFile(p)
 	}
 	_, err = collect(t, out, 2, false)
-	want := "--out: batcher: the output folder already holds a dataset: " + out +
+	want := "--out: dataset: the output folder already holds a dataset: " + out +
 		" holds 2 shards (shard-000000.npz … shard-000001.npz) and manifest.json (1 run); nothing was written; pass --append to add this run's shards after them"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("re-run: %v, want %q", err, want)
@@ -215,7 +218,7 @@ func TestRerunRefusedAppendContinues(t *testing.T) {
 			t.Fatalf("append changed %s", p)
 		}
 	}
-	m, err := batcher.ReadManifest(out)
+	m, err := dataset.ReadManifest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +241,7 @@ func TestRerunRefusedAppendContinues(t *testing.T) {
 // refused, told that process's PID, and runs once it has gone.
 func TestSecondWriterRefused(t *testing.T) {
 	if dir := os.Getenv("TOWERRL_BATCHER_HOLDER"); dir != "" {
-		d, err := batcher.OpenDataset(dir, batcher.DatasetRun{Env: "CartPole-v1"}, false)
+		d, err := dataset.Open(dir, cartPole(t), dataset.Run{}, false)
 		if err != nil {
 			fmt.Println(err)
 			os.Exit(3)
@@ -261,7 +264,7 @@ func TestSecondWriterRefused(t *testing.T) {
 		t.Fatalf("child: %q", line)
 	}
 	_, err := collect(t, out, 1, false)
-	want := fmt.Sprintf("batcher: the output folder is in use by another writer: %s is locked by another writer, PID %d", out, child.Process.Pid)
+	want := fmt.Sprintf("dataset: the output folder is in use by another writer: %s is locked by another writer, PID %d", out, child.Process.Pid)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("second writer: %v, want %q", err, want)
 	}
@@ -280,7 +283,7 @@ func TestRefusedPolicyLeavesNoFolder(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "data")
 	o := options{policy: "../../testdata/gaussian_relu.onnx", env: "CartPole-v1", envs: 4, workers: 1, steps: 40, rollout: 10, out: out}
 	o.flags.Device = "cpu"
-	if err := run(context.Background(), io.Discard, io.Discard, zap.NewNop(), o); !errors.Is(err, batcher.ErrPolicy) {
+	if err := run(context.Background(), io.Discard, io.Discard, zap.NewNop(), o); !errors.Is(err, bind.ErrPolicy) {
 		t.Fatalf("error %v, want the policy refused", err)
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
@@ -365,7 +368,7 @@ func TestLogJSONAndStop(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "stopped by a signal after 40 of 4000 steps") {
 		t.Fatalf("stopped run: %v", err)
 	}
-	m, err := batcher.ReadManifest(out)
+	m, err := dataset.ReadManifest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,4 +393,14 @@ func TestSummaryWithoutEpisodes(t *testing.T) {
 	if sum["episodes"] != 0.0 || sum["return_mean"] != nil || sum["return_std"] != nil || sum["device"] != "cpu" {
 		t.Fatalf("summary %s: want episodes 0, return_mean and return_std null, device cpu", stdout.String())
 	}
+}
+
+// cartPole is CartPole-v1's spec.
+func cartPole(t testing.TB) envs.Spec {
+	t.Helper()
+	spec, err := envs.Lookup("CartPole-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
 }

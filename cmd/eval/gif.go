@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/envs/render"
 	"github.com/towerrl/towerrl/internal/atomicfile"
 	"go.uber.org/zap"
@@ -58,7 +59,7 @@ type gifSummary struct {
 
 // write records env 0's first episode with policy (nil: random) and writes it as a GIF; nil
 // without --gif.
-func (g gifFlags) write(ctx context.Context, log *zap.Logger, cfg batcher.EvalConfig, policy *batcher.Policy) (*gifSummary, error) {
+func (g gifFlags) write(ctx context.Context, log *zap.Logger, cfg batcher.EvalConfig, policy *bind.Policy) (*gifSummary, error) {
 	if g.path == "" {
 		return nil, nil
 	}

@@ -42,7 +42,9 @@ import (
 	"os"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/cmd/internal/cli"
+	"github.com/towerrl/towerrl/envs"
 	"go.uber.org/zap"
 )
 
@@ -124,13 +126,17 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) erro
 	if err := validate(o); err != nil {
 		return err
 	}
-	var policy *batcher.Policy
+	env, err := envs.Lookup(o.env)
+	if err != nil {
+		return err
+	}
+	var policy *bind.Policy
 	if o.policy != "random" {
 		cfg, err := o.flags.Config(log)
 		if err != nil {
 			return err
 		}
-		if policy, err = batcher.LoadPolicy(ctx, o.policy, o.env, cfg); err != nil {
+		if policy, err = bind.Load(ctx, o.policy, env, cfg); err != nil {
 			return err
 		}
 	}

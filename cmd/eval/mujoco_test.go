@@ -17,7 +17,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models/head"
 )
 
@@ -76,7 +77,11 @@ func TestMujocoForeignNoFlags(t *testing.T) {
 	for _, f := range mujocoFixtures(t) {
 		t.Run(f.Name, func(t *testing.T) {
 			path := mujocoDir + f.Name + ".onnx"
-			p, err := batcher.LoadPolicy(ctx, path, f.Env, batcher.PolicyConfig{})
+			env, err := envs.Lookup(f.Env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := bind.Load(ctx, path, env, bind.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

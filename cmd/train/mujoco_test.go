@@ -16,8 +16,9 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
@@ -70,7 +71,11 @@ func TestMujocoInitPolicy(t *testing.T) {
 			if sum.EnvSteps != 512 || sum.Policy != filepath.Join(dir, "policy.onnx") {
 				t.Fatalf("summary %s", out.String())
 			}
-			pol, err := batcher.LoadPolicy(ctx, sum.Policy, fx.Env, batcher.PolicyConfig{})
+			env, err := envs.Lookup(fx.Env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pol, err := bind.Load(ctx, sum.Policy, env, bind.Config{})
 			if err != nil {
 				t.Fatalf("the fine-tuned policy: %v", err)
 			}

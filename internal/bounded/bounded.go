@@ -7,7 +7,7 @@
 // The memory available is MemAvailable in /proc/meminfo, lowered to what the process's memory
 // cgroup leaves (a container's limit less its usage) and to the Go runtime's memory limit
 // (GOMEMLIMIT) when they are lower; every function is safe for concurrent use. (Package
-// batcher's dataset footprint reads the same figures.)
+// batcher's memory checks read it through Available.)
 package bounded
 
 import (

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/zap"
@@ -64,17 +64,17 @@ func (p *PolicyFlags) CheckThreads() error {
 	return fmt.Errorf("--threads %d: want -1 (one per core) or 1 to %d (the cores here)", p.Threads, runtime.NumCPU())
 }
 
-// Config turns the flags into a batcher.PolicyConfig whose session logs to log.
-func (p *PolicyFlags) Config(log *zap.Logger) (batcher.PolicyConfig, error) {
+// Config turns the flags into a bind.Config whose session logs to log.
+func (p *PolicyFlags) Config(log *zap.Logger) (bind.Config, error) {
 	prov, err := onnx.ParseProvider(p.Device)
 	if err != nil {
-		return batcher.PolicyConfig{}, fmt.Errorf("--device: %w", err)
+		return bind.Config{}, fmt.Errorf("--device: %w", err)
 	}
 	scale, err := head.ParseScale(p.ActionScale)
 	if err != nil {
-		return batcher.PolicyConfig{}, fmt.Errorf("--action-scale: %w", err)
+		return bind.Config{}, fmt.Errorf("--action-scale: %w", err)
 	}
-	cfg := batcher.PolicyConfig{
+	cfg := bind.Config{
 		Names:   head.Names{Params: p.Params, LogStd: p.LogStd, Value: p.Value, Actions: p.Actions},
 		Session: onnx.Config{Provider: prov, Library: p.Library, IntraOpThreads: p.Threads, Logger: log},
 	}

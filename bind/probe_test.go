@@ -1,4 +1,4 @@
-package batcher
+package bind
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestProbeScaleWarns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := func(name string, cfg PolicyConfig) []observer.LoggedEntry {
+	load := func(name string, cfg Config) []observer.LoggedEntry {
 		t.Helper()
 		core, logs := observer.New(zapcore.WarnLevel)
 		cfg.Session = onnx.Config{Logger: zap.New(core)}
@@ -34,20 +34,20 @@ func TestProbeScaleWarns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := NewPolicy(context.Background(), data, 0, env, cfg); err != nil {
+		if _, err := New(context.Background(), data, 0, env, cfg); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		return logs.All()
 	}
 	for _, name := range []string{"sb3_ppo_pendulum", "cleanrl_pendulum", "sb3_sac_pendulum", "sb3_sac_pendulum_scaled"} {
-		for _, e := range load(name, PolicyConfig{}) {
+		for _, e := range load(name, Config{}) {
 			if strings.Contains(e.Message, "probe") {
 				t.Errorf("%s bound without flags: unexpected warning %q", name, e.Message)
 			}
 		}
 	}
 	// SAC's deterministic output "31" is tanh(mean), in [−1, 1]; named as a Gaussian's mean.
-	got := load("sb3_sac_pendulum", PolicyConfig{Head: head.GaussianKind,
+	got := load("sb3_sac_pendulum", Config{Head: head.GaussianKind,
 		Names: head.Names{Params: "31", LogStd: "/actor/Clip_output_0"}})
 	found := false
 	for _, e := range got {
@@ -82,7 +82,7 @@ func TestProbeQuietOnOwnExports(t *testing.T) {
 		t.Fatal(err)
 	}
 	core, logs := observer.New(zapcore.WarnLevel)
-	if _, err := NewPolicy(context.Background(), data, 0, env, PolicyConfig{Session: onnx.Config{Logger: zap.New(core)}}); err != nil {
+	if _, err := New(context.Background(), data, 0, env, Config{Session: onnx.Config{Logger: zap.New(core)}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range logs.All() {

@@ -1,4 +1,4 @@
-package batcher
+package bind
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func prepare(ctx context.Context, model []byte, orig *onnxpb.ModelProto, env hea
 		log.Info("policy: recurrent states with the batch on axis 1 are fed and read batch-first (a Transpose at the graph's edge)")
 	}
 	if pr.model, err = proto.Marshal(exposed); err != nil {
-		return pr, fmt.Errorf("batcher: writing the prepared policy: %w", err)
+		return pr, fmt.Errorf("bind: writing the prepared policy: %w", err)
 	}
 	pr.reweigh = newReweigh(orig, exposed)
 	return pr, nil
@@ -154,7 +154,7 @@ func freeBatch(ctx context.Context, model []byte, sc onnx.Config, log *zap.Logge
 			zap.Int("fixed_batch", fixed), zap.Error(err))
 		return model, fixed, nil
 	}
-	return nil, 0, fmt.Errorf("batcher: freeing the policy's fixed batch: %w", err)
+	return nil, 0, fmt.Errorf("bind: freeing the policy's fixed batch: %w", err)
 }
 
 // firstBatch is the first graph input's dimension 0: the batch a fixed-batch model runs at.
@@ -340,7 +340,7 @@ func (r *reweigh) apply(model []byte) ([]byte, error) {
 	}
 	data, err := proto.Marshal(out)
 	if err != nil {
-		return nil, fmt.Errorf("batcher: writing the policy with new weights: %w", err)
+		return nil, fmt.Errorf("bind: writing the policy with new weights: %w", err)
 	}
 	return data, nil
 }

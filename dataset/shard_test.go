@@ -1,4 +1,4 @@
-package batcher
+package dataset
 
 import (
 	"bytes"
@@ -13,16 +13,19 @@ import (
 	"testing"
 
 	"github.com/sbinet/npyio/npz"
+
+	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 )
 
 func TestShardsReadableAndConsistent(t *testing.T) {
-	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", PolicyConfig{})
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 4, Steps: 30, Seed: 3}, p)
+	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
+	b := newBatcher(t, batcher.Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 4, Steps: 30, Seed: 3}, p)
 	r, err := b.Collect(context.Background(), 30)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := openDataset(t, t.TempDir(), DatasetRun{Env: "CartPole-v1", Policy: "../testdata/mlp_tanh.onnx", Seed: 3}, false)
+	d := openDataset(t, t.TempDir(), Run{Env: "CartPole-v1", Policy: "../testdata/mlp_tanh.onnx", Seed: 3}, false)
 	path, err := d.Write(r)
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +101,11 @@ func TestFullDiskLeavesOnlyCompleteShards(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
 			if tc.earlier > 0 {
-				writeRun(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1}, false, tc.earlier, 5)
+				writeRun(t, dir, Run{Env: "CartPole-v1", Seed: 1}, false, tc.earlier, 5)
 			}
 			manifest, _ := os.ReadFile(filepath.Join(dir, ManifestName))
-			b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 8, Steps: 50}, nil)
-			d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1"}, tc.earlier > 0)
+			b := newBatcher(t, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 8, Steps: 50}, nil)
+			d := openDataset(t, dir, Run{Env: "CartPole-v1"}, tc.earlier > 0)
 			var want []string
 			for n := range tc.earlier + tc.before {
 				want = append(want, shardName(n))
@@ -158,12 +161,12 @@ func TestFullDiskLeavesOnlyCompleteShards(t *testing.T) {
 }
 
 // TestWriteFailureItCannotUndo: when recording a shard fails and putting the manifest back
-// fails too, Write says the shard is left, the Dataset refuses further writes, and the next
+// fails too, Write says the shard is left, the Writer refuses further writes, and the next
 // writer removes the shard the manifest does not list.
 func TestWriteFailureItCannotUndo(t *testing.T) {
 	dir := t.TempDir()
-	b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 3, Steps: 5}, nil)
-	d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1"}, false)
+	b := newBatcher(t, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 3, Steps: 5}, nil)
+	d := openDataset(t, dir, Run{Env: "CartPole-v1"}, false)
 	r, err := b.Collect(context.Background(), 5)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +202,7 @@ func TestWriteFailureItCannotUndo(t *testing.T) {
 	// The disk recovers with the manifest as its last good write left it.
 	os.RemoveAll(manifest)
 	os.WriteFile(manifest, saved, 0o644)
-	openDataset(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, true)
+	openDataset(t, dir, Run{Env: "CartPole-v1", Seed: 2}, true)
 	if got, listed := shardFiles(t, dir), listedShards(t, dir); strings.Join(got, ",") != "shard-000000.npz" || !slices.Equal(got, listed) {
 		t.Fatalf("after recovery the folder holds %v, the manifest lists %v", got, listed)
 	}
@@ -208,42 +211,7 @@ func TestWriteFailureItCannotUndo(t *testing.T) {
 func TestUnwritableOutput(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(file, nil, 0o644)
-	if _, err := OpenDataset(filepath.Join(file, "out"), DatasetRun{Env: "CartPole-v1"}, false); err == nil || !strings.Contains(err.Error(), "output folder") {
+	if _, err := openRun(filepath.Join(file, "out"), Run{Env: "CartPole-v1"}, false); err == nil || !strings.Contains(err.Error(), "output folder") {
 		t.Fatalf("error %v", err)
-	}
-}
-
-func TestEvaluate(t *testing.T) {
-	ctx := context.Background()
-	// Random CartPole: every episode counts, lengths are what the returns say (reward 1 a step).
-	res, err := Evaluate(ctx, EvalConfig{Env: "CartPole-v1", Episodes: 25, Envs: 4, Seed: 9}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Returns) != 25 || len(res.Lengths) != 25 {
-		t.Fatalf("%d returns, %d lengths", len(res.Returns), len(res.Lengths))
-	}
-	sum := 0.0
-	for i, r := range res.Returns {
-		if r != float64(res.Lengths[i]) {
-			t.Fatalf("episode %d: return %v, length %d", i, r, res.Lengths[i])
-		}
-		sum += r
-	}
-	if res.ReturnMean != sum/25 || res.LengthMean != res.ReturnMean {
-		t.Fatalf("mean %v, want %v", res.ReturnMean, sum/25)
-	}
-	again, _ := Evaluate(ctx, EvalConfig{Env: "CartPole-v1", Episodes: 25, Envs: 4, Seed: 9}, nil)
-	if again.ReturnMean != res.ReturnMean {
-		t.Fatal("same seed, different evaluation")
-	}
-	// Pendulum episodes are always 200 steps.
-	p := loadPolicy(t, "../testdata/gaussian_relu.onnx", "Pendulum-v1", PolicyConfig{})
-	res, err = Evaluate(ctx, EvalConfig{Env: "Pendulum-v1", Episodes: 3, Deterministic: true}, p)
-	if err != nil || res.LengthMean != 200 || len(res.Returns) != 3 {
-		t.Fatalf("pendulum: %+v %v", res, err)
-	}
-	if _, err := Evaluate(ctx, EvalConfig{Env: "CartPole-v1"}, nil); !errors.Is(err, ErrConfig) {
-		t.Fatalf("0 episodes: %v", err)
 	}
 }

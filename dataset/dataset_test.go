@@ -1,4 +1,4 @@
-package batcher
+package dataset
 
 import (
 	"bytes"
@@ -23,11 +23,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sbinet/npyio/npz"
+
+	"github.com/towerrl/towerrl/batcher"
 )
 
-func openDataset(t *testing.T, dir string, run DatasetRun, appendRun bool) *Dataset {
+func openDataset(t *testing.T, dir string, run Run, appendRun bool) *Writer {
 	t.Helper()
-	d, err := OpenDataset(dir, run, appendRun)
+	d, err := openRun(dir, run, appendRun)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,15 +80,15 @@ func listedShards(t *testing.T, dir string) []string {
 
 // writeRun writes n shards of rollouts of T steps of 3 random-policy CartPole envs and
 // finishes the run.
-func writeRun(t *testing.T, dir string, run DatasetRun, appendRun bool, n, steps int) *Dataset {
+func writeRun(t *testing.T, dir string, run Run, appendRun bool, n, steps int) *Writer {
 	t.Helper()
 	return writeShards(t, dir, run, appendRun, n, steps, true)
 }
 
 // writeShards is writeRun that finishes the run or not (a run stopped early).
-func writeShards(t *testing.T, dir string, run DatasetRun, appendRun bool, n, steps int, finish bool) *Dataset {
+func writeShards(t *testing.T, dir string, run Run, appendRun bool, n, steps int, finish bool) *Writer {
 	t.Helper()
-	b := newBatcher(t, Config{Env: run.Env, EnvsPerWorker: 3, Steps: steps, Seed: run.Seed}, nil)
+	b := newBatcher(t, batcher.Config{Env: run.Env, EnvsPerWorker: 3, Steps: steps, Seed: run.Seed}, nil)
 	d := openDataset(t, dir, run, appendRun)
 	for range n {
 		r, err := b.Collect(context.Background(), steps)
@@ -126,10 +128,10 @@ func snapshot(t *testing.T, dir string) map[string][]byte {
 // the folder untouched.
 func TestRerunRefused(t *testing.T) {
 	dir := t.TempDir()
-	writeRun(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1}, false, 2, 5)
+	writeRun(t, dir, Run{Env: "CartPole-v1", Seed: 1}, false, 2, 5)
 	before := snapshot(t, dir)
-	_, err := OpenDataset(dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, false)
-	if !errors.Is(err, ErrDatasetExists) {
+	_, err := openRun(dir, Run{Env: "CartPole-v1", Seed: 2}, false)
+	if !errors.Is(err, ErrExists) {
 		t.Fatalf("re-run: %v", err)
 	}
 	want := dir + " holds 2 shards (shard-000000.npz … shard-000001.npz) and manifest.json (1 run); nothing was written"
@@ -145,11 +147,11 @@ func TestRerunRefused(t *testing.T) {
 	for _, n := range []string{"shard-000000.npz", "shard-000001.npz", "shard-000002.npz", "notes.txt"} {
 		os.WriteFile(filepath.Join(old, n), []byte(n), 0o644)
 	}
-	if _, err := OpenDataset(old, DatasetRun{Env: "CartPole-v1"}, false); !errors.Is(err, ErrDatasetExists) ||
+	if _, err := openRun(old, Run{Env: "CartPole-v1"}, false); !errors.Is(err, ErrExists) ||
 		!strings.Contains(err.Error(), "holds 3 shards (shard-000000.npz … shard-000002.npz); nothing") {
 		t.Fatalf("folder of old shards: %v", err)
 	}
-	if _, err := OpenDataset(old, DatasetRun{Env: "CartPole-v1"}, true); !errors.Is(err, ErrDatasetMismatch) ||
+	if _, err := openRun(old, Run{Env: "CartPole-v1"}, true); !errors.Is(err, ErrMismatch) ||
 		!strings.Contains(err.Error(), "3 shards (shard-000000.npz … shard-000002.npz) that manifest.json does not describe") {
 		t.Fatalf("append to old shards: %v", err)
 	}
@@ -157,7 +159,7 @@ func TestRerunRefused(t *testing.T) {
 	// A folder with other files, but no dataset, is fine.
 	other := t.TempDir()
 	os.WriteFile(filepath.Join(other, "README"), nil, 0o644)
-	writeRun(t, other, DatasetRun{Env: "CartPole-v1"}, false, 1, 2)
+	writeRun(t, other, Run{Env: "CartPole-v1"}, false, 1, 2)
 }
 
 // TestAppendContinuesAndRecords: --append numbers its shards after the folder's, leaves
@@ -165,10 +167,10 @@ func TestRerunRefused(t *testing.T) {
 func TestAppendContinuesAndRecords(t *testing.T) {
 	dir := t.TempDir()
 	policy := "../testdata/mlp_tanh.onnx"
-	writeRun(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1, Workers: 1, EnvsPerWorker: 3, Rollout: 5, Steps: 30}, false, 2, 5)
+	writeRun(t, dir, Run{Env: "CartPole-v1", Seed: 1, Workers: 1, EnvsPerWorker: 3, Rollout: 5, Steps: 30}, false, 2, 5)
 	before := snapshot(t, dir)
 	start := time.Now().UTC()
-	d := writeRun(t, dir, DatasetRun{Env: "CartPole-v1", Policy: policy, Seed: 2, Deterministic: true,
+	d := writeRun(t, dir, Run{Env: "CartPole-v1", Policy: policy, Seed: 2, Deterministic: true,
 		Workers: 1, EnvsPerWorker: 3, Rollout: 4, Steps: 36}, true, 3, 4)
 	for name, b := range before {
 		if name != ManifestName && !bytes.Equal(b, snapshot(t, dir)[name]) {
@@ -188,7 +190,7 @@ func TestAppendContinuesAndRecords(t *testing.T) {
 	model, _ := os.ReadFile(policy)
 	sum := sha256.Sum256(model)
 	abs, _ := filepath.Abs(policy)
-	want := []DatasetRun{
+	want := []Run{
 		{Env: "CartPole-v1", Policy: "random", PolicySHA256: "random", Seed: 1, Workers: 1, EnvsPerWorker: 3, Rollout: 5, Steps: 30,
 			Complete: true, Shards: []Shard{{"shard-000000.npz", 15}, {"shard-000001.npz", 15}}},
 		{Env: "CartPole-v1", Policy: abs, PolicySHA256: hex.EncodeToString(sum[:]), Seed: 2, Deterministic: true,
@@ -223,21 +225,21 @@ func TestAppendContinuesAndRecords(t *testing.T) {
 
 func TestAppendRefusesAnotherDataset(t *testing.T) {
 	dir := t.TempDir()
-	writeRun(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1}, false, 1, 3)
+	writeRun(t, dir, Run{Env: "CartPole-v1", Seed: 1}, false, 1, 3)
 	for _, tc := range []struct {
 		name string
-		run  DatasetRun
+		run  Run
 		want string
 	}{
-		{"other layout", DatasetRun{Env: "Pendulum-v1", Seed: 5},
+		{"other layout", Run{Env: "Pendulum-v1", Seed: 5},
 			"run 1 of " + filepath.Join(dir, ManifestName) + " collected CartPole-v1 (observations [4], actions discrete:2); this run collects Pendulum-v1 (observations [3], actions box:1:-2:2)"},
-		{"other env, same layout", DatasetRun{Env: "CartPoleNoVel-v1", Seed: 5}, "this run collects CartPoleNoVel-v1 (observations [4], actions discrete:2)"},
-		{"same policy and seed", DatasetRun{Env: "CartPole-v1", Seed: 1}, "already collected with this policy (random, sha256 random), seed 1 and deterministic=false: this run would repeat its trajectories"},
+		{"other env, same layout", Run{Env: "CartPoleNoVel-v1", Seed: 5}, "this run collects CartPoleNoVel-v1 (observations [4], actions discrete:2)"},
+		{"same policy and seed", Run{Env: "CartPole-v1", Seed: 1}, "already collected with this policy (random, sha256 random), seed 1 and deterministic=false: this run would repeat its trajectories"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := snapshot(t, dir)
-			_, err := OpenDataset(dir, tc.run, true)
-			if !errors.Is(err, ErrDatasetMismatch) || !strings.Contains(err.Error(), tc.want) {
+			_, err := openRun(dir, tc.run, true)
+			if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want %q", err, tc.want)
 			}
 			if diff := cmp.Diff(before, snapshot(t, dir)); diff != "" {
@@ -247,7 +249,7 @@ func TestAppendRefusesAnotherDataset(t *testing.T) {
 	}
 	// A shard the manifest lists that the folder lacks.
 	os.Remove(filepath.Join(dir, "shard-000000.npz"))
-	if _, err := OpenDataset(dir, DatasetRun{Env: "CartPole-v1", Seed: 9}, true); !errors.Is(err, ErrDatasetMismatch) ||
+	if _, err := openRun(dir, Run{Env: "CartPole-v1", Seed: 9}, true); !errors.Is(err, ErrMismatch) ||
 		!strings.Contains(err.Error(), "lists shard-000000.npz, which the folder lacks") {
 		t.Fatalf("missing shard: %v", err)
 	}
@@ -258,11 +260,11 @@ func TestAppendRefusesAnotherDataset(t *testing.T) {
 // so two opens in one process exclude each other as two processes do).
 func TestSecondWriterRefused(t *testing.T) {
 	dir := t.TempDir()
-	first := openDataset(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1}, false)
+	first := openDataset(t, dir, Run{Env: "CartPole-v1", Seed: 1}, false)
 	for _, appendRun := range []bool{false, true} {
-		_, err := OpenDataset(dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, appendRun)
+		_, err := openRun(dir, Run{Env: "CartPole-v1", Seed: 2}, appendRun)
 		want := fmt.Sprintf("%s is locked by another writer, PID %d (%s)", dir, os.Getpid(), filepath.Join(dir, lockName))
-		if !errors.Is(err, ErrDatasetLocked) || !strings.Contains(err.Error(), want) {
+		if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("second writer (append %t): %v, want %q", appendRun, err, want)
 		}
 	}
@@ -270,14 +272,14 @@ func TestSecondWriterRefused(t *testing.T) {
 		t.Fatalf("the refused writer removed the folder: %v", err)
 	}
 	first.Close()
-	writeRun(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, false, 1, 2)
+	writeRun(t, dir, Run{Env: "CartPole-v1", Seed: 2}, false, 1, 2)
 }
 
 // TestEmptyRunLeavesNoFolder: a run that writes no shard into a folder it made removes it,
 // and leaves a folder it did not make without a manifest.
 func TestEmptyRunLeavesNoFolder(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "new", "data")
-	d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1"}, false)
+	d := openDataset(t, dir, Run{Env: "CartPole-v1"}, false)
 	if err := errors.Join(d.Finish(), d.Close(), d.Close()); err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +287,7 @@ func TestEmptyRunLeavesNoFolder(t *testing.T) {
 		t.Fatalf("folder left: %v", err)
 	}
 	dir = t.TempDir()
-	d = openDataset(t, dir, DatasetRun{Env: "CartPole-v1"}, false)
+	d = openDataset(t, dir, Run{Env: "CartPole-v1"}, false)
 	d.Close()
 	if got := shardFiles(t, dir); len(got) != 0 {
 		t.Fatalf("folder holds %v", got)
@@ -293,8 +295,8 @@ func TestEmptyRunLeavesNoFolder(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ManifestName)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("manifest written for an empty run: %v", err)
 	}
-	writeRun(t, dir, DatasetRun{Env: "CartPole-v1"}, false, 1, 2) // still not a dataset
-	if _, err := d.Write(&Rollout{}); err == nil {
+	writeRun(t, dir, Run{Env: "CartPole-v1"}, false, 1, 2) // still not a dataset
+	if _, err := d.Write(&batcher.Rollout{}); err == nil {
 		t.Fatal("Write after Close accepted")
 	}
 }
@@ -343,7 +345,7 @@ func TestLeftoversOfAKilledWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(seed uint64) DatasetRun { return DatasetRun{Env: "CartPole-v1", Seed: seed} }
+	run := func(seed uint64) Run { return Run{Env: "CartPole-v1", Seed: seed} }
 	for _, tc := range []struct {
 		name   string
 		killed func(t *testing.T, dir string) // leaves a killed writer's leftovers in dir
@@ -461,12 +463,12 @@ func TestUnrecordedShardsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			writeShards(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1}, false, 2, 3, tc.finish)
+			writeShards(t, dir, Run{Env: "CartPole-v1", Seed: 1}, false, 2, 3, tc.finish)
 			b, _ := os.ReadFile(filepath.Join(dir, "shard-000000.npz"))
 			os.WriteFile(filepath.Join(dir, tc.copyTo), b, 0o644)
 			before := snapshot(t, dir)
-			_, err := OpenDataset(dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, true)
-			if want := "1 shard (" + tc.copyTo + ") that manifest.json does not describe"; !errors.Is(err, ErrDatasetMismatch) || !strings.Contains(err.Error(), want) {
+			_, err := openRun(dir, Run{Env: "CartPole-v1", Seed: 2}, true)
+			if want := "1 shard (" + tc.copyTo + ") that manifest.json does not describe"; !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), want) {
 				t.Fatalf("error %v, want %q", err, want)
 			}
 			if diff := cmp.Diff(before, snapshot(t, dir)); diff != "" {
@@ -489,8 +491,8 @@ func datasetChild(t *testing.T) bool {
 	}
 	seed, _ := strconv.ParseUint(os.Getenv("TOWERRL_DATASET_SEED"), 10, 64)
 	after, _ := strconv.Atoi(os.Getenv("TOWERRL_DATASET_AFTER"))
-	b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 64, Steps: 20, Seed: seed}, nil)
-	d, err := OpenDataset(dir, DatasetRun{Env: "CartPole-v1", Seed: seed}, true)
+	b := newBatcher(t, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 64, Steps: 20, Seed: seed}, nil)
+	d, err := openRun(dir, Run{Env: "CartPole-v1", Seed: seed}, true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
@@ -586,7 +588,7 @@ func TestKillAtEachCommitStep(t *testing.T) {
 				t.Fatalf("the killed writer left %v besides its %d recorded shards", extra, tc.after)
 			}
 
-			d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 2}, tc.after > 0)
+			d := openDataset(t, dir, Run{Env: "CartPole-v1", Seed: 2}, tc.after > 0)
 			if got := shardFiles(t, dir); !slices.Equal(got, recorded) {
 				t.Fatalf("after recovery the folder holds %v, want %v", got, recorded)
 			}
@@ -637,7 +639,7 @@ func TestKilledWriterLeavesAConsistentFolder(t *testing.T) {
 			recorded = listedShards(t, dir)
 		}
 		left := slices.DeleteFunc(shardFiles(t, dir), func(n string) bool { return slices.Contains(recorded, n) })
-		d := openDataset(t, dir, DatasetRun{Env: "CartPole-v1", Seed: 1000}, true)
+		d := openDataset(t, dir, Run{Env: "CartPole-v1", Seed: 1000}, true)
 		files := shardFiles(t, dir)
 		listed := listedShards(t, dir)
 		if !slices.Equal(files, listed) {

@@ -2,51 +2,21 @@ package batcher
 
 import (
 	"errors"
-	"io/fs"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/towerrl/towerrl/internal/bounded"
 )
 
+// TestAvailableMemory: the batcher's size checks read the memory as every tool does
+// (internal/bounded, whose tests cover /proc/meminfo and the cgroups).
 func TestAvailableMemory(t *testing.T) {
-	meminfo := "MemTotal:       32768000 kB\nMemFree:         1000000 kB\nMemAvailable:   24278652 kB\nBuffers:           1 kB\n"
-	for _, tc := range []struct {
-		name  string
-		files map[string]string
-		want  Memory
-	}{
-		{"meminfo", map[string]string{"/proc/meminfo": meminfo}, Memory{24278652 * 1024, "MemAvailable in /proc/meminfo"}},
-		{"cgroup v2 lower", map[string]string{"/proc/meminfo": meminfo, "/sys/fs/cgroup/memory.max": "2147483648\n", "/sys/fs/cgroup/memory.current": "1073741824\n"},
-			Memory{1 << 30, "the cgroup's /sys/fs/cgroup/memory.max less /sys/fs/cgroup/memory.current"}},
-		{"cgroup v2 unlimited", map[string]string{"/proc/meminfo": meminfo, "/sys/fs/cgroup/memory.max": "max\n", "/sys/fs/cgroup/memory.current": "5\n"},
-			Memory{24278652 * 1024, "MemAvailable in /proc/meminfo"}},
-		{"cgroup v2 over its limit", map[string]string{"/proc/meminfo": meminfo, "/sys/fs/cgroup/memory.max": "100\n", "/sys/fs/cgroup/memory.current": "200\n"},
-			Memory{0, "the cgroup's /sys/fs/cgroup/memory.max less /sys/fs/cgroup/memory.current"}},
-		{"cgroup v1 unlimited", map[string]string{"/proc/meminfo": meminfo, "/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n", "/sys/fs/cgroup/memory/memory.usage_in_bytes": "1095983104\n"},
-			Memory{24278652 * 1024, "MemAvailable in /proc/meminfo"}},
-		{"cgroup v1 higher", map[string]string{"/proc/meminfo": meminfo, "/sys/fs/cgroup/memory/memory.limit_in_bytes": "68719476736\n", "/sys/fs/cgroup/memory/memory.usage_in_bytes": "1\n"},
-			Memory{24278652 * 1024, "MemAvailable in /proc/meminfo"}},
-		{"no meminfo", nil, Memory{FallbackMemory, "assumed: /proc/meminfo has no MemAvailable"}},
-		{"old kernel", map[string]string{"/proc/meminfo": "MemTotal: 1 kB\nMemFree: 1 kB\n"}, Memory{FallbackMemory, "assumed: /proc/meminfo has no MemAvailable"}},
-		{"garbage", map[string]string{"/proc/meminfo": "MemAvailable: lots kB\nMemAvailable: 99999999999999999999 kB\n"}, Memory{FallbackMemory, "assumed: /proc/meminfo has no MemAvailable"}},
-		{"huge", map[string]string{"/proc/meminfo": "MemAvailable: 18446744073709551615 kB\n"}, Memory{math.MaxUint64, "MemAvailable in /proc/meminfo"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := availableMemory(func(path string) ([]byte, error) {
-				if s, ok := tc.files[path]; ok {
-					return []byte(s), nil
-				}
-				return nil, fs.ErrNotExist
-			})
-			if got != tc.want {
-				t.Fatalf("got %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-	if m := AvailableMemory(); m.Available == 0 || m.Source == "" {
-		t.Fatalf("this machine: %+v", m)
+	m, want := AvailableMemory(), bounded.Available()
+	if m.Available == 0 || m.Source == "" || m.Source != want.Source {
+		t.Fatalf("this machine: %+v, internal/bounded reads %+v", m, want)
 	}
 }
 

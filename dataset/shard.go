@@ -1,9 +1,10 @@
-package batcher
+package dataset
 
 import (
 	"archive/zip"
 	"io"
 
+	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/internal/atomicfile"
 	"github.com/towerrl/towerrl/internal/npy"
 )
@@ -13,12 +14,12 @@ import (
 // and policy_version, and, for a simulated env (MuJoCo), D4RL's infos/qpos and infos/qvel
 // (float64, the state each observation was read from). Rows are env-major (row i·T+t is env i's step t), so each env's
 // trajectory segment is contiguous; actions are the ones the envs took (int64 indices for a
-// Discrete space, float32 rows clipped to a Box's bounds). A [Dataset] names the files and
+// Discrete space, float32 rows clipped to a Box's bounds). A [Writer] names the files and
 // records them; a shardWriter belongs to one goroutine and reuses its scratch buffers from
 // shard to shard.
 type shardWriter struct {
 	// Test hooks, nil otherwise: wrap wraps the file being written (a failing writer, a kill
-	// halfway); placed runs once a shard is in place, before the Dataset records it.
+	// halfway); placed runs once a shard is in place, before the Writer records it.
 	wrap   func(io.Writer) io.Writer
 	placed func(path string)
 	// scratch buffers, reused from shard to shard
@@ -30,7 +31,7 @@ type shardWriter struct {
 
 // writeFile writes r as a whole shard at path with internal/atomicfile: the file appears
 // whole and synced, or not at all.
-func (w *shardWriter) writeFile(path string, r *Rollout) error {
+func (w *shardWriter) writeFile(path string, r *batcher.Rollout) error {
 	err := atomicfile.Write(path, 0o644, func(f io.Writer) error {
 		if w.wrap != nil {
 			f = w.wrap(f)
@@ -50,7 +51,7 @@ func grow[T any](s []T, n int) []T {
 	return s[:n]
 }
 
-func (w *shardWriter) encode(out io.Writer, r *Rollout) error {
+func (w *shardWriter) encode(out io.Writer, r *batcher.Rollout) error {
 	z := zip.NewWriter(out)
 	rows := r.T * r.N
 	obsShape := append([]int{rows}, r.ObsShape...)

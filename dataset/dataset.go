@@ -1,4 +1,4 @@
-package batcher
+package dataset
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/internal/atomicfile"
 	"github.com/towerrl/towerrl/internal/dirlock"
@@ -37,30 +38,30 @@ const (
 const ManifestFormat = 1
 
 var (
-	// ErrDatasetExists is wrapped by OpenDataset's refusal of a folder that already holds
+	// ErrExists is wrapped by Open's refusal of a folder that already holds
 	// shards or a manifest when the run does not append.
-	ErrDatasetExists = errors.New("batcher: the output folder already holds a dataset")
-	// ErrDatasetLocked is wrapped when another writer holds the folder's lock; the error names
+	ErrExists = errors.New("dataset: the output folder already holds a dataset")
+	// ErrLocked is wrapped when another writer holds the folder's lock; the error names
 	// its PID.
-	ErrDatasetLocked = errors.New("batcher: the output folder is in use by another writer")
-	// ErrDatasetMismatch is wrapped when a run cannot be appended to a folder: other env or
+	ErrLocked = errors.New("dataset: the output folder is in use by another writer")
+	// ErrMismatch is wrapped when a run cannot be appended to a folder: other env or
 	// layout, shards no manifest describes, a manifest listing missing shards, or a run that
 	// would repeat an earlier one's trajectories.
-	ErrDatasetMismatch = errors.New("batcher: the run does not fit the dataset in the output folder")
+	ErrMismatch = errors.New("dataset: the run does not fit the dataset in the output folder")
 )
 
 // Manifest is DIR/manifest.json: every run that wrote shards into the folder, in order (a run
 // under way is in it from just before its first shard). Every shard it lists is in the folder,
 // whole; while a shard is being recorded the folder holds it a moment before the manifest
-// lists it (see Dataset).
+// lists it (see Writer).
 type Manifest struct {
-	Format int          `json:"format"` // ManifestFormat
-	Runs   []DatasetRun `json:"runs"`
+	Format int   `json:"format"` // ManifestFormat
+	Runs   []Run `json:"runs"`
 }
 
-// DatasetRun describes one writer's run: what collected the data and the shards it wrote.
-// The caller of OpenDataset fills the fields up to Steps; OpenDataset fills the rest.
-type DatasetRun struct {
+// Run describes one writer's run: what collected the data and the shards it wrote.
+// The caller of Open fills the fields up to Steps but Env; Open fills the rest.
+type Run struct {
 	Env           string `json:"env"`             // Gymnasium id
 	Policy        string `json:"policy"`          // the ONNX file (absolute path), or "random"
 	Seed          uint64 `json:"seed"`            // Config.Seed
@@ -73,7 +74,7 @@ type DatasetRun struct {
 	ObservationShape []int     `json:"observation_shape"` // one observation's shape
 	ActionSpace      string    `json:"action_space"`      // as envs.Space.String: "discrete:2", "box:1:-2:2"
 	PolicySHA256     string    `json:"policy_sha256"`     // of the ONNX file; "random" for the random policy
-	Start            time.Time `json:"start"`             // OpenDataset
+	Start            time.Time `json:"start"`             // Open
 	End              time.Time `json:"end"`               // the last shard, or Finish
 	Complete         bool      `json:"complete"`          // Finish was called: the run collected all its steps
 	Shards           []Shard   `json:"shards"`            // in the order written
@@ -82,10 +83,10 @@ type DatasetRun struct {
 // Shard is one shard file of a run.
 type Shard struct {
 	Name string `json:"name"` // file name in the folder, shard-NNNNNN.npz
-	Rows int    `json:"rows"` // rows of every key (Rollout.T × Rollout.N)
+	Rows int    `json:"rows"` // rows of every key (batcher.Rollout.T × batcher.Rollout.N)
 }
 
-// Dataset writes shards into a folder that it holds locked, and records them in the folder's
+// Writer writes shards into a folder that it holds locked, and records them in the folder's
 // Manifest. Commit order makes a kill at any moment leave a consistent folder:
 //
 //  1. before its first shard, the run is added to the manifest (without shards);
@@ -99,31 +100,29 @@ type Shard struct {
 // files of interrupted writes, drops a last unfinished run that got no shard, and finishes or
 // removes what a writer of the version before atomicfile left (see recover).
 //
-// A Dataset belongs to one goroutine. Close releases the lock.
-type Dataset struct {
+// A Writer belongs to one goroutine. Close releases the lock.
+type Writer struct {
 	dir      string
 	lock     *dirlock.Lock
 	manifest Manifest // the earlier runs and this one; on disk once the run writes a shard
 	run      int      // index of this run in manifest.Runs
 	next     int      // number of the next shard
-	created  bool     // OpenDataset made the folder
+	created  bool     // Open made the folder
 	written  bool     // the manifest on disk lists this run
 	failed   error    // a failure Write could not undo: no more writes; the next writer recovers
 	shards   *shardWriter
 }
 
-// OpenDataset takes the folder dir (made if needed) for a run's shards. It locks the folder
-// (ErrDatasetLocked names the PID of a writer already in it), finishes or removes what a
-// killed writer left, and refuses (ErrDatasetExists) a folder that already holds shards or a
+// Open takes the folder dir (made if needed) for a run's shards. It locks the folder
+// (ErrLocked names the PID of a writer already in it), finishes or removes what a
+// killed writer left, and refuses (ErrExists) a folder that already holds shards or a
 // manifest unless appendRun is set. Appending continues the numbering after the highest
 // shard; the run must collect the same env with the same observation and action layout as
 // the manifest's earlier runs, and may not repeat one of them (same policy bytes, seed and
-// deterministic flag would give the same trajectories): ErrDatasetMismatch otherwise.
-func OpenDataset(dir string, run DatasetRun, appendRun bool) (*Dataset, error) {
-	spec, err := envs.Lookup(run.Env)
-	if err != nil {
-		return nil, err
-	}
+// deterministic flag would give the same trajectories): ErrMismatch otherwise.
+func Open(dir string, spec envs.Spec, run Run, appendRun bool) (*Writer, error) {
+	var err error
+	run.Env = spec.ID
 	run.ObservationShape = slices.Clone(spec.Observation.Shape)
 	run.ActionSpace = spec.Action.String()
 	if run.Policy == "" || run.Policy == "random" {
@@ -135,9 +134,9 @@ func OpenDataset(dir string, run DatasetRun, appendRun bool) (*Dataset, error) {
 
 	_, statErr := os.Stat(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("batcher: output folder: %w", err)
+		return nil, fmt.Errorf("dataset: output folder: %w", err)
 	}
-	d := &Dataset{dir: dir, created: errors.Is(statErr, os.ErrNotExist), shards: &shardWriter{}}
+	d := &Writer{dir: dir, created: errors.Is(statErr, os.ErrNotExist), shards: &shardWriter{}}
 	if d.lock, err = lockDir(dir); err != nil {
 		d.removeIfCreated()
 		return nil, err
@@ -148,10 +147,10 @@ func OpenDataset(dir string, run DatasetRun, appendRun bool) (*Dataset, error) {
 	return d, nil
 }
 
-func (d *Dataset) open(run DatasetRun, appendRun bool) error {
+func (d *Writer) open(run Run, appendRun bool) error {
 	f, err := os.CreateTemp(d.dir, ".write-check-*")
 	if err != nil {
-		return fmt.Errorf("batcher: output folder %s is not writable: %w", d.dir, err)
+		return fmt.Errorf("dataset: output folder %s is not writable: %w", d.dir, err)
 	}
 	f.Close()
 	os.Remove(f.Name())
@@ -179,7 +178,7 @@ func (d *Dataset) open(run DatasetRun, appendRun bool) error {
 		if hasManifest {
 			msg += fmt.Sprintf(" and %s (%s)", ManifestName, plural(len(m.Runs), "run"))
 		}
-		return fmt.Errorf("%w: %s; nothing was written", ErrDatasetExists, msg)
+		return fmt.Errorf("%w: %s; nothing was written", ErrExists, msg)
 	}
 	var unlisted []int
 	for _, n := range onDisk {
@@ -189,16 +188,16 @@ func (d *Dataset) open(run DatasetRun, appendRun bool) error {
 	}
 	if len(unlisted) > 0 {
 		return fmt.Errorf("%w: %s holds %s that %s does not describe (written before manifests existed, or copied in), so their env and layout are unknown; move them into a folder of their own, or collect into another folder",
-			ErrDatasetMismatch, d.dir, describeShards(unlisted), ManifestName)
+			ErrMismatch, d.dir, describeShards(unlisted), ManifestName)
 	}
 	for i, r := range m.Runs {
 		if r.Env != run.Env || !slices.Equal(r.ObservationShape, run.ObservationShape) || r.ActionSpace != run.ActionSpace {
 			return fmt.Errorf("%w: run %d of %s collected %s; this run collects %s: datasets of different envs or layouts go into different folders",
-				ErrDatasetMismatch, i+1, filepath.Join(d.dir, ManifestName), describeLayout(r), describeLayout(run))
+				ErrMismatch, i+1, filepath.Join(d.dir, ManifestName), describeLayout(r), describeLayout(run))
 		}
 		if r.PolicySHA256 == run.PolicySHA256 && r.Seed == run.Seed && r.Deterministic == run.Deterministic {
 			return fmt.Errorf("%w: run %d of %s already collected with this policy (%s, sha256 %s), seed %d and deterministic=%t: this run would repeat its trajectories; choose another seed",
-				ErrDatasetMismatch, i+1, filepath.Join(d.dir, ManifestName), r.Policy, r.PolicySHA256, r.Seed, r.Deterministic)
+				ErrMismatch, i+1, filepath.Join(d.dir, ManifestName), r.Policy, r.PolicySHA256, r.Seed, r.Deterministic)
 		}
 	}
 	for _, n := range onDisk {
@@ -229,13 +228,13 @@ func (d *Dataset) open(run DatasetRun, appendRun bool) error {
 //     manifest.json.tmp (never complete) are removed.
 //
 // Any other shard m does not list stays, for open to refuse.
-func (d *Dataset) recover(m *Manifest, hasManifest bool) ([]int, bool, error) {
+func (d *Writer) recover(m *Manifest, hasManifest bool) ([]int, bool, error) {
 	if err := atomicfile.RemoveTemps(d.dir); err != nil {
-		return nil, false, fmt.Errorf("batcher: cleaning up after a killed writer in %s: %w", d.dir, err)
+		return nil, false, fmt.Errorf("dataset: cleaning up after a killed writer in %s: %w", d.dir, err)
 	}
 	entries, err := os.ReadDir(d.dir)
 	if err != nil {
-		return nil, false, fmt.Errorf("batcher: reading output folder: %w", err)
+		return nil, false, fmt.Errorf("dataset: reading output folder: %w", err)
 	}
 	present := map[string]bool{}
 	for _, e := range entries {
@@ -244,7 +243,7 @@ func (d *Dataset) recover(m *Manifest, hasManifest bool) ([]int, bool, error) {
 	changed := false // a rename or removal to make durable
 	remove := func(name, what string) error {
 		if err := os.Remove(filepath.Join(d.dir, name)); err != nil {
-			return fmt.Errorf("batcher: removing %s, %s: %w", filepath.Join(d.dir, name), what, err)
+			return fmt.Errorf("dataset: removing %s, %s: %w", filepath.Join(d.dir, name), what, err)
 		}
 		delete(present, name)
 		changed = true
@@ -255,7 +254,7 @@ func (d *Dataset) recover(m *Manifest, hasManifest bool) ([]int, bool, error) {
 		for _, s := range r.Shards {
 			n, ok := parseShardName(s.Name)
 			if !ok {
-				return nil, false, fmt.Errorf("%w: %s lists %q, which is not a shard name", ErrDatasetMismatch, filepath.Join(d.dir, ManifestName), s.Name)
+				return nil, false, fmt.Errorf("%w: %s lists %q, which is not a shard name", ErrMismatch, filepath.Join(d.dir, ManifestName), s.Name)
 			}
 			last = max(last, n)
 			if present[s.Name] {
@@ -263,10 +262,10 @@ func (d *Dataset) recover(m *Manifest, hasManifest bool) ([]int, bool, error) {
 			}
 			if !present[s.Name+legacyTmp] {
 				return nil, false, fmt.Errorf("%w: %s lists %s, which the folder lacks; restore it, or remove its entry from the manifest",
-					ErrDatasetMismatch, filepath.Join(d.dir, ManifestName), s.Name)
+					ErrMismatch, filepath.Join(d.dir, ManifestName), s.Name)
 			}
 			if err := os.Rename(filepath.Join(d.dir, s.Name+legacyTmp), filepath.Join(d.dir, s.Name)); err != nil {
-				return nil, false, fmt.Errorf("batcher: finishing shard %s of a killed writer: %w", s.Name, err)
+				return nil, false, fmt.Errorf("dataset: finishing shard %s of a killed writer: %w", s.Name, err)
 			}
 			delete(present, s.Name+legacyTmp)
 			present[s.Name], changed = true, true
@@ -283,7 +282,7 @@ func (d *Dataset) recover(m *Manifest, hasManifest bool) ([]int, bool, error) {
 		if len(m.Runs[k].Shards) == 0 {
 			m.Runs = m.Runs[:k]
 			if err := saveManifest(d.dir, m.Runs); err != nil {
-				return nil, false, fmt.Errorf("batcher: dropping a killed writer's run, which got no shard, from the manifest: %w", err)
+				return nil, false, fmt.Errorf("dataset: dropping a killed writer's run, which got no shard, from the manifest: %w", err)
 			}
 			hasManifest = len(m.Runs) > 0 // saveManifest removes a manifest of no runs
 		}
@@ -301,7 +300,7 @@ func (d *Dataset) recover(m *Manifest, hasManifest bool) ([]int, bool, error) {
 	}
 	if changed {
 		if err := atomicfile.SyncDir(d.dir); err != nil {
-			return nil, false, fmt.Errorf("batcher: cleaning up after a killed writer: %w", err)
+			return nil, false, fmt.Errorf("dataset: cleaning up after a killed writer: %w", err)
 		}
 	}
 	slices.Sort(shards)
@@ -311,17 +310,17 @@ func (d *Dataset) recover(m *Manifest, hasManifest bool) ([]int, bool, error) {
 // Write writes r as the next shard, records it in the manifest and returns the shard's path.
 // On failure (a full disk) the folder's shards and the manifest's are as they were; a
 // failure it cannot undo (the disk fails again as it does) leaves the folder as a kill
-// would, and the Dataset refuses further writes.
-func (d *Dataset) Write(r *Rollout) (string, error) {
+// would, and the Writer refuses further writes.
+func (d *Writer) Write(r *batcher.Rollout) (string, error) {
 	if d.lock == nil {
-		return "", errors.New("batcher: Write on a closed Dataset")
+		return "", errors.New("dataset: Write on a closed Writer")
 	}
 	if d.failed != nil {
 		return "", d.failedErr()
 	}
 	run := &d.manifest.Runs[d.run]
 	if !slices.Equal(r.ObsShape, run.ObservationShape) {
-		return "", fmt.Errorf("batcher: rollout observations have shape %v, the dataset's %v", r.ObsShape, run.ObservationShape)
+		return "", fmt.Errorf("dataset: rollout observations have shape %v, the dataset's %v", r.ObsShape, run.ObservationShape)
 	}
 	name := shardName(d.next)
 	path := filepath.Join(d.dir, name)
@@ -329,12 +328,12 @@ func (d *Dataset) Write(r *Rollout) (string, error) {
 		// The run goes into the manifest before its first shard, so that the next writer
 		// knows a shard the manifest does not list as a killed writer's (see recover).
 		if err := d.writeManifest(); err != nil {
-			return "", fmt.Errorf("batcher: shard %s not written: %w", path, err)
+			return "", fmt.Errorf("dataset: shard %s not written: %w", path, err)
 		}
 	}
 	if err := d.shards.writeFile(path, r); err != nil {
 		// atomicfile fails after its rename only when syncing the folder fails.
-		return "", d.undo(path, fmt.Errorf("batcher: shard %s not written: %w", path, err))
+		return "", d.undo(path, fmt.Errorf("dataset: shard %s not written: %w", path, err))
 	}
 	run.Shards = append(run.Shards, Shard{Name: name, Rows: r.T * r.N})
 	end := run.End
@@ -343,7 +342,7 @@ func (d *Dataset) Write(r *Rollout) (string, error) {
 		run.Shards, run.End = run.Shards[:len(run.Shards)-1], end
 		// The failed write may have replaced the manifest after all (only syncing the folder
 		// failed): the manifest without the shard goes back before the shard goes.
-		err = fmt.Errorf("batcher: shard %s not written: %w", path, err)
+		err = fmt.Errorf("dataset: shard %s not written: %w", path, err)
 		if merr := d.writeManifest(); merr != nil {
 			d.failed = err
 			return "", fmt.Errorf("%w; putting back the manifest without it failed too (%v), so the shard is left for the next writer into the folder to remove", err, merr)
@@ -356,7 +355,7 @@ func (d *Dataset) Write(r *Rollout) (string, error) {
 
 // undo removes the shard at path, which the manifest on disk does not list, after a failed
 // Write, and returns err, extended when the shard stays.
-func (d *Dataset) undo(path string, err error) error {
+func (d *Writer) undo(path string, err error) error {
 	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 		d.failed = err
 		return fmt.Errorf("%w; removing it failed too (%v), so it is left for the next writer into the folder to remove", err, rerr)
@@ -364,15 +363,15 @@ func (d *Dataset) undo(path string, err error) error {
 	return err
 }
 
-// failedErr is the refusal of a Dataset whose earlier failure could not be undone.
-func (d *Dataset) failedErr() error {
-	return fmt.Errorf("batcher: no more shards go into %s after a failure that could not be undone (%w); the next writer into the folder puts it right", d.dir, d.failed)
+// failedErr is the refusal of a Writer whose earlier failure could not be undone.
+func (d *Writer) failedErr() error {
+	return fmt.Errorf("dataset: no more shards go into %s after a failure that could not be undone (%w); the next writer into the folder puts it right", d.dir, d.failed)
 }
 
 // Finish marks the run complete in the manifest: it collected all the steps it set out to.
-func (d *Dataset) Finish() error {
+func (d *Writer) Finish() error {
 	if d.lock == nil {
-		return errors.New("batcher: Finish on a closed Dataset")
+		return errors.New("dataset: Finish on a closed Writer")
 	}
 	if d.failed != nil {
 		return d.failedErr()
@@ -386,7 +385,7 @@ func (d *Dataset) Finish() error {
 }
 
 // Manifest is the manifest as this run left it so far, this run last.
-func (d *Dataset) Manifest() Manifest {
+func (d *Writer) Manifest() Manifest {
 	m := d.manifest
 	m.Runs = slices.Clone(m.Runs)
 	for i := range m.Runs {
@@ -396,11 +395,11 @@ func (d *Dataset) Manifest() Manifest {
 }
 
 // Dir is the dataset's folder.
-func (d *Dataset) Dir() string { return d.dir }
+func (d *Writer) Dir() string { return d.dir }
 
 // Close releases the folder's lock. A run that got no shard leaves the manifest as it found
-// it, and a folder OpenDataset made for it is removed. Close is idempotent.
-func (d *Dataset) Close() error {
+// it, and a folder Open made for it is removed. Close is idempotent.
+func (d *Writer) Close() error {
 	if d.lock == nil {
 		return nil
 	}
@@ -410,7 +409,7 @@ func (d *Dataset) Close() error {
 		if err = saveManifest(d.dir, d.manifest.Runs[:d.run]); err == nil {
 			d.written = false
 		} else {
-			err = fmt.Errorf("batcher: taking the run without shards out of the manifest: %w", err)
+			err = fmt.Errorf("dataset: taking the run without shards out of the manifest: %w", err)
 		}
 	}
 	empty := d.created && !d.written
@@ -422,15 +421,15 @@ func (d *Dataset) Close() error {
 	return err
 }
 
-// removeIfCreated removes the folder OpenDataset made, if it is empty.
-func (d *Dataset) removeIfCreated() {
+// removeIfCreated removes the folder Open made, if it is empty.
+func (d *Writer) removeIfCreated() {
 	if d.created {
 		os.Remove(d.dir) // fails, harmlessly, on a folder that is not empty
 	}
 }
 
 // writeManifest replaces DIR/manifest.json atomically with d.manifest, which lists this run.
-func (d *Dataset) writeManifest() error {
+func (d *Writer) writeManifest() error {
 	if err := saveManifest(d.dir, d.manifest.Runs); err != nil {
 		return err
 	}
@@ -440,20 +439,20 @@ func (d *Dataset) writeManifest() error {
 
 // saveManifest replaces DIR/manifest.json atomically with a manifest of runs, or removes it
 // when there is no run.
-func saveManifest(dir string, runs []DatasetRun) error {
+func saveManifest(dir string, runs []Run) error {
 	path := filepath.Join(dir, ManifestName)
 	if len(runs) == 0 {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("batcher: removing %s: %w", path, err)
+			return fmt.Errorf("dataset: removing %s: %w", path, err)
 		}
 		return atomicfile.SyncDir(dir)
 	}
 	b, err := json.MarshalIndent(Manifest{Format: ManifestFormat, Runs: runs}, "", "  ")
 	if err != nil {
-		return fmt.Errorf("batcher: encoding the manifest: %w", err)
+		return fmt.Errorf("dataset: encoding the manifest: %w", err)
 	}
 	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("batcher: updating the manifest: %w", err)
+		return fmt.Errorf("dataset: updating the manifest: %w", err)
 	}
 	return nil
 }
@@ -463,16 +462,16 @@ func ReadManifest(dir string) (*Manifest, error) {
 	path := filepath.Join(dir, ManifestName)
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("batcher: reading the manifest: %w", err)
+		return nil, fmt.Errorf("dataset: reading the manifest: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var m Manifest
 	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("batcher: %s is not a manifest this version reads (%v); move the folder's shards and manifest into a folder of their own", path, err)
+		return nil, fmt.Errorf("dataset: %s is not a manifest this version reads (%v); move the folder's shards and manifest into a folder of their own", path, err)
 	}
 	if m.Format != ManifestFormat {
-		return nil, fmt.Errorf("batcher: %s has format %d, this version reads format %d", path, m.Format, ManifestFormat)
+		return nil, fmt.Errorf("dataset: %s has format %d, this version reads format %d", path, m.Format, ManifestFormat)
 	}
 	return &m, nil
 }
@@ -480,16 +479,16 @@ func ReadManifest(dir string) (*Manifest, error) {
 // fileDigest returns path made absolute and the hex sha256 of the file's bytes.
 func fileDigest(path string) (abs, sum string, err error) {
 	if abs, err = filepath.Abs(path); err != nil {
-		return "", "", fmt.Errorf("batcher: policy path %q: %w", path, err)
+		return "", "", fmt.Errorf("dataset: policy path %q: %w", path, err)
 	}
 	f, err := os.Open(abs)
 	if err != nil {
-		return "", "", fmt.Errorf("batcher: hashing the policy for the manifest: %w", err)
+		return "", "", fmt.Errorf("dataset: hashing the policy for the manifest: %w", err)
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "", "", fmt.Errorf("batcher: hashing the policy %s for the manifest: %w", abs, err)
+		return "", "", fmt.Errorf("dataset: hashing the policy %s for the manifest: %w", abs, err)
 	}
 	return abs, hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -533,12 +532,12 @@ func plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
-func describeLayout(r DatasetRun) string {
+func describeLayout(r Run) string {
 	return fmt.Sprintf("%s (observations %v, actions %s)", r.Env, r.ObservationShape, r.ActionSpace)
 }
 
 // lockDir takes DIR/.lock for this writer's life (internal/dirlock). When another writer holds
-// it the error wraps ErrDatasetLocked and names that writer's PID.
+// it the error wraps ErrLocked and names that writer's PID.
 func lockDir(dir string) (*dirlock.Lock, error) {
 	l, err := dirlock.Take(dir, lockName)
 	var held *dirlock.HeldError
@@ -549,9 +548,9 @@ func lockDir(dir string) (*dirlock.Lock, error) {
 			holder = fmt.Sprintf("another writer, PID %d", held.PID)
 		}
 		return nil, fmt.Errorf("%w: %s is locked by %s (%s); wait for it to finish, or write into another folder",
-			ErrDatasetLocked, dir, holder, held.Path)
+			ErrLocked, dir, holder, held.Path)
 	case err != nil:
-		return nil, fmt.Errorf("batcher: output folder %s is not writable: %w", dir, err)
+		return nil, fmt.Errorf("dataset: output folder %s is not writable: %w", dir, err)
 	}
 	return l, nil
 }

@@ -1,4 +1,4 @@
-package batcher
+package bind
 
 import (
 	"context"
@@ -20,11 +20,11 @@ import (
 )
 
 // ErrPolicy is wrapped by every error about a policy that does not fit the environment.
-var ErrPolicy = errors.New("batcher: policy does not fit the environment")
+var ErrPolicy = errors.New("bind: the policy does not fit the environment")
 
-// PolicyConfig says how to run an ONNX policy. The zero value binds the policy by itself (see
-// NewPolicy).
-type PolicyConfig struct {
+// Config says how to bind and run an ONNX policy. The zero value binds the policy by itself
+// (see New).
+type Config struct {
 	// Spec names a foreign policy's head and action space (--head with --action-space); the
 	// action space must be the env's. Default: recognised from the graph (package
 	// models/layout): towerrl.* metadata, an exporter's layout, naming conventions.
@@ -41,11 +41,11 @@ type PolicyConfig struct {
 	// them as they are. Default: detected (a graph that scales its own actions says so).
 	ActionScale head.Scale
 	// Session configures the ONNX Runtime sessions (provider, threads, library). MaxBatch and
-	// Weights are set by the batcher. Its Logger receives, at info level, what the policy was
+	// Weights are set by the Runner. Its Logger receives, at info level, what the policy was
 	// bound to and how its graph was rewritten.
 	Session onnx.Config
-	// Publish lays out the weights a trainer publishes in place with [Batcher.Publish]: each
-	// names an initializer of the graph given to NewPolicy (or an Identity's output over one,
+	// Publish lays out the weights a trainer publishes in place with batcher.Batcher.Publish: each
+	// names an initializer of the graph given to New (or an Identity's output over one,
 	// which becomes an initializer of its own: onnx/graph's untied parameters) and where its
 	// values lie in the trainer's flat parameter vector ([ContiguousParams] lays out names
 	// back to back, as onnx/graph's Params.TrainableNames and models.Params.Names are). The
@@ -78,7 +78,7 @@ func ContiguousParams(names []string, sizes []int) []Param {
 	return out
 }
 
-// Policy is an ONNX policy checked against an environment, ready to make one agent per worker.
+// Policy is an ONNX policy checked against an environment, ready to make one Runner per worker.
 // It is immutable and safe for concurrent use.
 type Policy struct {
 	model   []byte // what sessions are made from: the given bytes, or their edited copy
@@ -87,13 +87,13 @@ type Policy struct {
 	outs    head.Outputs
 	binding layout.Binding // names in the original graph, for Binding
 	feeds   feeds          // session inputs and outputs by role
-	cfg     PolicyConfig
+	cfg     Config
 	// fixed is the batch a model that could not be freed is fixed at (the agents run it one
 	// batch per call); 0 for a dynamic batch.
 	fixed int
 	// reweigh carries the edits over to WithModel's bytes; nil when the model runs unedited.
 	reweigh *reweigh
-	// pub is the layout of the weights Batcher.Publish writes (PolicyConfig.Publish) with the
+	// pub is the layout of the weights batcher.Batcher.Publish writes (Config.Publish) with the
 	// model's values; nil when the policy is not published in place.
 	pub *publishing
 	// err is WithModel's failure, returned when agents are made from the policy.
@@ -128,7 +128,7 @@ func (p *Policy) HasValue() bool { return p.outs.Value >= 0 }
 func (p *Policy) Version() int64 { return p.version }
 
 // Binding is what the policy's head and inputs were bound to, with names in the graph given
-// to NewPolicy (inner tensors and initializers included, before any tensor was exposed):
+// to New (inner tensors and initializers included, before any tensor was exposed):
 // what a trainer fine-tuning that graph reads its head from.
 func (p *Policy) Binding() layout.Binding {
 	b := p.binding
@@ -141,11 +141,16 @@ func (p *Policy) Binding() layout.Binding {
 // Recurrent reports whether the policy carries a recurrent state from step to step.
 func (p *Policy) Recurrent() bool { return len(p.feeds.states) > 0 }
 
+// Edited reports whether the sessions run an edited copy of the graph given to New (batch
+// freed, inner tensors exposed, recurrent states made batch-first); WithModel carries the same
+// edits over to a re-export.
+func (p *Policy) Edited() bool { return p.reweigh != nil }
+
 // FixedBatch is the batch a policy whose fixed batch could not be made dynamic runs at, one
 // batch per call; 0 when the policy runs at any batch.
 func (p *Policy) FixedBatch() int { return p.fixed }
 
-// NewPolicy checks an ONNX policy against env before any step and binds it without flags:
+// New checks an ONNX policy against env before any step and binds it without flags:
 //
 //  1. A model whose batch is fixed (every input dimension a number) is rewritten with a
 //     dynamic batch (edit.DynamicBatch, verified against the original); when that cannot be
@@ -154,7 +159,7 @@ func (p *Policy) FixedBatch() int { return p.fixed }
 //     holding logits or mean, log_std, value and deterministic actions, and how its inputs
 //     are fed (observations, recurrent states, seq_lens, episode_starts, dummy inputs); cfg's
 //     Spec, Head, Names and ActionScale win over what it finds. When nothing fits its error
-//     lists the candidate tensors and the flags to pass, and NewPolicy returns it as it is.
+//     lists the candidate tensors and the flags to pass, and New returns it as it is.
 //  3. layout.Expose makes the inner tensors named graph outputs, and recurrent states with
 //     their batch on axis 1 are transposed to batch-first at the graph's edge.
 //  4. A session checks the result: the observation input takes the env's observations, and
@@ -163,7 +168,7 @@ func (p *Policy) FixedBatch() int { return p.fixed }
 // Every binding note and rewrite goes to cfg.Session.Logger at info level. A towerrl model
 // (dynamic batch, head outputs named) is used as it is. The model bytes are kept, not copied:
 // do not modify them.
-func NewPolicy(ctx context.Context, model []byte, version int64, env envs.Spec, cfg PolicyConfig) (*Policy, error) {
+func New(ctx context.Context, model []byte, version int64, env envs.Spec, cfg Config) (*Policy, error) {
 	log := cfg.Session.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -276,14 +281,14 @@ func (p *Policy) probeScale(ctx context.Context, env envs.Spec) string {
 	for i := range rngs {
 		rngs[i] = rand.New(rand.NewPCG(1, uint64(i)))
 	}
-	a, err := p.agent(ctx, n, rngs, true)
+	a, err := p.NewRunner(ctx, n, rngs, true)
 	if err != nil {
 		return ""
 	}
 	defer a.Close()
 	d := p.spec.ActionDim()
 	acts, envActs, logp := make([]float32, n*d), make([]float32, n*d), make([]float32, n)
-	if a.run(n, v.Buffers().Obs, nil, nil) != nil || a.sample(n, acts, envActs, logp) != nil {
+	if a.Run(n, v.Buffers().Obs, nil, nil) != nil || a.sample(n, acts, envActs, logp) != nil {
 		return ""
 	}
 	// The policy's actions in env units before clipping: the raw mean for a Gaussian, the
@@ -496,13 +501,13 @@ func bindFeeds(s *onnx.Session, b layout.Binding, states []layout.State, env env
 	return f, nil
 }
 
-// WithModel returns the policy for model, a version of the graph given to NewPolicy with other
+// WithModel returns the policy for model, a version of the graph given to New with other
 // weights (a trainer's re-export, a fine-tuned write-back). The head, bindings and checks of p
 // hold for it as they are: nothing is recognised or verified again, and no session is opened.
 // When p's graph was edited (batch freed, tensors exposed, states made batch-first), the same
 // edits are applied to model by taking its initializers by name into p's edited graph. A model
-// that does not fit (a missing initializer, another shape) makes the agents fail: Batcher.New
-// and UpdatePolicy return the error. A policy published in place (PolicyConfig.Publish) starts
+// that does not fit (a missing initializer, another shape) makes the Runners fail: batcher.New
+// and UpdatePolicy return the error. A policy published in place (Config.Publish) starts
 // its agents from model's values of the published weights.
 func (p *Policy) WithModel(model []byte, version int64) *Policy {
 	q := *p
@@ -516,16 +521,35 @@ func (p *Policy) WithModel(model []byte, version int64) *Policy {
 	return &q
 }
 
-// stochastic returns nil when the policy can sample, else an error naming --deterministic.
-func (p *Policy) stochastic() error {
+// Stochastic returns nil when the policy can sample, else an ErrPolicy error naming
+// --deterministic: a DeterministicOnly binding acts only with its mean or its graph's actions.
+func (p *Policy) Stochastic() error {
 	if err := p.outs.Stochastic(p.spec); err != nil {
-		return fmt.Errorf("%w: %w (Config.Deterministic: batcher --deterministic, eval without --sample)", ErrPolicy, err)
+		return fmt.Errorf("%w: %w (batcher.Config.Deterministic: batcher --deterministic, eval without --sample)", ErrPolicy, err)
 	}
 	return nil
 }
 
-// stateLayout describes the recurrent states, to compare two policies' (names and row sizes).
-func (p *Policy) stateLayout() string {
+// State is one recurrent state a policy carries from step to step, as its Runner feeds and
+// returns it: one row per env, batch first.
+type State struct {
+	Name string // the graph input's name
+	Row  []int  // the shape of one env's state
+}
+
+// States lists the policy's recurrent states in the order Runner.Step takes them; nil for a
+// feed-forward policy.
+func (p *Policy) States() []State {
+	var out []State
+	for _, s := range p.feeds.states {
+		out = append(out, State{Name: s.name, Row: slices.Clone(s.row)})
+	}
+	return out
+}
+
+// StateLayout describes the recurrent states (names and row shapes), to compare two policies':
+// a worker carries states over a policy swap only when the layouts are equal.
+func (p *Policy) StateLayout() string {
 	var sb strings.Builder
 	for _, s := range p.feeds.states {
 		fmt.Fprintf(&sb, "%s%v;", s.name, s.row)
@@ -533,31 +557,29 @@ func (p *Policy) stateLayout() string {
 	return sb.String()
 }
 
-// agent makes the ONNX agent for a worker stepping n envs with the given random streams.
-func (p *Policy) agent(ctx context.Context, n int, rngs []*rand.Rand, deterministic bool) (*onnxAgent, error) {
+// NewRunner makes the Runner of a worker stepping n envs, env i drawing its actions from
+// rngs[i] (owned by the worker). Without deterministic the policy must be able to sample
+// (Stochastic). The error of a WithModel that did not fit is returned here.
+func (p *Policy) NewRunner(ctx context.Context, n int, rngs []*rand.Rand, deterministic bool) (*Runner, error) {
 	if p.err != nil {
 		return nil, p.err
 	}
 	if !deterministic {
-		if err := p.stochastic(); err != nil {
+		if err := p.Stochastic(); err != nil {
 			return nil, err
 		}
 	}
-	return newONNXAgent(ctx, p, n, rngs, deterministic)
+	return newRunner(ctx, p, n, rngs, deterministic)
 }
 
-// LoadPolicy reads an ONNX policy file and checks it against the environment envID (see NewPolicy).
-// The version is the file's towerrl.version metadata when it has one, else 0.
-func LoadPolicy(ctx context.Context, path, envID string, cfg PolicyConfig) (*Policy, error) {
-	env, err := envs.Lookup(envID)
+// Load reads an ONNX policy file and checks it against the environment env (see New). The
+// version is the file's towerrl.version metadata when it has one, else 0.
+func Load(ctx context.Context, path string, env envs.Spec, cfg Config) (*Policy, error) {
+	model, err := bounded.ReadFile("bind: loading policy", path, bounded.ModelLimit)
 	if err != nil {
 		return nil, err
 	}
-	model, err := bounded.ReadFile("batcher: loading policy", path, bounded.ModelLimit)
-	if err != nil {
-		return nil, err
-	}
-	p, err := NewPolicy(ctx, model, 0, env, cfg)
+	p, err := New(ctx, model, 0, env, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("loading policy %q: %w", path, err)
 	}

@@ -1,16 +1,14 @@
 package batcher
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"math/bits"
-	"os"
 	"strconv"
-	"strings"
 
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/internal/bounded"
 )
 
 // ErrMemory is wrapped by a *MemoryError: sizes whose buffers would not fit in memory.
@@ -22,53 +20,13 @@ type Memory struct {
 	Source    string // for errors, e.g. "MemAvailable in /proc/meminfo"
 }
 
-// FallbackMemory is the memory AvailableMemory assumes where it can read no figure.
-const FallbackMemory = 4 << 30
-
-// AvailableMemory reads what the process may still allocate: MemAvailable in /proc/meminfo,
-// lowered to what the process's cgroup limit leaves (memory.max less memory.current under
-// cgroup v2, memory.limit_in_bytes less memory.usage_in_bytes under v1). Where none can be
-// read (not Linux) it is FallbackMemory.
-func AvailableMemory() Memory { return availableMemory(os.ReadFile) }
-
-func availableMemory(read func(string) ([]byte, error)) Memory {
-	m := Memory{Available: FallbackMemory, Source: "assumed: /proc/meminfo has no MemAvailable"}
-	if b, err := read("/proc/meminfo"); err == nil {
-		for line := range bytes.Lines(b) {
-			rest, ok := bytes.CutPrefix(line, []byte("MemAvailable:"))
-			f := strings.Fields(string(rest))
-			if !ok || len(f) != 2 || f[1] != "kB" {
-				continue
-			}
-			if kb, err := strconv.ParseUint(f[0], 10, 64); err == nil {
-				m = Memory{Available: mulSat(kb, 1024), Source: "MemAvailable in /proc/meminfo"}
-			}
-		}
-	}
-	for _, c := range []struct{ limit, usage string }{
-		{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-		{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"},
-	} {
-		limit, ok := readUint(read, c.limit) // "max" (no limit) does not parse
-		usage, ok2 := readUint(read, c.usage)
-		if !ok || !ok2 || limit >= 1<<60 { // v1 writes a huge number for no limit
-			continue
-		}
-		if left := limit - min(usage, limit); left < m.Available {
-			m = Memory{Available: left, Source: "the cgroup's " + c.limit + " less " + c.usage}
-		}
-		break
-	}
-	return m
-}
-
-func readUint(read func(string) ([]byte, error), path string) (uint64, bool) {
-	b, err := read(path)
-	if err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	return n, err == nil
+// AvailableMemory is what the process may still allocate, as internal/bounded reads it for
+// every tool: MemAvailable in /proc/meminfo, lowered to what the process's memory cgroup
+// leaves and to the Go runtime's memory limit (GOMEMLIMIT); where none can be read it assumes
+// bounded's fallback and says so in Source.
+func AvailableMemory() Memory {
+	m := bounded.Available()
+	return Memory{Available: uint64(max(m.Bytes, 0)), Source: m.Source}
 }
 
 // MemoryError reports sizes whose buffers would not fit in the memory available, with the
@@ -219,4 +177,12 @@ func addSat(a, b uint64) uint64 {
 		return math.MaxUint64
 	}
 	return s
+}
+
+// plural writes n and the noun, plural unless n is 1: "1 env", "3 steps".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
