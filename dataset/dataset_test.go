@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -497,6 +498,7 @@ func datasetChild(t *testing.T) bool {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
+	fmt.Println(childReady) // the run is in the manifest: a kill from now on is one the test means
 	die := func() {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
@@ -546,6 +548,57 @@ func startChild(t *testing.T, test, dir string, seed int, env ...string) (*exec.
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	return cmd, &stderr
+}
+
+// childReady is the line a child writer prints on its standard output once its run is in the
+// manifest.
+const childReady = "towerrl dataset child: run recorded"
+
+// startReadyChild is startChild, returning once the child has recorded its run (so that a
+// kill after it finds the run in the manifest however slowly the loaded machine started the
+// child), or failing after a minute.
+func startReadyChild(t *testing.T, test, dir string, seed int) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$")
+	cmd.Env = append(os.Environ(), "TOWERRL_DATASET_CHILD="+dir, "TOWERRL_DATASET_SEED="+strconv.Itoa(seed))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, w, err := os.Pipe() // not StdoutPipe: the reader below may outlive cmd.Wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		out.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Close() })
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if sc.Text() == childReady {
+				ready <- true
+				io.Copy(io.Discard, out) // keep draining, so the child never blocks on a full pipe
+				return
+			}
+		}
+		ready <- false
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			cmd.Wait()
+			t.Fatalf("child %d ended before recording its run:\n%s", seed, &stderr)
+		}
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("child %d did not record its run within a minute:\n%s", seed, &stderr)
 	}
 	return cmd, &stderr
 }
@@ -627,7 +680,7 @@ func TestKilledWriterLeavesAConsistentFolder(t *testing.T) {
 		kills = 3
 	}
 	for k := range kills {
-		cmd, stderr := startChild(t, "TestKilledWriterLeavesAConsistentFolder", dir, k+1)
+		cmd, stderr := startReadyChild(t, "TestKilledWriterLeavesAConsistentFolder", dir, k+1)
 		time.Sleep(time.Duration(100+rng.IntN(300)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		if err := cmd.Wait(); !strings.Contains(fmt.Sprint(err), "killed") {
