@@ -473,7 +473,7 @@ func TestWithModelNewWeights(t *testing.T) {
 	}
 	// A re-export of another graph is refused when Runners are made from it.
 	broken := bindtest.NegateInitializers(t, model, "policy.action_net.bias")
-	m, _ := parseModel(broken)
+	m := bindtest.Parse(t, broken)
 	m.Graph.Initializer = m.Graph.Initializer[1:]
 	broken, _ = proto.Marshal(m)
 	if _, err := p.WithModel(broken, 3).NewRunner(ctx, 4, nil, true); !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), "initializer") {

@@ -6,7 +6,9 @@
 //
 // # Lifecycle
 //
-// [New] (or [Load]) returns an immutable [Policy], safe for concurrent use. [Policy.NewRunner]
+// [New] (or [Load]) returns an immutable [Policy], safe for concurrent use. The bytes are parsed
+// and checked once (onnx.Parse) and the parsed model handed on to the edits and every session;
+// a caller that has parsed them already passes the onnx.Model to [FromModel]. [Policy.NewRunner]
 // opens one session for n envs; a Runner belongs to one goroutine (a worker's), except
 // [Runner.Stage], and [Runner.Close] releases its session. [Policy.WithModel] gives the same
 // binding over other weights without recognising or verifying anything again.

@@ -81,7 +81,7 @@ func ContiguousParams(names []string, sizes []int) []Param {
 // Policy is an ONNX policy checked against an environment, ready to make one Runner per worker.
 // It is immutable and safe for concurrent use.
 type Policy struct {
-	model   []byte // what sessions are made from: the given bytes, or their edited copy
+	model   *onnx.Model // what sessions are made from: the given model, or its edited copy
 	version int64
 	spec    head.Spec
 	outs    head.Outputs
@@ -166,9 +166,20 @@ func (p *Policy) FixedBatch() int { return p.fixed }
 //     head.Bind binds the outputs.
 //
 // Every binding note and rewrite goes to cfg.Session.Logger at info level. A towerrl model
-// (dynamic batch, head outputs named) is used as it is. The model bytes are kept, not copied:
-// do not modify them.
+// (dynamic batch, head outputs named) is used as it is. The model's bytes are parsed and checked
+// once (onnx.Parse), then kept, not copied: do not modify them.
 func New(ctx context.Context, model []byte, version int64, env envs.Spec, cfg Config) (*Policy, error) {
+	m, err := onnx.Parse(model)
+	if err != nil {
+		return nil, err
+	}
+	return FromModel(ctx, m, version, env, cfg)
+}
+
+// FromModel is New for a model parsed and checked once by onnx.Parse (a caller that reads the
+// model too passes it on instead of its bytes): nothing parses the bytes again. The model is
+// kept, not copied.
+func FromModel(ctx context.Context, model *onnx.Model, version int64, env envs.Spec, cfg Config) (*Policy, error) {
 	log := cfg.Session.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -177,10 +188,7 @@ func New(ctx context.Context, model []byte, version int64, env envs.Spec, cfg Co
 	if err != nil {
 		return nil, err
 	}
-	orig, err := parseModel(model)
-	if err != nil {
-		return nil, err
-	}
+	orig := model.Proto()
 	if err := checkObsDeclared(orig, env); err != nil {
 		return nil, err
 	}
@@ -194,18 +202,14 @@ func New(ctx context.Context, model []byte, version int64, env envs.Spec, cfg Co
 			over.Scale = cfg.Spec.Scale
 		}
 	}
-	meta := map[string]string{}
-	for _, kv := range orig.GetMetadataProps() {
-		meta[kv.GetKey()] = kv.GetValue()
-	}
-	fromMeta, hasMeta, metaErr := head.FromMetadata(meta)
+	fromMeta, hasMeta, metaErr := head.FromMetadata(model.Metadata())
 	if hasMeta && metaErr == nil && cfg.Spec == nil {
 		if err := checkGivenSpec(fromMeta, envHead, env.ID); err != nil {
 			return nil, err
 		}
 	}
 
-	pr, err := prepare(ctx, model, orig, envHead, over, cfg.Session, log)
+	pr, err := prepare(ctx, model, envHead, over, cfg.Session, log)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +228,7 @@ func New(ctx context.Context, model []byte, version int64, env envs.Spec, cfg Co
 	sc := cfg.Session
 	sc.MaxBatch = 1
 	sc.Weights = pub.names()
-	s, err := onnx.New(ctx, pr.model, sc)
+	s, err := onnx.NewSession(ctx, pr.model, sc)
 	if err != nil {
 		return nil, err
 	}
@@ -511,9 +515,11 @@ func bindFeeds(s *onnx.Session, b layout.Binding, states []layout.State, env env
 // its agents from model's values of the published weights.
 func (p *Policy) WithModel(model []byte, version int64) *Policy {
 	q := *p
-	q.version, q.model, q.err = version, model, nil
+	q.version, q.err = version, nil
 	if p.reweigh != nil {
 		q.model, q.err = p.reweigh.apply(model)
+	} else {
+		q.model, q.err = onnx.Parse(model)
 	}
 	if p.pub != nil && q.err == nil {
 		q.model, q.pub, q.err = preparePublish(q.model, p.pub.params)

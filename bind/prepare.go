@@ -23,7 +23,7 @@ const batchFirstSuffix = ".towerrl_batch_first"
 // prepared is a model made ready for sessions: its batch freed, its head recognised, the
 // tensors the head reads exposed, its recurrent states batch-first.
 type prepared struct {
-	model   []byte         // what sessions are made from: the given bytes when nothing was edited
+	model   *onnx.Model    // what sessions are made from: the given model when nothing was edited
 	fixed   int            // the batch a model that could not be freed is fixed at; 0 otherwise
 	binding layout.Binding // as Recognise gave it: names in the given graph
 	exposed layout.Binding // names of the outputs the session returns
@@ -33,10 +33,11 @@ type prepared struct {
 
 // prepare frees a fixed batch (edit.DynamicBatch), recognises the head (layout.Recognise),
 // exposes the tensors it reads (layout.Expose) and makes recurrent states batch-first, logging
-// each step at info level. orig is model parsed. Recognise's error is returned as it is.
-func prepare(ctx context.Context, model []byte, orig *onnxpb.ModelProto, env head.Spec, over layout.Overrides,
+// each step at info level. Recognise's error is returned as it is.
+func prepare(ctx context.Context, model *onnx.Model, env head.Spec, over layout.Overrides,
 	sc onnx.Config, log *zap.Logger) (prepared, error) {
 	pr := prepared{model: model}
+	orig := model.Proto()
 	m := orig
 	if fixedBatch(orig) {
 		freed, fixed, err := freeBatch(ctx, model, sc, log)
@@ -44,9 +45,7 @@ func prepare(ctx context.Context, model []byte, orig *onnxpb.ModelProto, env hea
 			return pr, err
 		}
 		if pr.model, pr.fixed = freed, fixed; fixed == 0 {
-			if m, err = parseModel(freed); err != nil {
-				return pr, err
-			}
+			m = freed.Proto()
 		}
 	}
 	b, err := layout.Recognise(m, nil, env, over)
@@ -69,7 +68,7 @@ func prepare(ctx context.Context, model []byte, orig *onnxpb.ModelProto, env hea
 		return pr, err
 	}
 	added := len(exposed.GetGraph().GetOutput()) - len(m.GetGraph().GetOutput())
-	if added == 0 && !transposed && sameBytes(pr.model, model) {
+	if added == 0 && !transposed && pr.model == model {
 		return pr, nil
 	}
 	if added > 0 {
@@ -78,28 +77,11 @@ func prepare(ctx context.Context, model []byte, orig *onnxpb.ModelProto, env hea
 	if transposed {
 		log.Info("policy: recurrent states with the batch on axis 1 are fed and read batch-first (a Transpose at the graph's edge)")
 	}
-	if pr.model, err = proto.Marshal(exposed); err != nil {
+	if pr.model, err = onnx.FromProto(exposed); err != nil {
 		return pr, fmt.Errorf("bind: writing the prepared policy: %w", err)
 	}
 	pr.reweigh = newReweigh(orig, exposed)
 	return pr, nil
-}
-
-// sameBytes reports whether a and b are the same memory (not merely equal contents).
-func sameBytes(a, b []byte) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
-// parseModel reads ONNX bytes into a message.
-func parseModel(model []byte) (*onnxpb.ModelProto, error) {
-	m := &onnxpb.ModelProto{}
-	if err := proto.Unmarshal(model, m); err != nil {
-		return nil, fmt.Errorf("%w: not a readable ONNX model: %v", onnx.ErrModel, err)
-	}
-	if m.GetGraph() == nil {
-		return nil, fmt.Errorf("%w: the model has no graph", onnx.ErrModel)
-	}
-	return m, nil
 }
 
 // fixedBatch reports whether every graph input (initializers aside) has only fixed dimensions:
@@ -128,11 +110,14 @@ func fixedBatch(m *onnxpb.ModelProto) bool {
 // freeBatch makes a fixed-batch model's batch dynamic with edit.DynamicBatch. It returns the
 // rewritten model, or the original and the batch it is fixed at when the batch cannot be freed
 // (the agents then run one fixed batch per call). Both outcomes are logged.
-func freeBatch(ctx context.Context, model []byte, sc onnx.Config, log *zap.Logger) (out []byte, fixed int, err error) {
+func freeBatch(ctx context.Context, model *onnx.Model, sc onnx.Config, log *zap.Logger) (out *onnx.Model, fixed int, err error) {
 	opts := edit.Options{Config: onnx.Config{Library: sc.Library, IntraOpThreads: sc.IntraOpThreads, Logger: sc.Logger}}
-	dyn, rep, err := edit.DynamicBatch(ctx, model, opts)
+	dyn, rep, err := edit.DynamicBatchModel(ctx, model, opts)
 	switch {
 	case err == nil:
+		if out, err = onnx.Parse(dyn); err != nil {
+			return nil, 0, fmt.Errorf("bind: the policy with its batch freed: %w", err)
+		}
 		if !rep.Dynamic {
 			log.Info("policy: the model fixes its batch; made it dynamic and checked the rewrite against the original row by row",
 				zap.Int("fixed_batch", rep.Batch), zap.Int("rows_checked", rep.Rows), zap.Float64("max_diff", rep.MaxDiff))
@@ -143,13 +128,9 @@ func freeBatch(ctx context.Context, model []byte, sc onnx.Config, log *zap.Logge
 				log.Info("policy: batch rewrite assumed (verified): " + line)
 			}
 		}
-		return dyn, 0, nil
+		return out, 0, nil
 	case errors.Is(err, edit.ErrFixedBatch):
-		m, perr := parseModel(model)
-		if perr != nil {
-			return nil, 0, perr
-		}
-		fixed = firstBatch(m)
+		fixed = firstBatch(model.Proto())
 		log.Warn("policy: the model's fixed batch cannot be made dynamic; each worker runs it one fixed batch per call, which is slower: re-export it with a dynamic batch axis for full speed",
 			zap.Int("fixed_batch", fixed), zap.Error(err))
 		return model, fixed, nil
@@ -292,11 +273,12 @@ func newReweigh(original, edited *onnxpb.ModelProto) *reweigh {
 }
 
 // apply returns the edited model with the weights of model, a re-export of the original graph.
-func (r *reweigh) apply(model []byte) ([]byte, error) {
-	m, err := parseModel(model)
+func (r *reweigh) apply(model []byte) (*onnx.Model, error) {
+	re, err := onnx.Parse(model)
 	if err != nil {
 		return nil, err
 	}
+	m := re.Proto()
 	fresh := map[string]*onnxpb.TensorProto{}
 	for _, t := range m.GetGraph().GetInitializer() {
 		fresh[t.GetName()] = t
@@ -338,11 +320,11 @@ func (r *reweigh) apply(model []byte) ([]byte, error) {
 			return n.GetOpType() == "Identity" && len(n.GetOutput()) == 1 && drop[n.GetOutput()[0]]
 		})
 	}
-	data, err := proto.Marshal(out)
+	edited, err := onnx.FromProto(out)
 	if err != nil {
 		return nil, fmt.Errorf("bind: writing the policy with new weights: %w", err)
 	}
-	return data, nil
+	return edited, nil
 }
 
 // initializerInfo declares initializer t as a graph input, as IR < 4 models list them.

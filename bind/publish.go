@@ -45,28 +45,32 @@ func (p *publishing) names() []string {
 // preparePublish checks a layout against model and makes each published Identity output an
 // initializer of its own (see untie). It returns the model sessions are made from (model
 // itself when nothing was rewritten) and the layout with the model's values.
-func preparePublish(model []byte, params []Param) ([]byte, *publishing, error) {
+func preparePublish(model *onnx.Model, params []Param) (*onnx.Model, *publishing, error) {
 	size, err := checkLayout(params)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := parseModel(model)
-	if err != nil {
-		return nil, nil, err
-	}
-	g := m.GetGraph()
+	g := model.Proto().GetGraph()
 	inits := map[string]*onnxpb.TensorProto{}
 	for _, t := range g.GetInitializer() {
 		inits[t.GetName()] = t
 	}
-	changed := false
+	var edited *onnxpb.ModelProto // the copy untie edits, made at the first name to untie
 	for _, p := range params {
 		t, ok := inits[p.Name]
 		if !ok {
+			if edited == nil {
+				edited = proto.Clone(model.Proto()).(*onnxpb.ModelProto)
+				g = edited.GetGraph()
+				clear(inits)
+				for _, t := range g.GetInitializer() {
+					inits[t.GetName()] = t
+				}
+			}
 			if t, err = untie(g, p.Name, inits); err != nil {
 				return nil, nil, err
 			}
-			inits[p.Name], changed = t, true
+			inits[p.Name] = t
 		}
 		n := 1
 		for _, d := range t.GetDims() {
@@ -81,8 +85,8 @@ func preparePublish(model []byte, params []Param) ([]byte, *publishing, error) {
 				p.Name, t.GetDims(), n, p.Len)
 		}
 	}
-	if changed {
-		if model, err = proto.Marshal(m); err != nil {
+	if edited != nil {
+		if model, err = onnx.FromProto(edited); err != nil {
 			return nil, nil, fmt.Errorf("bind: writing the policy with untied weights: %w", err)
 		}
 	}
@@ -93,7 +97,7 @@ func preparePublish(model []byte, params []Param) ([]byte, *publishing, error) {
 			pub.conv = append(pub.conv, n.GetInput()[1])
 		}
 	}
-	if pub.defaults, err = onnx.WeightValues(model, pub.names()); err != nil {
+	if pub.defaults, err = model.WeightValues(pub.names()); err != nil {
 		return nil, nil, err
 	}
 	return model, pub, nil

@@ -117,7 +117,7 @@ func newRunner(ctx context.Context, p *Policy, n int, rngs []*rand.Rand, determi
 	sc := p.cfg.Session
 	sc.MaxBatch = n
 	sc.Weights = p.pub.names()
-	s, err := onnx.New(ctx, p.model, sc)
+	s, err := onnx.NewSession(ctx, p.model, sc)
 	if err != nil {
 		return nil, err
 	}

@@ -58,6 +58,10 @@
 // one is set — before it is allocated, the zero batches that learn the output shapes
 // included: an [ErrTooLarge] error names the tensor, its shape and the batch.
 //
+// [Parse] makes that check once and returns a [Model] (the bytes with their message) that the
+// next readers take instead of the bytes: [NewSession] for each worker's session, onnx/edit's
+// DynamicBatchModel, package bind's FromModel. New is Parse then NewSession.
+//
 // Ownership and threading: a Session's description methods (Inputs, Outputs, Weights,
 // Metadata, MaxBatch, Provider, InputIndex, OutputIndex) are safe for concurrent use. Run,
 // Feed, NewWeights, UseWeights and the buffers belong to one goroutine at a time; give each

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
@@ -309,6 +310,11 @@ func TestCheckModel(t *testing.T) {
 				t.Fatal("no error")
 			}
 			wantErr(t, err, ErrModel, tc.want)
+			// Parse and FromProto make the same check, once, for whatever reads the model next.
+			_, err = Parse(marshal(t, m))
+			wantErr(t, err, ErrModel, tc.want)
+			_, err = FromProto(m)
+			wantErr(t, err, ErrModel, tc.want)
 		})
 	}
 	_, err := checkModel([]byte("\x08\x08garbage that is not protobuf"))
@@ -340,4 +346,66 @@ func FuzzNew(f *testing.F) {
 		}
 		metadata(m)
 	})
+}
+
+// TestParsedModelSessions: sessions made from one parse (NewSession) compute what New's do from
+// the bytes, with fed weights too (which edit a copy, never the shared message), and the
+// model's metadata and weight values read back without parsing again.
+func TestParsedModelSessions(t *testing.T) {
+	ctx := context.Background()
+	data, err := os.ReadFile(filepath.Join(fixtures, "mlp_tanh.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := proto.Clone(m.Proto())
+	obs := []float32{0.01, 0.02, 0.03, 0.04, -0.01, -0.02, -0.03, -0.04}
+	outputs := func(s *Session) []float32 {
+		t.Helper()
+		defer s.Close()
+		n, err := Feed(s, 0, []int64{2, 4}, obs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Run(n); err != nil {
+			t.Fatal(err)
+		}
+		out, err := Output[float32](s, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(out[:4])
+	}
+	fromBytes, err := New(ctx, data, Config{MaxBatch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := outputs(fromBytes)
+	for _, cfg := range []Config{{MaxBatch: 2}, {MaxBatch: 2, Weights: []string{m.Proto().GetGraph().GetInitializer()[0].GetName()}}} {
+		s, err := NewSession(ctx, m, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := outputs(s); !slices.Equal(got, want) {
+			t.Errorf("weights %v: parsed once %v, from the bytes %v", cfg.Weights, got, want)
+		}
+	}
+	if !proto.Equal(before, m.Proto()) {
+		t.Error("a session modified the shared parsed model")
+	}
+	if m.Metadata()["towerrl.env_id"] != "CartPole-v1" {
+		t.Errorf("metadata %v", m.Metadata())
+	}
+	name := m.Proto().GetGraph().GetInitializer()[0].GetName()
+	a, err := m.WeightValues([]string{name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := WeightValues(data, []string{name})
+	if err != nil || !slices.Equal(a[0], b[0]) {
+		t.Errorf("weight %q: %v from the parsed model, %v (%v) from the bytes", name, a[0][:2], b[0][:2], err)
+	}
 }

@@ -12,6 +12,48 @@ import (
 // maxGraphDepth bounds how deeply subgraphs (the bodies of If, Loop, Scan) may nest.
 const maxGraphDepth = 64
 
+// Model is a serialized ONNX model parsed and checked once ([Parse]): its bytes and its
+// message, handed on to whatever reads the model next (sessions, package onnx/edit, package
+// bind) so that none of them parses or checks the same bytes again. It is immutable and safe
+// for concurrent use: do not modify its bytes or its message (proto.Clone the message to edit
+// it, and Parse or [FromProto] the result).
+type Model struct {
+	data []byte
+	pb   *onnxpb.ModelProto
+}
+
+// Parse parses a serialized model and refuses, with an [ErrModel] error, what is not a
+// plausible ONNX ModelProto (see New). The bytes are kept, not copied.
+func Parse(data []byte) (*Model, error) {
+	pb, err := checkModel(data)
+	if err != nil {
+		return nil, err
+	}
+	return &Model{data: data, pb: pb}, nil
+}
+
+// FromProto serializes m, a message the caller built or edited and no longer modifies, and
+// checks it as Parse does.
+func FromProto(m *onnxpb.ModelProto) (*Model, error) {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("%w: writing the model: %v", ErrModel, err)
+	}
+	if err := checkParsed(m, data); err != nil {
+		return nil, err
+	}
+	return &Model{data: data, pb: m}, nil
+}
+
+// Bytes is the serialized model (shared: do not modify it).
+func (m *Model) Bytes() []byte { return m.data }
+
+// Proto is the parsed model (shared: do not modify it).
+func (m *Model) Proto() *onnxpb.ModelProto { return m.pb }
+
+// Metadata is the model's metadata_props as a new map (a later duplicate key wins).
+func (m *Model) Metadata() map[string]string { return metadata(m.pb) }
+
 // checkModel parses a serialized model with the Go protobuf types and refuses what is not a
 // plausible ONNX ModelProto before ONNX Runtime sees the bytes: no IR version, no graph, no
 // operator set, a graph without outputs, nodes without an operator, and declared shapes or
@@ -25,27 +67,35 @@ func checkModel(data []byte) (*onnxpb.ModelProto, error) {
 	if err := proto.Unmarshal(data, m); err != nil {
 		return nil, fmt.Errorf("%w: not a readable ONNX model (%d bytes that do not parse as an ONNX ModelProto: %v)", ErrModel, len(data), err)
 	}
-	if m.GetIrVersion() <= 0 {
-		return nil, fmt.Errorf("%w: not a readable ONNX model: it declares no IR version (ir_version %d); is the file an ONNX model?", ErrModel, m.GetIrVersion())
-	}
-	if m.GetGraph() == nil {
-		return nil, fmt.Errorf("%w: not a readable ONNX model: it has no graph", ErrModel)
-	}
-	if len(m.GetOpsetImport()) == 0 {
-		return nil, fmt.Errorf("%w: the model imports no operator set (opset_import is empty); re-export it naming an opset", ErrModel)
-	}
-	for _, o := range m.GetOpsetImport() {
-		if o.GetVersion() <= 0 {
-			return nil, fmt.Errorf("%w: the model imports operator set %q at version %d", ErrModel, o.GetDomain(), o.GetVersion())
-		}
-	}
-	if len(m.GetGraph().GetOutput()) == 0 {
-		return nil, fmt.Errorf("%w: the model's graph declares no outputs", ErrModel)
-	}
-	if err := checkGraph(m.GetGraph(), 0); err != nil {
+	if err := checkParsed(m, data); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// checkParsed is checkModel's check of the parsed message m of data.
+func checkParsed(m *onnxpb.ModelProto, data []byte) error {
+	if len(data) == 0 {
+		return fmt.Errorf("%w: the model is empty (0 bytes)", ErrModel)
+	}
+	if m.GetIrVersion() <= 0 {
+		return fmt.Errorf("%w: not a readable ONNX model: it declares no IR version (ir_version %d); is the file an ONNX model?", ErrModel, m.GetIrVersion())
+	}
+	if m.GetGraph() == nil {
+		return fmt.Errorf("%w: not a readable ONNX model: it has no graph", ErrModel)
+	}
+	if len(m.GetOpsetImport()) == 0 {
+		return fmt.Errorf("%w: the model imports no operator set (opset_import is empty); re-export it naming an opset", ErrModel)
+	}
+	for _, o := range m.GetOpsetImport() {
+		if o.GetVersion() <= 0 {
+			return fmt.Errorf("%w: the model imports operator set %q at version %d", ErrModel, o.GetDomain(), o.GetVersion())
+		}
+	}
+	if len(m.GetGraph().GetOutput()) == 0 {
+		return fmt.Errorf("%w: the model's graph declares no outputs", ErrModel)
+	}
+	return checkGraph(m.GetGraph(), 0)
 }
 
 // checkGraph checks one graph and the subgraphs its nodes' attributes hold.

@@ -17,8 +17,10 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/towerrl/towerrl/internal/bounded"
+	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
 // DefaultMaxBatch is the largest batch a Session accepts when Config.MaxBatch is zero.
@@ -269,14 +271,38 @@ func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
 	if err := Init(cfg.Library); err != nil {
 		return nil, err
 	}
-	mp, err := checkModel(model)
+	m, err := Parse(model)
 	if err != nil {
 		return nil, err
 	}
-	meta := metadata(mp)
+	return openSession(ctx, m, cfg)
+}
+
+// NewSession creates a Session for a model parsed and checked once by [Parse], as New does
+// for its bytes: many sessions of one model (a worker's each) parse it once.
+func NewSession(ctx context.Context, m *Model, cfg Config) (*Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := Init(cfg.Library); err != nil {
+		return nil, err
+	}
+	return openSession(ctx, m, cfg)
+}
+
+// openSession is New after the config's defaults, ONNX Runtime's loading and the model's check.
+func openSession(ctx context.Context, m *Model, cfg Config) (*Session, error) {
+	model := m.data
+	meta := metadata(m.pb)
 	var weights []port
+	var err error
 	if len(cfg.Weights) > 0 {
-		if model, weights, err = feedWeights(mp, cfg.Weights); err != nil {
+		// feedWeights edits the message: this session's copy, not the shared one.
+		if model, weights, err = feedWeights(proto.Clone(m.pb).(*onnxpb.ModelProto), cfg.Weights); err != nil {
 			return nil, err
 		}
 	}

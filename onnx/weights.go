@@ -193,10 +193,17 @@ func floatInitializers(g *onnxpb.GraphProto) string {
 // names' order: what a Session feeding them (Config.Weights) computes with until its caller
 // sets other values.
 func WeightValues(model []byte, names []string) ([][]float32, error) {
-	m, err := checkModel(model)
+	m, err := Parse(model)
 	if err != nil {
 		return nil, err
 	}
+	return m.WeightValues(names)
+}
+
+// WeightValues is the package function WeightValues for a parsed model.
+func (mod *Model) WeightValues(names []string) ([][]float32, error) {
+	m := mod.pb
+	var err error
 	inits := make(map[string]*onnxpb.TensorProto, len(m.GetGraph().GetInitializer()))
 	for _, t := range m.GetGraph().GetInitializer() {
 		inits[t.GetName()] = t

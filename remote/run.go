@@ -13,6 +13,7 @@ import (
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/onnx"
 )
 
 // BatcherConfig configures RunBatcher, a remote batcher's whole life (batcher --connect URL
@@ -551,17 +552,21 @@ type policies struct {
 // build makes p's policy with cfg, its weights laid out for Batcher.Publish when it can.
 func (ps *policies) build(ctx context.Context, p Policy, cfg bind.Config) (*bind.Policy, error) {
 	ps.w = nil
-	if w, err := readWeights(p.ONNX); err == nil && len(w.names) > 0 && len(cfg.Publish) == 0 {
+	m, err := onnx.Parse(p.ONNX) // once, for the weights and the bindings below
+	if err != nil {
+		return nil, err
+	}
+	if w, err := weightsOf(m); err == nil && len(w.names) > 0 && len(cfg.Publish) == 0 {
 		lcfg := cfg
 		lcfg.Publish = w.layout()
-		pol, err := bind.New(ctx, p.ONNX, p.Version, ps.spec, lcfg)
+		pol, err := bind.FromModel(ctx, m, p.Version, ps.spec, lcfg)
 		if err == nil {
 			ps.w = &w
 			return pol, nil
 		}
 		ps.log.Debug("remote: the policy's weights cannot be published in place; swaps build new sessions", zap.Error(err))
 	}
-	return bind.New(ctx, p.ONNX, p.Version, ps.spec, cfg)
+	return bind.FromModel(ctx, m, p.Version, ps.spec, cfg)
 }
 
 // swap makes p the policy b collects with, in place when it can (inPlace).

@@ -26,11 +26,17 @@ type modelWeights struct {
 
 // readWeights reads model's weights and the digest of the rest.
 func readWeights(model []byte) (modelWeights, error) {
-	var w modelWeights
-	m := &onnxpb.ModelProto{}
-	if err := proto.Unmarshal(model, m); err != nil {
-		return w, fmt.Errorf("remote: reading the policy's weights: %w", err)
+	m, err := onnx.Parse(model)
+	if err != nil {
+		return modelWeights{}, fmt.Errorf("remote: reading the policy's weights: %w", err)
 	}
+	return weightsOf(m)
+}
+
+// weightsOf is readWeights for a model parsed once (onnx.Parse), which it does not modify.
+func weightsOf(model *onnx.Model) (modelWeights, error) {
+	var w modelWeights
+	m := proto.Clone(model.Proto()).(*onnxpb.ModelProto) // the digest's copy, values left out
 	for _, t := range m.GetGraph().GetInitializer() {
 		if onnxpb.TensorProto_DataType(t.GetDataType()) != onnxpb.TensorProto_FLOAT || len(t.GetDims()) == 0 {
 			continue
@@ -42,7 +48,7 @@ func readWeights(model []byte) (modelWeights, error) {
 		w.names, w.sizes = append(w.names, t.GetName()), append(w.sizes, n)
 		t.RawData, t.FloatData = nil, nil // the rest's digest leaves the values out
 	}
-	values, err := onnx.WeightValues(model, w.names)
+	values, err := model.WeightValues(w.names)
 	if err != nil {
 		return w, err
 	}

@@ -100,14 +100,32 @@ const (
 // why; the caller can then run the original at its fixed batch. Errors running the original
 // model itself (ONNX Runtime missing, a model it cannot load) do not wrap ErrFixedBatch.
 func DynamicBatch(ctx context.Context, model []byte, opts Options) ([]byte, Report, error) {
-	var r Report
-	opts.Config.Provider = onnx.ProviderCPU
 	if opts.Rows < 0 || opts.Tolerance < 0 || math.IsNaN(opts.Tolerance) {
-		return nil, r, fmt.Errorf("edit: Options.Rows (%d) and Options.Tolerance (%g) must not be negative", opts.Rows, opts.Tolerance)
+		return dynamicBatch(ctx, model, nil, opts) // refuses the options first
 	}
 	m, err := parse(model)
 	if err != nil {
-		return nil, r, err
+		return nil, Report{}, err
+	}
+	return dynamicBatch(ctx, model, m, opts)
+}
+
+// DynamicBatchModel is DynamicBatch for a model parsed and checked once by onnx.Parse, whose
+// message it reads without modifying: the bytes are not parsed again.
+func DynamicBatchModel(ctx context.Context, model *onnx.Model, opts Options) ([]byte, Report, error) {
+	if opset(model.Proto()) == 0 {
+		return nil, Report{}, fmt.Errorf("%w: the model imports no version of the default ONNX operator set", onnx.ErrModel)
+	}
+	return dynamicBatch(ctx, model.Bytes(), model.Proto(), opts)
+}
+
+// dynamicBatch is DynamicBatch for model parsed as m, which it does not modify.
+func dynamicBatch(ctx context.Context, model []byte, m *onnxpb.ModelProto, opts Options) ([]byte, Report, error) {
+	var r Report
+	var err error
+	opts.Config.Provider = onnx.ProviderCPU
+	if opts.Rows < 0 || opts.Tolerance < 0 || math.IsNaN(opts.Tolerance) {
+		return nil, r, fmt.Errorf("edit: Options.Rows (%d) and Options.Tolerance (%g) must not be negative", opts.Rows, opts.Tolerance)
 	}
 	ix := newIndex(m)
 	batch, dynamic, err := fixedBatch(ix, opts.BatchAxes)

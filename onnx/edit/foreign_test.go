@@ -11,6 +11,7 @@ import (
 
 	"github.com/towerrl/towerrl/internal/npy"
 	"github.com/towerrl/towerrl/onnx"
+	"google.golang.org/protobuf/proto"
 )
 
 // foreignDir holds the real-exporter fixtures of scripts/gen_fixtures_foreign.py.
@@ -161,6 +162,20 @@ func TestDynamicBatchForeign(t *testing.T) {
 			}
 			t.Logf("rewritten: %v", rep)
 			checkPreserved(t, model, out, 0)
+			// The same rewrite from a model parsed once (what package bind passes on), which
+			// it reads without modifying.
+			parsed, err := onnx.Parse(model)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := proto.Clone(parsed.Proto())
+			out2, rep2, err := DynamicBatchModel(context.Background(), parsed, Options{Inputs: map[string][]float64{in: values(obs)}, Rows: rows})
+			if err != nil || !slices.Equal(out2, out) || rep2.String() != rep.String() {
+				t.Errorf("DynamicBatchModel: error %v, same model %v, report %v", err, slices.Equal(out2, out), rep2)
+			}
+			if !proto.Equal(before, parsed.Proto()) {
+				t.Error("DynamicBatchModel modified the parsed model")
+			}
 			outAxes := map[string]int{}
 			for _, o := range fx.Outputs {
 				outAxes[o.Name] = o.BatchAxis
