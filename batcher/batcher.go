@@ -24,8 +24,9 @@ var ErrClosed = errors.New("batcher: closed")
 
 // Config configures a Batcher. The zero value needs only Env.
 type Config struct {
-	// Env is the Gymnasium id of the environment (required).
-	Env string
+	// Env is the environment's spec (required), resolved once where the run or tool starts
+	// (envs.Lookup) and passed down, not looked up again by id.
+	Env envs.Spec
 	// Workers is the number of worker goroutines W. Default 1.
 	Workers int
 	// EnvsPerWorker is M, the envs each worker steps with one inference call. Default 64.
@@ -66,7 +67,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = zap.NewNop()
 	}
 	switch {
-	case c.Env == "":
+	case c.Env.ID == "":
 		return c, fmt.Errorf("%w: Env is required", ErrConfig)
 	case c.Workers < 0:
 		return c, fmt.Errorf("%w: Workers = %d, want >= 1", ErrConfig, c.Workers)
@@ -175,10 +176,7 @@ func New(ctx context.Context, cfg Config, policy *bind.Policy) (*Batcher, error)
 	if err := CheckMemory(cfg, false, AvailableMemory()); err != nil {
 		return nil, err
 	}
-	spec, err := envs.Lookup(cfg.Env)
-	if err != nil {
-		return nil, err
-	}
+	spec := cfg.Env
 	actDim, discrete := spec.Action.Dim(), false
 	if _, ok := spec.Action.(envs.Discrete); ok {
 		actDim, discrete = 1, true
@@ -240,7 +238,7 @@ func (b *Batcher) newWorker(ctx context.Context, w int, policy *bind.Policy, act
 	for i := range m {
 		wk.rngs[i], wk.pcgs[i] = samplingStream(b.cfg.Seed, w*m+i)
 	}
-	env, err := envs.Make(b.cfg.Env, envs.Config{NumEnvs: m, Seed: b.cfg.Seed, Offset: w * m,
+	env, err := envs.Make(b.cfg.Env.ID, envs.Config{NumEnvs: m, Seed: b.cfg.Seed, Offset: w * m,
 		MaxEpisodeSteps: b.cfg.MaxEpisodeSteps, Threads: b.cfg.EnvThreads, NoSpin: b.cfg.NoSpin})
 	if err != nil {
 		return nil, err

@@ -76,7 +76,7 @@ func newBatcher(t testing.TB, cfg Config, p *bind.Policy) *Batcher {
 // must be the same, so the columnar bookkeeping (rows t·N+i, worker slices) is right.
 func TestRolloutMatchesSingleEnvReplay(t *testing.T) {
 	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 3, Steps: 60, Seed: 11}, p)
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 3, Steps: 60, Seed: 11}, p)
 	r, err := b.Collect(context.Background(), 60)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestRolloutMatchesSingleEnvReplay(t *testing.T) {
 func TestSameTrajectoriesWhateverTheWorkers(t *testing.T) {
 	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	collect := func(w, m, threads int) *Rollout {
-		b := newBatcher(t, Config{Env: "CartPole-v1", Workers: w, EnvsPerWorker: m, EnvThreads: threads, Steps: 40, Seed: 5}, p)
+		b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: w, EnvsPerWorker: m, EnvThreads: threads, Steps: 40, Seed: 5}, p)
 		r, err := b.Collect(context.Background(), 40)
 		if err != nil {
 			t.Fatal(err)
@@ -170,7 +170,7 @@ func TestHotSwapNeverMixesVersions(t *testing.T) {
 		}
 		return p
 	}
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 16, Steps: 50, Deterministic: true}, mk(0))
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 16, Steps: 50, Deterministic: true}, mk(0))
 	stop := keepPublishing(t, func(v int64) error { return b.UpdatePolicy(ctx, mk(v)) })
 	vc := newVersionChecker(2, 16)
 	// Collect until several versions have gone through (each swap builds sessions, which is
@@ -250,7 +250,7 @@ func TestForeignGaussianOnPendulum(t *testing.T) {
 	if p.Spec().Head != head.GaussianKind || p.Spec().ActionSpace() != "box:1:-2:2" {
 		t.Fatalf("spec %+v", p.Spec())
 	}
-	b := newBatcher(t, Config{Env: "Pendulum-v1", Workers: 1, EnvsPerWorker: 8, Steps: 200, Seed: 1}, p)
+	b := newBatcher(t, Config{Env: envSpec("Pendulum-v1"), Workers: 1, EnvsPerWorker: 8, Steps: 200, Seed: 1}, p)
 	r, err := b.Collect(context.Background(), 200)
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func TestForeignGaussianOnPendulum(t *testing.T) {
 }
 
 func TestRandomPolicyAndErrors(t *testing.T) {
-	b := newBatcher(t, Config{Env: "MountainCarContinuous-v0", EnvsPerWorker: 4, Steps: 10}, nil)
+	b := newBatcher(t, Config{Env: envSpec("MountainCarContinuous-v0"), EnvsPerWorker: 4, Steps: 10}, nil)
 	r, err := b.Collect(context.Background(), 10)
 	if err != nil {
 		t.Fatal(err)
@@ -290,10 +290,10 @@ func TestRandomPolicyAndErrors(t *testing.T) {
 	if _, err := b.Collect(ctx, 5); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
-	if _, err := New(context.Background(), Config{Env: "CartPole-v9"}, nil); !errors.Is(err, envs.ErrUnknownEnv) {
-		t.Fatalf("unknown env: %v", err)
+	if _, err := New(context.Background(), Config{}, nil); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "Env is required") {
+		t.Fatalf("no env: %v", err)
 	}
-	if _, err := New(context.Background(), Config{Env: "CartPole-v1", Workers: -1}, nil); !errors.Is(err, ErrConfig) {
+	if _, err := New(context.Background(), Config{Env: envSpec("CartPole-v1"), Workers: -1}, nil); !errors.Is(err, ErrConfig) {
 		t.Fatalf("Workers -1: %v", err)
 	}
 	if err := b.Close(); err != nil {
@@ -337,7 +337,7 @@ func (otherDevice) String() string { return "cpu:1" }
 // for LastObs and FinalObs, as a separate ONNX Runtime session computes them.
 func TestBootstrapValues(t *testing.T) {
 	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 4, Steps: 60, Seed: 4, MaxEpisodeSteps: 15}, p)
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 4, Steps: 60, Seed: 4, MaxEpisodeSteps: 15}, p)
 	r, err := b.Collect(context.Background(), 60)
 	if err != nil {
 		t.Fatal(err)

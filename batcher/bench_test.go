@@ -26,7 +26,7 @@ func TestCollectAllocatesNothing(t *testing.T) {
 			cfg.Publish = tr.layout
 		}
 		p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", cfg)
-		b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 64, Steps: 32}, p)
+		b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 64, Steps: 32}, p)
 		if publish {
 			tr.perturb(rand.New(rand.NewPCG(1, 1)), 0.01)
 			if err := b.Publish(ctx, 1, tr.flat); err != nil {
@@ -59,7 +59,7 @@ func TestCollectAllocatesNothing(t *testing.T) {
 func BenchmarkBatcher(b *testing.B) {
 	const workers, envs, steps = 2, 1024, 64
 	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
-	bt := newBatcher(b, Config{Env: "CartPole-v1", Workers: workers, EnvsPerWorker: envs, Steps: steps}, p)
+	bt := newBatcher(b, Config{Env: envSpec("CartPole-v1"), Workers: workers, EnvsPerWorker: envs, Steps: steps}, p)
 	before, t := benchCollect(b, bt, steps)
 	rate := float64(t.Steps-before.Steps) / b.Elapsed().Seconds()
 	calls := int(t.Steps-before.Steps) / (workers * envs)
@@ -127,7 +127,7 @@ func BenchmarkForeignTwins(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				bt := newBatcher(b, Config{Env: f.Env, EnvsPerWorker: 256, Steps: 64, Deterministic: p.Stochastic() != nil}, p)
+				bt := newBatcher(b, Config{Env: envSpec(f.Env), EnvsPerWorker: 256, Steps: 64, Deterministic: p.Stochastic() != nil}, p)
 				before, t := benchCollect(b, bt, 64)
 				b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/b.Elapsed().Seconds(), "%inference")
 			})
@@ -252,7 +252,7 @@ func BenchmarkPublish(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				bt := newBatcher(b, Config{Env: "CartPole-v1", Workers: c.workers, EnvsPerWorker: c.m, Steps: 1}, p)
+				bt := newBatcher(b, Config{Env: envSpec("CartPole-v1"), Workers: c.workers, EnvsPerWorker: c.m, Steps: 1}, p)
 				v := int64(0)
 				for b.Loop() {
 					v++

@@ -46,7 +46,7 @@ func TestFixedBatchFallback(t *testing.T) {
 		t.Fatalf("dynamic policy: FixedBatch() = %d", linear.FixedBatch())
 	}
 	collect := func(p *bind.Policy) *Rollout {
-		b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 5, Steps: 40, Seed: 3}, p)
+		b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 5, Steps: 40, Seed: 3}, p)
 		r, err := b.Collect(ctx, 40)
 		if err != nil {
 			t.Fatal(err)
@@ -150,7 +150,7 @@ func TestUpdatePolicyWithModel(t *testing.T) {
 	m := bindtest.Parse(t, broken)
 	m.Graph.Initializer = m.Graph.Initializer[1:]
 	broken, _ = proto.Marshal(m)
-	b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 4, Steps: 4, Deterministic: true}, p)
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 4, Steps: 4, Deterministic: true}, p)
 	if err := b.UpdatePolicy(ctx, p.WithModel(broken, 3)); !errors.Is(err, bind.ErrPolicy) || !strings.Contains(err.Error(), "initializer") {
 		t.Errorf("UpdatePolicy with a model missing a weight: %v", err)
 	}
@@ -174,11 +174,11 @@ func TestDeterministicOnlyNeedsDeterministic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = New(context.Background(), Config{Env: "Pendulum-v1", EnvsPerWorker: 2, Steps: 2}, p)
+	_, err = New(context.Background(), Config{Env: envSpec("Pendulum-v1"), EnvsPerWorker: 2, Steps: 2}, p)
 	if !errors.Is(err, head.ErrDeterministicOnly) || !errors.Is(err, bind.ErrPolicy) || !strings.Contains(err.Error(), "--deterministic") {
 		t.Fatalf("sampling a deterministic-only policy: %v", err)
 	}
-	b := newBatcher(t, Config{Env: "Pendulum-v1", EnvsPerWorker: 2, Steps: 2, Deterministic: true}, p)
+	b := newBatcher(t, Config{Env: envSpec("Pendulum-v1"), EnvsPerWorker: 2, Steps: 2, Deterministic: true}, p)
 	r, err := b.Collect(context.Background(), 2)
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func TestRecurrentCollectAllocatesNothing(t *testing.T) {
 	for _, name := range []string{"sb3c_recurrentppo_cartpole", "rllib_cartpole_lstm"} {
 		t.Run(name, func(t *testing.T) {
 			p := loadPolicy(t, filepath.Join(bindtest.ForeignDir, name+".onnx"), "CartPoleNoVel-v1", bind.Config{})
-			b := newBatcher(t, Config{Env: "CartPoleNoVel-v1", EnvsPerWorker: 8, Steps: 16, MaxEpisodeSteps: 20}, p)
+			b := newBatcher(t, Config{Env: envSpec("CartPoleNoVel-v1"), EnvsPerWorker: 8, Steps: 16, MaxEpisodeSteps: 20}, p)
 			ctx := context.Background()
 			for range 20 {
 				if _, err := b.Collect(ctx, 16); err != nil {
@@ -245,7 +245,7 @@ func TestNamesAsRecognisedReturns(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, det := range []bool{true, false} {
-				cfg := EvalConfig{Env: "Pendulum-v1", Episodes: 4, Envs: 2, Seed: 7, Deterministic: det}
+				cfg := EvalConfig{Env: envSpec("Pendulum-v1"), Episodes: 4, Envs: 2, Seed: 7, Deterministic: det}
 				want, err := Evaluate(ctx, cfg, bare)
 				if err != nil {
 					t.Fatal(err)

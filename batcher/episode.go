@@ -61,5 +61,5 @@ func RecordEpisode(ctx context.Context, cfg EvalConfig, policy *bind.Policy) (Tr
 		}
 	}
 	return Trajectory{}, fmt.Errorf("%w: the episode of %s did not end in %d steps; give it a time limit (MaxEpisodeSteps)",
-		ErrConfig, cfg.Env, maxRecordSteps)
+		ErrConfig, cfg.Env.ID, maxRecordSteps)
 }

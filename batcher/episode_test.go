@@ -13,7 +13,7 @@ import (
 func TestRecordEpisode(t *testing.T) {
 	ctx := context.Background()
 	for seed := range uint64(4) {
-		tr, err := RecordEpisode(ctx, EvalConfig{Env: "CartPole-v1", Seed: seed}, nil)
+		tr, err := RecordEpisode(ctx, EvalConfig{Env: envSpec("CartPole-v1"), Seed: seed}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +31,7 @@ func TestRecordEpisode(t *testing.T) {
 				t.Errorf("seed %d: step %d starts past the thresholds: %v", seed, i, o[:4])
 			}
 		}
-		ev, err := Evaluate(ctx, EvalConfig{Env: "CartPole-v1", Episodes: 1, Seed: seed}, nil)
+		ev, err := Evaluate(ctx, EvalConfig{Env: envSpec("CartPole-v1"), Episodes: 1, Seed: seed}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

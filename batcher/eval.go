@@ -6,12 +6,13 @@ import (
 	"math"
 
 	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/envs"
 )
 
 // EvalConfig configures Evaluate. The zero value needs Env and Episodes.
 type EvalConfig struct {
-	Env      string // Gymnasium id (required)
-	Episodes int    // whole episodes to run (required, >= 1)
+	Env      envs.Spec // the environment, resolved where the tool starts (required)
+	Episodes int       // whole episodes to run (required, >= 1)
 	// Envs is the number of envs run side by side. Default: min(Episodes, 16).
 	Envs int
 	Seed uint64

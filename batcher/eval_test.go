@@ -11,7 +11,7 @@ import (
 func TestEvaluate(t *testing.T) {
 	ctx := context.Background()
 	// Random CartPole: every episode counts, lengths are what the returns say (reward 1 a step).
-	res, err := Evaluate(ctx, EvalConfig{Env: "CartPole-v1", Episodes: 25, Envs: 4, Seed: 9}, nil)
+	res, err := Evaluate(ctx, EvalConfig{Env: envSpec("CartPole-v1"), Episodes: 25, Envs: 4, Seed: 9}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,17 +28,17 @@ func TestEvaluate(t *testing.T) {
 	if res.ReturnMean != sum/25 || res.LengthMean != res.ReturnMean {
 		t.Fatalf("mean %v, want %v", res.ReturnMean, sum/25)
 	}
-	again, _ := Evaluate(ctx, EvalConfig{Env: "CartPole-v1", Episodes: 25, Envs: 4, Seed: 9}, nil)
+	again, _ := Evaluate(ctx, EvalConfig{Env: envSpec("CartPole-v1"), Episodes: 25, Envs: 4, Seed: 9}, nil)
 	if again.ReturnMean != res.ReturnMean {
 		t.Fatal("same seed, different evaluation")
 	}
 	// Pendulum episodes are always 200 steps.
 	p := loadPolicy(t, "../testdata/gaussian_relu.onnx", "Pendulum-v1", bind.Config{})
-	res, err = Evaluate(ctx, EvalConfig{Env: "Pendulum-v1", Episodes: 3, Deterministic: true}, p)
+	res, err = Evaluate(ctx, EvalConfig{Env: envSpec("Pendulum-v1"), Episodes: 3, Deterministic: true}, p)
 	if err != nil || res.LengthMean != 200 || len(res.Returns) != 3 {
 		t.Fatalf("pendulum: %+v %v", res, err)
 	}
-	if _, err := Evaluate(ctx, EvalConfig{Env: "CartPole-v1"}, nil); !errors.Is(err, ErrConfig) {
+	if _, err := Evaluate(ctx, EvalConfig{Env: envSpec("CartPole-v1")}, nil); !errors.Is(err, ErrConfig) {
 		t.Fatalf("0 episodes: %v", err)
 	}
 }

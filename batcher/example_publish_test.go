@@ -33,7 +33,7 @@ func ExampleBatcher_Publish() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	b, err := batcher.New(ctx, batcher.Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 8, Steps: 16}, p)
+	b, err := batcher.New(ctx, batcher.Config{Env: spec, Workers: 2, EnvsPerWorker: 8, Steps: 16}, p)
 	if err != nil {
 		log.Fatal(err)
 	}

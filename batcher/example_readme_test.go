@@ -31,7 +31,7 @@ func ExampleEvaluate() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: "CartPole-v1", Episodes: 10, Seed: 7, Deterministic: true}, p)
+	res, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: spec, Episodes: 10, Seed: 7, Deterministic: true}, p)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func ExampleBatcher_Collect() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	b, err := batcher.New(ctx, batcher.Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 8, Steps: 16, Seed: 1}, p)
+	b, err := batcher.New(ctx, batcher.Config{Env: spec, Workers: 2, EnvsPerWorker: 8, Steps: 16, Seed: 1}, p)
 	if err != nil {
 		log.Fatal(err)
 	}

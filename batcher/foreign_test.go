@@ -85,7 +85,7 @@ func TestForeignReturns(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := Evaluate(context.Background(), EvalConfig{Env: f.Env, Episodes: episodes, Deterministic: true, Seed: 7}, p)
+			res, err := Evaluate(context.Background(), EvalConfig{Env: envSpec(f.Env), Episodes: episodes, Deterministic: true, Seed: 7}, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +138,7 @@ func TestFixedBatchTwins(t *testing.T) {
 					t.Fatal(err)
 				}
 				det := p.Stochastic() != nil
-				b := newBatcher(t, Config{Env: f.Env, EnvsPerWorker: 16, Steps: 64, Seed: 4, Deterministic: det}, p)
+				b := newBatcher(t, Config{Env: envSpec(f.Env), EnvsPerWorker: 16, Steps: 64, Seed: 4, Deterministic: det}, p)
 				r, err := b.Collect(ctx, 64)
 				if err != nil {
 					t.Fatal(err)

@@ -122,12 +122,8 @@ func CheckMemory(cfg Config, shards bool, mem Memory) error {
 	if err != nil {
 		return err
 	}
-	spec, err := envs.Lookup(cfg.Env)
-	if err != nil {
-		return err
-	}
 	x := [4]uint64{uint64(cfg.Workers), uint64(cfg.EnvsPerWorker), uint64(cfg.Steps), 0}
-	return newFootprint(spec, shards).check(cfg.Env, x, mem)
+	return newFootprint(cfg.Env, shards).check(cfg.Env.ID, x, mem)
 }
 
 // CheckEvalMemory is CheckMemory for Evaluate with cfg: one worker of cfg.Envs envs, and the
@@ -142,12 +138,11 @@ func CheckEvalMemory(cfg EvalConfig, mem Memory) error {
 	if cfg.Envs < 0 {
 		return fmt.Errorf("%w: Envs = %d, want >= 1", ErrConfig, cfg.Envs)
 	}
-	spec, err := envs.Lookup(cfg.Env)
-	if err != nil {
-		return err
+	if cfg.Env.ID == "" {
+		return fmt.Errorf("%w: Env is required", ErrConfig)
 	}
 	x := [4]uint64{1, uint64(cfg.Envs), evalSteps, uint64(cfg.Episodes)}
-	return newFootprint(spec, false).check(cfg.Env, x, mem)
+	return newFootprint(cfg.Env, false).check(cfg.Env.ID, x, mem)
 }
 
 // formatBytes writes n in binary units: "512 B", "1.5 MiB", "858.3 GiB".

@@ -28,7 +28,7 @@ func TestCheckMemory(t *testing.T) {
 	// fixed.
 	const fixed, perWorker, perEnv = 64 << 20, 4 << 20, 480
 	need := uint64(fixed + 2*perWorker + 2*3*(perEnv+5*(72+42)))
-	cfg := Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 3, Steps: 5}
+	cfg := Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 3, Steps: 5}
 	if err := CheckMemory(cfg, true, Memory{need, "test"}); err != nil {
 		t.Fatalf("exactly enough: %v", err)
 	}
@@ -53,11 +53,11 @@ func TestCheckMemory(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"1e8 envs", Config{Env: "CartPole-v1", EnvsPerWorker: 100000000, Steps: 128},
+		{"1e8 envs", Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 100000000, Steps: 128},
 			"batcher: not enough memory: CartPole-v1 with 1 worker × 100000000 envs × 128 steps needs about 1.4 TiB, and 8.0 GiB is available (test)"},
-		{"2^62 envs × 4 workers", Config{Env: "CartPole-v1", EnvsPerWorker: 1 << 62, Workers: 4, Steps: 128},
+		{"2^62 envs × 4 workers", Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 1 << 62, Workers: 4, Steps: 128},
 			"needs more than 64 bits can count (the sizes' product overflows), and 8.0 GiB is available (test)"},
-		{"2^62 steps", Config{Env: "Pendulum-v1", Steps: 1 << 62}, "the sizes' product overflows"},
+		{"2^62 steps", Config{Env: envSpec("Pendulum-v1"), Steps: 1 << 62}, "the sizes' product overflows"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := CheckMemory(tc.cfg, true, Memory{8 << 30, "test"})
@@ -66,12 +66,12 @@ func TestCheckMemory(t *testing.T) {
 			}
 		})
 	}
-	errors.As(CheckMemory(Config{Env: "CartPole-v1", EnvsPerWorker: 100000000, Steps: 128}, true, Memory{8 << 30, "test"}), &me)
+	errors.As(CheckMemory(Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 100000000, Steps: 128}, true, Memory{8 << 30, "test"}), &me)
 	// (8 GiB - 68 MiB) / (480 + 128·114) bytes per env.
 	if want := (8<<30 - 68<<20) / (480 + 128*114); me.FitEnvsPerWorker != want || me.FitWorkers != 0 {
 		t.Fatalf("fits %d envs, %d workers; want %d envs, 0 workers", me.FitEnvsPerWorker, me.FitWorkers, want)
 	}
-	for _, cfg := range []Config{{Env: "CartPole-v1", EnvsPerWorker: -1}, {Env: "Pong-v5"}} {
+	for _, cfg := range []Config{{Env: envSpec("CartPole-v1"), EnvsPerWorker: -1}, {}} {
 		if err := CheckMemory(cfg, false, Memory{8 << 30, "test"}); err == nil || errors.Is(err, ErrMemory) {
 			t.Fatalf("%+v: %v", cfg, err)
 		}
@@ -83,7 +83,7 @@ func TestCheckEvalMemory(t *testing.T) {
 	// 144+32+256 = 432, 64 bytes an episode, one worker, rollouts of 64 steps.
 	envs, episodes := uint64(16), uint64(1000)
 	need := 64<<20 + 4<<20 + envs*(432+64*64) + episodes*64
-	cfg := EvalConfig{Env: "Pendulum-v1", Episodes: int(episodes)}
+	cfg := EvalConfig{Env: envSpec("Pendulum-v1"), Episodes: int(episodes)}
 	if err := CheckEvalMemory(cfg, Memory{need, "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,14 +95,14 @@ func TestCheckEvalMemory(t *testing.T) {
 		cfg  EvalConfig
 		want string
 	}{
-		{EvalConfig{Env: "Pendulum-v1", Episodes: 10, Envs: 100000000}, "Pendulum-v1 with 100000000 envs × 64 steps and 10 episodes needs about 421.8 GiB"},
-		{EvalConfig{Env: "Pendulum-v1", Episodes: math.MaxInt}, "16 envs × 64 steps and 9223372036854775807 episodes needs more than 64 bits can count"},
+		{EvalConfig{Env: envSpec("Pendulum-v1"), Episodes: 10, Envs: 100000000}, "Pendulum-v1 with 100000000 envs × 64 steps and 10 episodes needs about 421.8 GiB"},
+		{EvalConfig{Env: envSpec("Pendulum-v1"), Episodes: math.MaxInt}, "16 envs × 64 steps and 9223372036854775807 episodes needs more than 64 bits can count"},
 	} {
 		if err := CheckEvalMemory(tc.cfg, Memory{8 << 30, "test"}); !errors.Is(err, ErrMemory) || !strings.Contains(err.Error(), tc.want) {
 			t.Fatalf("%+v: %v, want %q", tc.cfg, err, tc.want)
 		}
 	}
-	for _, cfg := range []EvalConfig{{Env: "Pendulum-v1"}, {Env: "Pendulum-v1", Episodes: 1, Envs: -2}} {
+	for _, cfg := range []EvalConfig{{Env: envSpec("Pendulum-v1")}, {Env: envSpec("Pendulum-v1"), Episodes: 1, Envs: -2}, {Episodes: 1}} {
 		if err := CheckEvalMemory(cfg, Memory{8 << 30, "test"}); !errors.Is(err, ErrConfig) {
 			t.Fatalf("%+v: %v", cfg, err)
 		}

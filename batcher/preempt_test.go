@@ -29,7 +29,7 @@ func TestCollectPreemptible(t *testing.T) {
 		{"nil stop", nil, steps, steps},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 3, Steps: steps, Seed: 7}
+			cfg := Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 3, Steps: steps, Seed: 7}
 			a, b := newBatcher(t, cfg, p), newBatcher(t, cfg, p)
 			var polls atomic.Int64
 			pre := Preempt{MinSteps: minSteps}
@@ -95,7 +95,7 @@ func samePrefix(t *testing.T, a, b *Rollout) {
 func TestCollectPreemptibleAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 64, Steps: 32}, p)
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 64, Steps: 32}, p)
 	var n atomic.Int64
 	for _, pre := range []Preempt{
 		{MinSteps: 8, Stop: func() bool { return false }},
@@ -118,7 +118,7 @@ func TestCollectPreemptibleAllocatesNothing(t *testing.T) {
 
 // TestCollectPreemptibleRefusals: the lengths Collect refuses, CollectPreemptible refuses.
 func TestCollectPreemptibleRefusals(t *testing.T) {
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 1, EnvsPerWorker: 2, Steps: 8}, nil)
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: 1, EnvsPerWorker: 2, Steps: 8}, nil)
 	stop := Preempt{Stop: func() bool { return true }}
 	for _, steps := range []int{0, 9} {
 		if _, err := b.CollectPreemptible(context.Background(), steps, stop); !errors.Is(err, ErrConfig) {

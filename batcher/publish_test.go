@@ -161,7 +161,7 @@ func TestPublishMatchesExport(t *testing.T) {
 				t.Fatal(err)
 			}
 			const workers, m, steps = 2, 8, 20
-			b := newBatcher(t, Config{Env: tc.env, Workers: workers, EnvsPerWorker: m, Steps: steps, Seed: 5}, p)
+			b := newBatcher(t, Config{Env: envSpec(tc.env), Workers: workers, EnvsPerWorker: m, Steps: steps, Seed: 5}, p)
 			r1, err := b.Collect(ctx, steps)
 			if err != nil {
 				t.Fatal(err)
@@ -340,7 +340,7 @@ func TestPublishNeverMixesVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	const workers, m = 2, 16
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: workers, EnvsPerWorker: m, Steps: 50, Deterministic: true}, p)
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: workers, EnvsPerWorker: m, Steps: 50, Deterministic: true}, p)
 	flat := make([]float32, 15)
 	stop := keepPublishing(t, func(v int64) error {
 		copy(flat, constWeights(v))
@@ -371,7 +371,7 @@ func TestPublishAndUpdatePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 4, Steps: 5, Deterministic: true}, p)
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 4, Steps: 5, Deterministic: true}, p)
 	check := func(want int64) {
 		t.Helper()
 		r, err := b.Collect(ctx, 5)
@@ -425,7 +425,7 @@ func TestPublishErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(ctx, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 4, Steps: 3, Deterministic: true}, p)
+	b, err := New(ctx, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 4, Steps: 3, Deterministic: true}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +469,7 @@ func TestPublishErrors(t *testing.T) {
 	}
 
 	for name, pol := range map[string]*bind.Policy{"a policy without a layout": loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{}), "random actions": nil} {
-		b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 2, Steps: 2}, pol)
+		b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 2, Steps: 2}, pol)
 		if err := b.Publish(ctx, 1, constWeights(1)); !errors.Is(err, bind.ErrPublish) || !strings.Contains(err.Error(), "not built with bind.Config.Publish") {
 			t.Errorf("%s: Publish error %v", name, err)
 		}
@@ -505,7 +505,7 @@ func TestPublishConvWarns(t *testing.T) {
 	if len(warned) != 1 || fmt.Sprint(warned[0].ContextMap()["conv_weights"]) != "[cw]" {
 		t.Errorf("no warning naming the published convolution weight cw: %v", warned)
 	}
-	b := newBatcher(t, Config{Env: "CartPole-v1", EnvsPerWorker: 4, Steps: 2, Deterministic: true}, p)
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 4, Steps: 2, Deterministic: true}, p)
 	flat := slices.Concat([]float32{-1, 0}, bindtest.CartPoleW, bindtest.CartPoleB, make([]float32, 4), []float32{3})
 	if err := b.Publish(ctx, 2, flat); err != nil {
 		t.Fatal(err)

@@ -177,7 +177,7 @@ func TestRecurrentRolloutReplays(t *testing.T) {
 				t.Fatal(err)
 			}
 			const m, steps = 3, 40
-			b := newBatcher(t, Config{Env: f.Env, Workers: 2, EnvsPerWorker: m, Steps: steps, Seed: 9, MaxEpisodeSteps: 25}, p)
+			b := newBatcher(t, Config{Env: envSpec(f.Env), Workers: 2, EnvsPerWorker: m, Steps: steps, Seed: 9, MaxEpisodeSteps: 25}, p)
 			var r *Rollout
 			for range 2 {
 				if r, err = b.Collect(ctx, steps); err != nil {

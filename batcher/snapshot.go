@@ -47,7 +47,7 @@ func (b *Batcher) Snapshot() ([]byte, error) {
 	for _, wk := range b.workers {
 		s, ok := wk.env.(envs.Snapshotter)
 		if !ok {
-			return nil, fmt.Errorf("%w: %s envs cannot be snapshotted", ErrSnapshot, b.cfg.Env)
+			return nil, fmt.Errorf("%w: %s envs cannot be snapshotted", ErrSnapshot, b.cfg.Env.ID)
 		}
 		env, err := s.Snapshot()
 		if err != nil {

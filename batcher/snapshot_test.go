@@ -21,7 +21,7 @@ func TestSnapshotResumesCollection(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := loadPolicy(t, tc.path, tc.env, bind.Config{})
-			cfg := Config{Env: tc.env, Workers: 2, EnvsPerWorker: 3, Steps: 40, Seed: 21}
+			cfg := Config{Env: envSpec(tc.env), Workers: 2, EnvsPerWorker: 3, Steps: 40, Seed: 21}
 			a := newBatcher(t, cfg, p)
 			ctx := context.Background()
 			for range 3 {
@@ -62,7 +62,7 @@ func TestSnapshotResumesCollection(t *testing.T) {
 					}
 				}
 			}
-			small := newBatcher(t, Config{Env: tc.env, Workers: 1, EnvsPerWorker: 3, Steps: 40}, p)
+			small := newBatcher(t, Config{Env: envSpec(tc.env), Workers: 1, EnvsPerWorker: 3, Steps: 40}, p)
 			if err := small.Restore(snap); !errors.Is(err, ErrSnapshot) {
 				t.Fatalf("restoring 2 workers into 1: %v", err)
 			}
@@ -70,7 +70,7 @@ func TestSnapshotResumesCollection(t *testing.T) {
 				t.Fatalf("truncated snapshot: %v", err)
 			}
 			// A snapshot with recurrent states fits only a batcher whose policy carries them.
-			random := newBatcher(t, Config{Env: tc.env, Workers: 2, EnvsPerWorker: 3, Steps: 40}, nil)
+			random := newBatcher(t, Config{Env: envSpec(tc.env), Workers: 2, EnvsPerWorker: 3, Steps: 40}, nil)
 			err = random.Restore(snap)
 			if p.Recurrent() && (!errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "recurrent")) {
 				t.Fatalf("restoring recurrent states into a batcher without: %v", err)

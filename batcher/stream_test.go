@@ -165,7 +165,7 @@ func TestStreamMatchesCollect(t *testing.T) {
 	for _, c := range streamCases {
 		t.Run(c.name, func(t *testing.T) {
 			p, tr := publishedPolicy(t, c)
-			cfg := Config{Env: c.env, Workers: 2, EnvsPerWorker: 3, Steps: 20, Seed: 7, MaxEpisodeSteps: 15}
+			cfg := Config{Env: envSpec(c.env), Workers: 2, EnvsPerWorker: 3, Steps: 20, Seed: 7, MaxEpisodeSteps: 15}
 			ref, str := newBatcher(t, cfg, p), newBatcher(t, cfg, p)
 			const steps, rollouts = 10, 6
 			s := newStream(t, str, StreamConfig{Slots: 2, Steps: steps})
@@ -225,7 +225,7 @@ func TestStreamConcatenates(t *testing.T) {
 	for _, c := range streamCases[:2] {
 		t.Run(c.name, func(t *testing.T) {
 			p, _ := publishedPolicy(t, c)
-			cfg := Config{Env: c.env, Workers: 2, EnvsPerWorker: 4, Steps: 24, Seed: 3, MaxEpisodeSteps: 10}
+			cfg := Config{Env: envSpec(c.env), Workers: 2, EnvsPerWorker: 4, Steps: 24, Seed: 3, MaxEpisodeSteps: 10}
 			ref, str := newBatcher(t, cfg, p), newBatcher(t, cfg, p)
 			want, err := ref.Collect(ctx, 24)
 			if err != nil {
@@ -285,7 +285,7 @@ func constBatcher(t testing.TB, workers, m, steps int) *Batcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newBatcher(t, Config{Env: "CartPole-v1", Workers: workers, EnvsPerWorker: m, Steps: steps, Deterministic: true}, p)
+	return newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: workers, EnvsPerWorker: m, Steps: steps, Deterministic: true}, p)
 }
 
 // waitFor polls cond until it holds, failing after 20 s.
@@ -561,7 +561,7 @@ func TestStreamStops(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := New(ctx, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 4, Steps: 5, Deterministic: true}, p)
+		b, err := New(ctx, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 4, Steps: 5, Deterministic: true}, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -630,7 +630,7 @@ func TestStreamConcurrentConsumers(t *testing.T) {
 // anywhere in the process (the workers filling the ring included).
 func TestStreamAllocatesNothing(t *testing.T) {
 	p, _ := publishedPolicy(t, streamCases[0])
-	b := newBatcher(t, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 64, Steps: 32}, p)
+	b := newBatcher(t, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 64, Steps: 32}, p)
 	s := newStream(t, b, StreamConfig{Slots: 3})
 	cycle := func() {
 		slot, _ := next(t, s)
@@ -655,7 +655,7 @@ func BenchmarkStream(b *testing.B) {
 	ctx := context.Background()
 	const steps = 64
 	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
-	bt := newBatcher(b, Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 1024, Steps: steps}, p)
+	bt := newBatcher(b, Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 1024, Steps: steps}, p)
 	t0 := time.Now()
 	for range 5 {
 		if _, err := bt.Collect(ctx, steps); err != nil {

@@ -480,3 +480,36 @@ func TestWithModelNewWeights(t *testing.T) {
 		t.Errorf("a Runner of a model missing a weight: %v", err)
 	}
 }
+
+// TestBareMeanSaysWhatIsAssumed: a Box policy whose only action output is a mean (SB3's old
+// PPO recipe; SB3 1.x SAC exports the same shape with its mean before tanh) is still bound and
+// run, and the log says it is taken as a Gaussian mean clipped to the bounds and names
+// --head tanh-gaussian; policies with a log_std or a tanh in the graph get no such note.
+func TestBareMeanSaysWhatIsAssumed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		note bool
+	}{{"sb3_ppo_pendulum_old", true}, {"sb3_ppo_pendulum", false}, {"sb3_sac_pendulum", false}, {"cleanrl_pendulum", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, logs := observed()
+			p, err := load(t, filepath.Join(bindtest.ForeignDir, tc.name+".onnx"), "Pendulum-v1", cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			said := bindtest.Logged(logs, "taken as a Gaussian mean clipped to the bounds [-2] to [2]") &&
+				bindtest.Logged(logs, "--head tanh-gaussian")
+			if said != tc.note {
+				t.Fatalf("note logged %v, want %v; log %v", said, tc.note, logs.All())
+			}
+			if tc.note {
+				obs := bindtest.ReadNpy(t, filepath.Join(bindtest.ForeignDir, tc.name+".input.npy")).F32
+				_, env, logp, _ := runAgent(t, p, obs, len(obs)/3, true)
+				for i := range env {
+					if env[i] < -2 || env[i] > 2 || logp[i] != 0 {
+						t.Fatalf("row %d: action %v logp %v, want a mean clipped to [-2, 2] and 0", i, env[i], logp[i])
+					}
+				}
+			}
+		})
+	}
+}

@@ -254,10 +254,28 @@ func FromModel(ctx context.Context, model *onnx.Model, version int64, env envs.S
 	}
 	p := &Policy{model: pr.model, version: version, spec: spec, outs: outs, binding: pr.binding, feeds: fd, cfg: cfg,
 		fixed: fixed, reweigh: pr.reweigh, pub: pub}
+	if note := p.bareMean(); note != "" {
+		log.Info("policy: " + note)
+	}
 	if w := p.probeScale(ctx, env); w != "" {
 		log.Warn("policy: " + w)
 	}
 	return p, nil
+}
+
+// bareMean says what is assumed of a Box policy whose only action output is a mean, with no
+// log_std and no tanh in the graph: the mean is the action, clipped to the env's bounds. An
+// SB3 1.x SAC actor exports exactly that shape but means its output before tanh, and nothing in
+// the graph tells the two apart, so the note names the flag that binds it so. Empty for every
+// other policy.
+func (p *Policy) bareMean() string {
+	b := p.binding
+	if p.spec.Head != head.GaussianKind || !p.outs.DeterministicOnly || p.outs.Params < 0 || p.outs.LogStd >= 0 ||
+		p.outs.Split || b.Family == layout.FamilyTowerRL {
+		return ""
+	}
+	return fmt.Sprintf("output %q is taken as a Gaussian mean clipped to the bounds %v to %v (the graph has no log_std and no tanh), so the policy runs deterministically; if it is a SAC actor's pre-tanh mean, bind it with --head tanh-gaussian",
+		b.Params, p.spec.Low, p.spec.High)
 }
 
 // probeScale runs a continuous feed-forward policy deterministically on the first

@@ -89,7 +89,7 @@ func writeRun(t *testing.T, dir string, run Run, appendRun bool, n, steps int) *
 // writeShards is writeRun that finishes the run or not (a run stopped early).
 func writeShards(t *testing.T, dir string, run Run, appendRun bool, n, steps int, finish bool) *Writer {
 	t.Helper()
-	b := newBatcher(t, batcher.Config{Env: run.Env, EnvsPerWorker: 3, Steps: steps, Seed: run.Seed}, nil)
+	b := newBatcher(t, batcher.Config{Env: envSpec(run.Env), EnvsPerWorker: 3, Steps: steps, Seed: run.Seed}, nil)
 	d := openDataset(t, dir, run, appendRun)
 	for range n {
 		r, err := b.Collect(context.Background(), steps)
@@ -492,7 +492,7 @@ func datasetChild(t *testing.T) bool {
 	}
 	seed, _ := strconv.ParseUint(os.Getenv("TOWERRL_DATASET_SEED"), 10, 64)
 	after, _ := strconv.Atoi(os.Getenv("TOWERRL_DATASET_AFTER"))
-	b := newBatcher(t, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 64, Steps: 20, Seed: seed}, nil)
+	b := newBatcher(t, batcher.Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 64, Steps: 20, Seed: seed}, nil)
 	d, err := openRun(dir, Run{Env: "CartPole-v1", Seed: seed}, true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

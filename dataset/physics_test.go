@@ -21,7 +21,7 @@ import (
 // row's observation back, bit for bit.
 func TestShardsCarryQposQvel(t *testing.T) {
 	const id = "Hopper-v4" // observation: qpos[1:], clip(qvel, ±10)
-	b := newBatcher(t, batcher.Config{Env: id, Workers: 2, EnvsPerWorker: 2, Steps: 40, Seed: 3}, nil)
+	b := newBatcher(t, batcher.Config{Env: envSpec(id), Workers: 2, EnvsPerWorker: 2, Steps: 40, Seed: 3}, nil)
 	r, err := b.Collect(context.Background(), 40)
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestShardsCarryQposQvel(t *testing.T) {
 
 // Classic envs have no physical state: their shards keep the plain keys.
 func TestShardsOfClassicEnvsHaveNoQpos(t *testing.T) {
-	b := newBatcher(t, batcher.Config{Env: "CartPole-v1", Workers: 1, EnvsPerWorker: 2, Steps: 5, Seed: 1}, nil)
+	b := newBatcher(t, batcher.Config{Env: envSpec("CartPole-v1"), Workers: 1, EnvsPerWorker: 2, Steps: 5, Seed: 1}, nil)
 	r, err := b.Collect(context.Background(), 5)
 	if err != nil {
 		t.Fatal(err)

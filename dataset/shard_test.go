@@ -20,7 +20,7 @@ import (
 
 func TestShardsReadableAndConsistent(t *testing.T) {
 	p := loadPolicy(t, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
-	b := newBatcher(t, batcher.Config{Env: "CartPole-v1", Workers: 2, EnvsPerWorker: 4, Steps: 30, Seed: 3}, p)
+	b := newBatcher(t, batcher.Config{Env: envSpec("CartPole-v1"), Workers: 2, EnvsPerWorker: 4, Steps: 30, Seed: 3}, p)
 	r, err := b.Collect(context.Background(), 30)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestFullDiskLeavesOnlyCompleteShards(t *testing.T) {
 				writeRun(t, dir, Run{Env: "CartPole-v1", Seed: 1}, false, tc.earlier, 5)
 			}
 			manifest, _ := os.ReadFile(filepath.Join(dir, ManifestName))
-			b := newBatcher(t, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 8, Steps: 50}, nil)
+			b := newBatcher(t, batcher.Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 8, Steps: 50}, nil)
 			d := openDataset(t, dir, Run{Env: "CartPole-v1"}, tc.earlier > 0)
 			var want []string
 			for n := range tc.earlier + tc.before {
@@ -165,7 +165,7 @@ func TestFullDiskLeavesOnlyCompleteShards(t *testing.T) {
 // writer removes the shard the manifest does not list.
 func TestWriteFailureItCannotUndo(t *testing.T) {
 	dir := t.TempDir()
-	b := newBatcher(t, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 3, Steps: 5}, nil)
+	b := newBatcher(t, batcher.Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 3, Steps: 5}, nil)
 	d := openDataset(t, dir, Run{Env: "CartPole-v1"}, false)
 	r, err := b.Collect(context.Background(), 5)
 	if err != nil {

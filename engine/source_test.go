@@ -44,7 +44,7 @@ func (s *batcherSource) Publish(ctx context.Context, version int64, model []byte
 		if s.pol, err = bind.New(ctx, model, version, spec, bind.Config{}); err != nil {
 			return err
 		}
-		s.b, err = batcher.New(ctx, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 4, Steps: s.steps, Seed: 7}, s.pol)
+		s.b, err = batcher.New(ctx, batcher.Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 4, Steps: s.steps, Seed: 7}, s.pol)
 		return err
 	}
 	return s.b.UpdatePolicy(ctx, s.pol.WithModel(model, version))

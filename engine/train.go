@@ -309,7 +309,7 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 		return res, err
 	}
 	if cfg.EvalEpisodes > 0 && t.root() {
-		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: cfg.Env, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
+		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: t.spec, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
 			Deterministic: true}, t.pol.WithModel(t.model, t.version)) // t.model: the last export
 		if err != nil {
 			return res, err

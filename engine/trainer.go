@@ -141,7 +141,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		return errors.New("engine: PPO needs a policy with a value output to bootstrap from")
 	}
 	if t.source == nil {
-		if t.b, err = batcher.New(ctx, batcher.Config{Env: cfg.Env, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs,
+		if t.b, err = batcher.New(ctx, batcher.Config{Env: t.spec, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs,
 			Steps: cfg.RolloutSteps, Seed: t.batcherSeed(firstIteration), NoSpin: cfg.NoSpin}, t.pol); err != nil {
 			return err
 		}

@@ -142,7 +142,7 @@ func TestPackUnpack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := loadPolicy(t, tc.policy, tc.env, 3)
-			b := newBatcher(t, batcher.Config{Env: tc.env, Workers: 2, EnvsPerWorker: 3, Steps: 40, Seed: 9, MaxEpisodeSteps: tc.maxSteps}, p)
+			b := newBatcher(t, batcher.Config{Env: envSpec(tc.env), Workers: 2, EnvsPerWorker: 3, Steps: 40, Seed: 9, MaxEpisodeSteps: tc.maxSteps}, p)
 			for _, steps := range []int{40, 40, 17} {
 				r, err := b.Collect(context.Background(), steps)
 				if err != nil {
@@ -179,7 +179,7 @@ func TestPackUnpack(t *testing.T) {
 // ErrColumn naming what is wrong, never a panic or a short buffer.
 func TestUnpackRefuses(t *testing.T) {
 	p := loadPolicy(t, "../testdata/foreign/rllib_cartpole_lstm.onnx", "CartPoleNoVel-v1", 1)
-	b := newBatcher(t, batcher.Config{Env: "CartPoleNoVel-v1", EnvsPerWorker: 4, Steps: 30, Seed: 2, MaxEpisodeSteps: 10}, p)
+	b := newBatcher(t, batcher.Config{Env: envSpec("CartPoleNoVel-v1"), EnvsPerWorker: 4, Steps: 30, Seed: 2, MaxEpisodeSteps: 10}, p)
 	r, err := b.Collect(context.Background(), 30)
 	if err != nil {
 		t.Fatal(err)

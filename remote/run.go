@@ -457,7 +457,7 @@ func (r *runner) task(ctx context.Context) (err error) {
 	for a.Envs%workers != 0 {
 		workers--
 	}
-	b, err := batcher.New(ctx, batcher.Config{Env: a.EnvID, Workers: workers, EnvsPerWorker: a.Envs / workers,
+	b, err := batcher.New(ctx, batcher.Config{Env: spec, Workers: workers, EnvsPerWorker: a.Envs / workers,
 		EnvThreads: r.cfg.EnvThreads, Steps: a.RolloutLen, Seed: TaskSeed(a.Task), Logger: r.cfg.Logger}, pol)
 	if err != nil {
 		return fmt.Errorf("remote: starting the batcher for task %s: %w", a.ID, err)

@@ -194,7 +194,7 @@ func TestRunBatcherEndToEnd(t *testing.T) {
 			}
 			return p
 		}
-		ref := newBatcher(t, batcher.Config{Env: task.EnvID, Workers: sum.Workers, EnvsPerWorker: sum.EnvsPerWorker, Steps: task.RolloutLen, Seed: task.Seed},
+		ref := newBatcher(t, batcher.Config{Env: envSpec(task.EnvID), Workers: sum.Workers, EnvsPerWorker: sum.EnvsPerWorker, Steps: task.RolloutLen, Seed: task.Seed},
 			build(1))
 		version := int64(1)
 		for i, r := range rs {
@@ -407,7 +407,7 @@ func TestRunBatcherStopAndLost(t *testing.T) {
 func BenchmarkRunBatcher(b *testing.B) {
 	const envsN, steps = 64, 128
 	b.Run("local", func(b *testing.B) {
-		bt := newBatcher(b, batcher.Config{Env: "CartPole-v1", EnvsPerWorker: envsN, Steps: steps, Seed: 1},
+		bt := newBatcher(b, batcher.Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: envsN, Steps: steps, Seed: 1},
 			loadPolicy(b, policyV1, "CartPole-v1", 1))
 		for b.Loop() {
 			if _, err := bt.Collect(context.Background(), steps); err != nil {

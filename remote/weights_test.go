@@ -108,7 +108,7 @@ func TestSwapInPlace(t *testing.T) {
 	}
 	v1 := readFile(t, policyV1)
 	v2 := reweighted(t, v1, 0.7, "2")
-	cfg := batcher.Config{Env: "CartPole-v1", EnvsPerWorker: 8, Workers: 2, Steps: 64, Seed: 5}
+	cfg := batcher.Config{Env: envSpec("CartPole-v1"), EnvsPerWorker: 8, Workers: 2, Steps: 64, Seed: 5}
 
 	ps := &policies{spec: spec, log: zap.NewNop()}
 	first, err := ps.build(ctx, Policy{Version: 1, ONNX: v1}, ps.cfg)

@@ -210,29 +210,29 @@ func main() {
 	})
 }
 
-// validate checks every flag before anything is allocated, and returns the steps per env in
-// all (rounds) and per rollout (the batcher's buffer length).
-func validate(o options) (rounds int64, rollout int, err error) {
+// validate checks every flag before anything is allocated, and returns the env's spec and the
+// steps per env in all (rounds) and per rollout (the batcher's buffer length).
+func validate(o options) (env envs.Spec, rounds int64, rollout int, err error) {
 	switch {
 	case o.policy == "":
-		return 0, 0, errors.New(`--policy is required (a .onnx file, or "random")`)
+		return env, 0, 0, errors.New(`--policy is required (a .onnx file, or "random")`)
 	case o.env == "":
-		return 0, 0, errors.New("--env is required")
+		return env, 0, 0, errors.New("--env is required")
 	case o.appendRun && o.out == "":
-		return 0, 0, errors.New("--append needs --out, the folder to append to")
+		return env, 0, 0, errors.New("--append needs --out, the folder to append to")
 	case o.steps < 1:
-		return 0, 0, fmt.Errorf("--steps %d: want at least 1", o.steps)
+		return env, 0, 0, fmt.Errorf("--steps %d: want at least 1", o.steps)
 	case o.envs < 1:
-		return 0, 0, fmt.Errorf("--envs %d: want at least 1", o.envs)
+		return env, 0, 0, fmt.Errorf("--envs %d: want at least 1", o.envs)
 	case o.workers < 1:
-		return 0, 0, fmt.Errorf("--workers %d: want at least 1", o.workers)
+		return env, 0, 0, fmt.Errorf("--workers %d: want at least 1", o.workers)
 	case o.rollout < 1:
-		return 0, 0, fmt.Errorf("--rollout %d: want at least 1", o.rollout)
+		return env, 0, 0, fmt.Errorf("--rollout %d: want at least 1", o.rollout)
 	case o.envThreads < 0:
-		return 0, 0, fmt.Errorf("--env-threads %d: want at least 1", o.envThreads)
+		return env, 0, 0, fmt.Errorf("--env-threads %d: want at least 1", o.envThreads)
 	}
 	if err := o.flags.CheckThreads(); err != nil {
-		return 0, 0, err
+		return env, 0, 0, err
 	}
 	// Steps per env: the rollout, or fewer when --steps needs fewer. W·M may overflow here;
 	// the memory check below then refuses the sizes.
@@ -241,22 +241,26 @@ func validate(o options) (rounds int64, rollout int, err error) {
 		rounds = o.steps/int64(perRound) + min(o.steps%int64(perRound), 1)
 		rollout = int(min(int64(o.rollout), rounds))
 	}
-	cfg := batcher.Config{Env: o.env, Workers: o.workers, EnvsPerWorker: o.envs, Steps: rollout}
+	// The env is resolved once, here where the tool starts, and passed down as its spec.
+	if env, err = envs.Lookup(o.env); err != nil {
+		return env, 0, 0, err
+	}
+	cfg := batcher.Config{Env: env, Workers: o.workers, EnvsPerWorker: o.envs, Steps: rollout}
 	if o.mem.Source == "" {
 		o.mem = batcher.AvailableMemory()
 	}
 	var me *batcher.MemoryError
 	if err := batcher.CheckMemory(cfg, o.out != "", o.mem); errors.As(err, &me) {
-		return 0, 0, fmt.Errorf("--envs %d --workers %d --rollout %d: %w; %s", o.envs, o.workers, o.rollout, err, whatFits(o, me))
+		return env, 0, 0, fmt.Errorf("--envs %d --workers %d --rollout %d: %w; %s", o.envs, o.workers, o.rollout, err, whatFits(o, me))
 	} else if err != nil {
-		return 0, 0, err
+		return env, 0, 0, err
 	}
 	perRound := int64(o.envs * o.workers) // fits: the buffers of that many envs fit in memory
 	if rounds > math.MaxInt64/perRound {
-		return 0, 0, fmt.Errorf("--steps %d: rounded up to a multiple of W·M = %d it overflows 64 bits; want at most %d",
+		return env, 0, 0, fmt.Errorf("--steps %d: rounded up to a multiple of W·M = %d it overflows 64 bits; want at most %d",
 			o.steps, perRound, math.MaxInt64/perRound*perRound)
 	}
-	return rounds, rollout, nil
+	return env, rounds, rollout, nil
 }
 
 // whatFits says which smaller sizes would fit.
@@ -275,11 +279,7 @@ func whatFits(o options, e *batcher.MemoryError) string {
 }
 
 func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o options) error {
-	rounds, rollout, err := validate(o)
-	if err != nil {
-		return err
-	}
-	env, err := envs.Lookup(o.env)
+	env, rounds, rollout, err := validate(o)
 	if err != nil {
 		return err
 	}
@@ -308,7 +308,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		}
 	}
 	perRound := int64(o.envs * o.workers)
-	b, err := batcher.New(ctx, batcher.Config{Env: o.env, Workers: o.workers, EnvsPerWorker: o.envs, EnvThreads: o.envThreads,
+	b, err := batcher.New(ctx, batcher.Config{Env: env, Workers: o.workers, EnvsPerWorker: o.envs, EnvThreads: o.envThreads,
 		Steps: rollout, Seed: o.seed, Deterministic: o.deterministic, Logger: log}, policy)
 	if err != nil {
 		return err

@@ -63,7 +63,7 @@ func (g gifFlags) write(ctx context.Context, log *zap.Logger, cfg batcher.EvalCo
 	if g.path == "" {
 		return nil, nil
 	}
-	scene, err := render.For(cfg.Env)
+	scene, err := render.For(cfg.Env.ID)
 	if err != nil {
 		return nil, fmt.Errorf("--gif: %w", err)
 	}

@@ -90,43 +90,45 @@ func main() {
 	cli.Main("eval", lf, func(ctx context.Context, log *zap.Logger) error { return run(ctx, os.Stdout, log, o) })
 }
 
-// validate checks every flag before anything is allocated.
-func validate(o options) error {
+// validate checks every flag before anything is allocated, and returns the env's spec,
+// resolved once here where the tool starts.
+func validate(o options) (envs.Spec, error) {
 	switch {
 	case o.policy == "" || o.env == "":
-		return errors.New("--policy and --env are required")
+		return envs.Spec{}, errors.New("--policy and --env are required")
 	case o.episodes < 1:
-		return fmt.Errorf("--episodes %d: want at least 1", o.episodes)
+		return envs.Spec{}, fmt.Errorf("--episodes %d: want at least 1", o.episodes)
 	case o.envs < 0:
-		return fmt.Errorf("--envs %d: want at least 1 (or 0: min(--episodes, 16))", o.envs)
+		return envs.Spec{}, fmt.Errorf("--envs %d: want at least 1 (or 0: min(--episodes, 16))", o.envs)
 	}
 	if err := o.flags.CheckThreads(); err != nil {
-		return err
+		return envs.Spec{}, err
 	}
 	if err := o.gif.check(o.env); err != nil {
-		return err
+		return envs.Spec{}, err
+	}
+	env, err := envs.Lookup(o.env)
+	if err != nil {
+		return env, err
 	}
 	if o.mem.Source == "" {
 		o.mem = batcher.AvailableMemory()
 	}
-	err := batcher.CheckEvalMemory(batcher.EvalConfig{Env: o.env, Episodes: o.episodes, Envs: o.envs}, o.mem)
+	err = batcher.CheckEvalMemory(batcher.EvalConfig{Env: env, Episodes: o.episodes, Envs: o.envs}, o.mem)
 	var me *batcher.MemoryError
 	switch {
 	case !errors.As(err, &me):
-		return err
+		return env, err
 	case me.FitEnvsPerWorker >= 1:
-		return fmt.Errorf("--envs %d: %w; at most --envs %d fits with --episodes %d", me.EnvsPerWorker, err, me.FitEnvsPerWorker, o.episodes)
+		return env, fmt.Errorf("--envs %d: %w; at most --envs %d fits with --episodes %d", me.EnvsPerWorker, err, me.FitEnvsPerWorker, o.episodes)
 	case me.FitEpisodes >= 1:
-		return fmt.Errorf("--episodes %d: %w; at most --episodes %d fits with --envs %d", o.episodes, err, me.FitEpisodes, me.EnvsPerWorker)
+		return env, fmt.Errorf("--episodes %d: %w; at most --episodes %d fits with --envs %d", o.episodes, err, me.FitEpisodes, me.EnvsPerWorker)
 	}
-	return fmt.Errorf("--envs %d --episodes %d: %w; lower both", me.EnvsPerWorker, o.episodes, err)
+	return env, fmt.Errorf("--envs %d --episodes %d: %w; lower both", me.EnvsPerWorker, o.episodes, err)
 }
 
 func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) error {
-	if err := validate(o); err != nil {
-		return err
-	}
-	env, err := envs.Lookup(o.env)
+	env, err := validate(o)
 	if err != nil {
 		return err
 	}
@@ -141,7 +143,7 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) erro
 		}
 	}
 	log.Info("evaluating", zap.String("policy", o.policy), zap.String("env", o.env), zap.Int("episodes", o.episodes))
-	cfg := batcher.EvalConfig{Env: o.env, Episodes: o.episodes, Envs: o.envs, Seed: o.seed, Deterministic: !o.sample}
+	cfg := batcher.EvalConfig{Env: env, Episodes: o.episodes, Envs: o.envs, Seed: o.seed, Deterministic: !o.sample}
 	res, err := batcher.Evaluate(ctx, cfg, policy)
 	if err != nil {
 		return err
