@@ -236,6 +236,9 @@ func FromModel(ctx context.Context, model *onnx.Model, version int64, env envs.S
 	spec := pr.binding.Spec(envHead)
 	if hasMeta && metaErr == nil {
 		spec.EnvID, spec.Version = fromMeta.EnvID, fromMeta.Version
+		if spec.Head == head.QValuesKind && fromMeta.Head == head.QValuesKind {
+			spec.Epsilon = fromMeta.Epsilon // the exploration rate the trainer published with the weights
+		}
 	}
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPolicy, err)

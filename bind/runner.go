@@ -352,6 +352,21 @@ func (a *Runner) sample(n int, acts, envActs, logp []float32) error {
 			acts[i], envActs[i] = float32(k), float32(k)
 		}
 		return nil
+	case head.QValuesKind:
+		q, act := head.QValues{N: a.spec.N, Epsilon: a.spec.Epsilon}, a.act[:n]
+		var err error
+		if a.deterministic {
+			err = q.Mode(a.params.dst[:n*d], act, logp[:n])
+		} else {
+			err = q.SampleRows(a.rngs[:n], a.params.dst[:n*d], act, logp[:n])
+		}
+		if err != nil {
+			return fmt.Errorf("bind: %w", err)
+		}
+		for i, k := range act {
+			acts[i], envActs[i] = float32(k), float32(k)
+		}
+		return nil
 	case head.GaussianKind, head.TanhGaussianKind:
 	default:
 		return fmt.Errorf("%w: head %s", ErrPolicy, a.spec.Head)
@@ -433,7 +448,7 @@ func (a *Runner) logStdRow(i, d int) []float32 {
 // that has them); log-probabilities are 0.
 func (a *Runner) graphActions(n int, acts, envActs, logp []float32) error {
 	clear(logp[:n])
-	if a.spec.Head == head.CategoricalKind {
+	if a.spec.Head.Discrete() {
 		for i := range n {
 			k := a.acts[i]
 			if k < 0 || int(k) >= a.spec.N || k != float32(math.Trunc(float64(k))) {
@@ -505,6 +520,13 @@ func (a *Runner) NextState(k int) []float32 { return a.states[k].dst }
 func (a *Runner) LogProb(i int, action []float32) float64 {
 	if a.outs.DeterministicOnly || a.params.src == nil {
 		return 0
+	}
+	if a.spec.Head == head.QValuesKind {
+		q, lp := head.QValues{N: a.spec.N, Epsilon: a.spec.Epsilon}, make([]float32, 1)
+		if err := q.LogProb(a.params.dst[i*q.N:(i+1)*q.N], []int32{int32(action[0])}, lp); err != nil {
+			return math.NaN()
+		}
+		return float64(lp[0])
 	}
 	if a.spec.Head == head.CategoricalKind {
 		c := a.spec.N
