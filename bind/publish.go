@@ -229,9 +229,14 @@ func (f *fed) take(s *onnx.Session) (int64, error) {
 // TakeWeights installs the weights a Stage left, between two steps (the worker's goroutine):
 // the Runner's version becomes theirs. Without staged weights it does nothing.
 func (a *Runner) TakeWeights() error {
-	if a.fed == nil || !a.fed.staged.Load() {
+	if a.fed == nil || !a.fed.staged.Load() { // the per-step check, inlined into the worker's loop
 		return nil
 	}
+	return a.takeWeights()
+}
+
+// takeWeights is TakeWeights once weights are staged.
+func (a *Runner) takeWeights() error {
 	v, err := a.fed.take(a.sess)
 	if err != nil {
 		return err

@@ -27,6 +27,10 @@
 //	infer --model testdata/nature_cnn.onnx --input testdata/nature_cnn.input.npy --out /tmp/o \
 //	      --batch 1024 --repeat 100 --provider cuda [--cuda-option use_tf32=0]
 //
+// An input with a dynamic dimension other than the batch (a sequence length, a recurrent
+// state's layers) needs its shape: --input-shape NAME=DIMS (repeatable) gives it, the batch as
+// -1, e.g. --input-shape state=-1x2x256 (onnx.Config.Shapes).
+//
 // --cuda-option KEY=VALUE (repeatable) passes an option to ONNX Runtime's CUDA execution
 // provider by its name, e.g. use_tf32=0 for full float32 convolutions and matrix products
 // (the provider's default lets them round their inputs to TF32); the summary echoes them as
@@ -47,6 +51,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,6 +66,45 @@ type inputs []string
 
 func (i *inputs) String() string     { return strings.Join(*i, ",") }
 func (i *inputs) Set(v string) error { *i = append(*i, v); return nil }
+
+// inputShapes collects --input-shape NAME=DIMS flags: onnx.Config.Shapes.
+type inputShapes map[string][]int64
+
+func (c inputShapes) String() string {
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		dims := make([]string, len(c[k]))
+		for i, d := range c[k] {
+			dims[i] = strconv.FormatInt(d, 10)
+		}
+		kv = append(kv, k+"="+strings.Join(dims, "x"))
+	}
+	return strings.Join(kv, ",")
+}
+
+// Set parses NAME=D0xD1x…, each dimension a size ≥ 1 or -1 (or "batch") for the batch.
+func (c inputShapes) Set(v string) error {
+	name, dims, ok := strings.Cut(v, "=")
+	if !ok || name == "" || dims == "" {
+		return fmt.Errorf("%q: want NAME=DIMS, e.g. state=-1x2x256 (the batch as -1)", v)
+	}
+	if _, dup := c[name]; dup {
+		return fmt.Errorf("%q: %s is given twice", v, name)
+	}
+	var shape []int64
+	for _, f := range strings.Split(dims, "x") {
+		if f == "batch" {
+			f = "-1"
+		}
+		d, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || d == 0 || d < -1 {
+			return fmt.Errorf("%q: dimension %q: want a size of at least 1, or -1 (batch) for the batch", v, f)
+		}
+		shape = append(shape, d)
+	}
+	c[name] = shape
+	return nil
+}
 
 // cudaOptions collects --cuda-option KEY=VALUE flags.
 type cudaOptions map[string]string
@@ -122,6 +166,7 @@ type options struct {
 	provider, library  string
 	inputs             inputs
 	cudaOptions        cudaOptions
+	shapes             inputShapes // --input-shape
 	threads            int
 	cast, allowNaN     bool
 	pageable           bool
@@ -132,7 +177,7 @@ type options struct {
 // parseFlags parses the command line (without the program name), writing errors and the
 // usage to stderr.
 func parseFlags(args []string, stderr io.Writer) (options, error) {
-	o := options{cudaOptions: cudaOptions{}}
+	o := options{cudaOptions: cudaOptions{}, shapes: inputShapes{}}
 	fs := flag.NewFlagSet("infer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cli.Usage(fs, "infer", "run an ONNX model on .npy inputs and write each output as .npy (docs/tools.md)",
@@ -148,6 +193,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.batch, "batch", 0, fmt.Sprintf("repeat the input rows cyclically up to this batch, at most %d (0: the input's own)", maxBatch))
 	fs.IntVar(&o.repeat, "repeat", 0, "time this many more runs after the first and report their throughput")
 	fs.Var(&o.inputs, "input", "observations as .npy: PATH, or NAME=PATH (repeatable)")
+	fs.Var(o.shapes, "input-shape", "fix an input's dynamic dimensions other than the batch: NAME=DIMS, e.g. state=-1x2x256 with the batch as -1 (repeatable)")
 	fs.BoolVar(&o.pageable, "pageable", false, "with --provider cuda, keep the host buffers pageable instead of page-locking them")
 	fs.Var(o.cudaOptions, "cuda-option", "CUDA execution provider option KEY=VALUE, e.g. use_tf32=0 (repeatable; only with --provider cuda or auto)")
 	o.log.Register(fs)
@@ -201,6 +247,9 @@ func (o options) check() (onnx.Config, error) {
 	if len(o.cudaOptions) > 0 {
 		cfg.CUDAOptions = o.cudaOptions
 	}
+	if len(o.shapes) > 0 {
+		cfg.Shapes = o.shapes
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -230,6 +279,9 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 	s, err := onnx.Open(ctx, o.model, cfg)
 	if errors.Is(err, onnx.ErrTooLarge) && o.batch > 0 {
 		return fmt.Errorf("--batch %d: %w", o.batch, err)
+	}
+	if errors.Is(err, onnx.ErrShape) && strings.Contains(err.Error(), "besides the batch") {
+		return fmt.Errorf("%w; with infer: --input-shape NAME=DIMS, the batch as -1 (e.g. --input-shape state=-1x2x256)", err)
 	}
 	if err != nil {
 		return err

@@ -600,3 +600,43 @@ func TestUnbatchedInput(t *testing.T) {
 		}
 	}
 }
+
+// TestInputShape: an input with a dynamic dimension besides the batch is refused with advice
+// naming --input-shape, and runs once --input-shape fixes it (the batch as -1 or "batch");
+// malformed values are refused at parsing.
+func TestInputShape(t *testing.T) {
+	dir := t.TempDir()
+	model := writeModel(t, dir, "seq.onnx", &onnxpb.GraphProto{
+		Name:   proto.String("seq"),
+		Input:  []*onnxpb.ValueInfoProto{floatInfo("x", "batch", "n")},
+		Output: []*onnxpb.ValueInfoProto{floatInfo("y", "batch", "n")},
+		Node:   []*onnxpb.NodeProto{{OpType: proto.String("Neg"), Input: []string{"x"}, Output: []string{"y"}}},
+	})
+	x := []float32{1, 2, 3, 4, 5, 6}
+	in := []string{writeNPY(t, dir, "x.npy", []int{2, 3}, x)}
+	err := run(context.Background(), io.Discard, zap.NewNop(), opts(model, in, filepath.Join(dir, "refused")))
+	if !errors.Is(err, onnx.ErrShape) || !strings.Contains(err.Error(), "--input-shape NAME=DIMS") {
+		t.Fatalf("a dynamic dimension besides the batch: %v", err)
+	}
+	for _, shape := range []string{"x=-1x3", "x=batchx3"} {
+		o, err := parseFlags([]string{"--model", model, "--input", in[0], "--out", filepath.Join(dir, shape), "--input-shape", shape}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run(context.Background(), io.Discard, zap.NewNop(), o); err != nil {
+			t.Fatalf("--input-shape %s: %v", shape, err)
+		}
+		got := readNPY(t, filepath.Join(dir, shape, "y.npy"))
+		if want := []float32{-1, -2, -3, -4, -5, -6}; !cmp.Equal(got.Shape, []int{2, 3}) || !cmp.Equal(got.F32, want) {
+			t.Errorf("--input-shape %s: y.npy %v %v, want [2 3] %v", shape, got.Shape, got.F32, want)
+		}
+	}
+	for _, bad := range []string{"x", "x=", "=3", "x=0x3", "x=-2x3", "x=ax3"} {
+		if _, err := parseFlags([]string{"--model", model, "--input", in[0], "--out", dir, "--input-shape", bad}, io.Discard); err == nil {
+			t.Errorf("--input-shape %q accepted", bad)
+		}
+	}
+	if _, err := parseFlags([]string{"--model", model, "--input", in[0], "--out", dir, "--input-shape", "x=-1x3", "--input-shape", "x=-1x4"}, io.Discard); err == nil {
+		t.Error("--input-shape given twice for x accepted")
+	}
+}
