@@ -27,8 +27,11 @@
 //	infer --model testdata/nature_cnn.onnx --input testdata/nature_cnn.input.npy --out /tmp/o \
 //	      --batch 1024 --repeat 100 --provider cuda [--cuda-option use_tf32=0]
 //
-// An input with a dynamic dimension other than the batch (a sequence length, a recurrent
-// state's layers) needs its shape: --input-shape NAME=DIMS (repeatable) gives it, the batch as
+// A recurrent state whose batch is on another axis than 0 (torch's [layers, batch, hidden],
+// SB3-contrib RecurrentPPO's [1, batch, 256]: dimension 0 fixed, one other dynamic) is given
+// and written in the model's layout; infer runs the graph with such inputs and outputs made
+// batch-first (onnx/edit.BatchFirst) and transposes the arrays to match. Any other input with
+// a dynamic dimension besides the batch (a sequence length) needs its shape: --input-shape NAME=DIMS (repeatable) gives it, the batch as
 // -1, e.g. --input-shape state=-1x2x256 (onnx.Config.Shapes).
 //
 // --cuda-option KEY=VALUE (repeatable) passes an option to ONNX Runtime's CUDA execution
@@ -57,8 +60,10 @@ import (
 
 	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"github.com/towerrl/towerrl/internal/atomicfile"
+	"github.com/towerrl/towerrl/internal/bounded"
 	"github.com/towerrl/towerrl/internal/npy"
 	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/onnx/edit"
 	"go.uber.org/zap"
 )
 
@@ -263,6 +268,18 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 	if err != nil {
 		return err
 	}
+	data, err := bounded.ReadFile("onnx: loading model", o.model, bounded.ModelLimit)
+	if err != nil {
+		return err
+	}
+	model, err := onnx.Parse(data)
+	if err != nil {
+		return fmt.Errorf("loading model %q: %w", o.model, err)
+	}
+	model, moved, err := batchFirst(model, o.shapes, arrays, log)
+	if err != nil {
+		return err
+	}
 	batch := o.batch
 	for _, a := range arrays {
 		if len(a.Shape) == 0 {
@@ -276,7 +293,10 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 		}
 	}
 	cfg.MaxBatch = max(batch, 1)
-	s, err := onnx.Open(ctx, o.model, cfg)
+	s, err := onnx.NewSession(ctx, model, cfg)
+	if err != nil {
+		err = fmt.Errorf("loading model %q: %w", o.model, err)
+	}
 	if errors.Is(err, onnx.ErrTooLarge) && o.batch > 0 {
 		return fmt.Errorf("--batch %d: %w", o.batch, err)
 	}
@@ -351,16 +371,25 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 	names := make([]string, len(outs))
 	for i, info := range outs {
 		names[i] = info.Name
+		if m, ok := moved[info.Name]; ok {
+			names[i] = m.name
+		}
 	}
 	files := fileNames(names)
 	for i, info := range outs {
 		file := filepath.Join(o.out, files[i])
 		shape := info.Shape(n)
-		if err := writeOutput(s, i, info, shape, file); err != nil {
-			return fmt.Errorf("writing output %q: %w", info.Name, err)
+		var err error
+		if m, ok := moved[info.Name]; ok {
+			shape, err = writeMoved(s, i, info, shape, m.axis, file)
+		} else {
+			err = writeOutput(s, i, info, shape, file)
 		}
-		log.Info("wrote", zap.String("output", info.Name), zap.Int64s("shape", shape), zap.String("file", file))
-		sum.Outputs = append(sum.Outputs, outputSummary{Name: info.Name, Shape: shape, DType: info.DType.String(), File: file})
+		if err != nil {
+			return fmt.Errorf("writing output %q: %w", names[i], err)
+		}
+		log.Info("wrote", zap.String("output", names[i]), zap.Int64s("shape", shape), zap.String("file", file))
+		sum.Outputs = append(sum.Outputs, outputSummary{Name: names[i], Shape: shape, DType: info.DType.String(), File: file})
 	}
 	return cli.Summary(stdout, sum)
 }
@@ -590,4 +619,116 @@ func write[T onnx.Element](s *onnx.Session, i int, w io.Writer, dims []int, n in
 		return err
 	}
 	return npy.Write(w, dims, buf[:n])
+}
+
+// movedTensor is a graph output batchFirst made batch-first: its name in the model, and the
+// axis its batch is on there.
+type movedTensor struct {
+	name string
+	axis int
+}
+
+// batchFirst lets infer run a model whose inputs have their batch on another axis than 0 (a
+// recurrent state exported as torch lays it out, [layers, batch, hidden]; edit.OffAxisBatch),
+// which a session refuses: the graph is fed and returns those tensors batch-first
+// (edit.BatchFirst), the arrays fed to them are transposed to match, and the outputs it moved
+// are named by the model's names, for writeMoved to transpose back. An input fixed with
+// --input-shape is left as it is. It returns model itself when there is nothing to move.
+func batchFirst(model *onnx.Model, fixed inputShapes, arrays []array, log *zap.Logger) (*onnx.Model, map[string]movedTensor, error) {
+	axes := edit.OffAxisBatch(model)
+	for name := range fixed {
+		delete(axes, name)
+	}
+	if len(axes) == 0 {
+		return model, nil, nil
+	}
+	edited, renamed, err := edit.BatchFirst(model, axes)
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("the model's recurrent states have their batch on another axis than 0; fed and written in the model's layout, run batch-first",
+		zap.Any("batch_axes", axes))
+	moved := map[string]movedTensor{}
+	for name, to := range renamed {
+		moved[to] = movedTensor{name: name, axis: axes[name]}
+	}
+	for k := range arrays {
+		a := &arrays[k]
+		ax, ok := axes[a.name]
+		if !ok {
+			continue
+		}
+		if a.F32 == nil || len(a.Shape) <= ax {
+			return nil, nil, fmt.Errorf("input %s: %q has its batch on axis %d; give it as float32 .npy in the model's layout (it holds %s of shape %v), or fix its shape with --input-shape",
+				a.path, a.name, ax, a.Descr, a.Shape)
+		}
+		a.F32, a.Shape = moveAxis(a.F32, a.Shape, ax, 0)
+		a.name = renamed[a.name]
+	}
+	return edited, moved, nil
+}
+
+// moveAxis returns x, of the given shape, with axis from moved to position to (the others in
+// their order), and its new shape.
+func moveAxis[T any](x []T, shape []int, from, to int) ([]T, []int) {
+	order := slices.Delete(upTo(len(shape)), from, from+1)
+	order = slices.Insert(order, to, from)
+	out := make([]T, len(x))
+	newShape := make([]int, len(shape))
+	for j, a := range order {
+		newShape[j] = shape[a]
+	}
+	// strides of the source, in the new order
+	stride := make([]int, len(shape))
+	st := 1
+	for a := len(shape) - 1; a >= 0; a-- {
+		stride[a], st = st, st*shape[a]
+	}
+	idx := make([]int, len(shape))
+	for k := range out {
+		src := 0
+		for j, a := range order {
+			src += idx[j] * stride[a]
+		}
+		out[k] = x[src]
+		for j := len(idx) - 1; j >= 0; j-- {
+			if idx[j]++; idx[j] < newShape[j] {
+				break
+			}
+			idx[j] = 0
+		}
+	}
+	return out, newShape
+}
+
+// upTo is 0, 1, …, n−1.
+func upTo(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// writeMoved writes output i, which the session returns batch-first (shape), in the model's
+// own layout: its batch back on axis axis. It returns the shape written.
+func writeMoved(s *onnx.Session, i int, o onnx.TensorInfo, shape []int64, axis int, file string) ([]int64, error) {
+	if o.DType != onnx.Float32 {
+		return nil, fmt.Errorf("its element type %s cannot be moved back to its batch axis; only float32 states are", o.DType)
+	}
+	buf, err := onnx.Output[float32](s, i)
+	if err != nil {
+		return nil, err
+	}
+	dims := make([]int, len(shape))
+	n := 1
+	for k, d := range shape {
+		dims[k], n = int(d), n*int(d)
+	}
+	x, back := moveAxis(buf[:n], dims, 0, axis)
+	out := make([]int64, len(back))
+	for k, d := range back {
+		out[k] = int64(d)
+	}
+	return out, atomicfile.Write(file, 0o644, func(w io.Writer) error { return npy.Write(w, back, x) })
 }

@@ -11,12 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/towerrl/towerrl/internal/npy"
 	"github.com/towerrl/towerrl/onnx"
+	"github.com/towerrl/towerrl/onnx/edit"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -638,5 +640,104 @@ func TestInputShape(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--model", model, "--input", in[0], "--out", dir, "--input-shape", "x=-1x3", "--input-shape", "x=-1x4"}, io.Discard); err == nil {
 		t.Error("--input-shape given twice for x accepted")
+	}
+}
+
+// TestStateBatchOnAxis1: a recurrent export whose state input and output are [1, batch, 3]
+// (torch's [layers, batch, hidden], as SB3-contrib RecurrentPPO's [1, batch, 256]) runs
+// without flags: the state is fed and written in the model's own layout, each row where it
+// belongs (the output is the state negated), and the observations follow the same batch.
+func TestStateBatchOnAxis1(t *testing.T) {
+	dir := t.TempDir()
+	model := writeModel(t, dir, "rnn.onnx", &onnxpb.GraphProto{
+		Name:   proto.String("rnn"),
+		Input:  []*onnxpb.ValueInfoProto{floatInfo("obs", "batch", int64(2)), floatInfo("h", int64(1), "batch", int64(3))},
+		Output: []*onnxpb.ValueInfoProto{floatInfo("y", "batch", int64(2)), floatInfo("h_out", int64(1), "batch", int64(3))},
+		Node: []*onnxpb.NodeProto{
+			{OpType: proto.String("Neg"), Input: []string{"obs"}, Output: []string{"y"}},
+			{OpType: proto.String("Neg"), Input: []string{"h"}, Output: []string{"h_out"}},
+		},
+	})
+	const batch = 4
+	obs := make([]float32, batch*2)
+	h := make([]float32, batch*3)
+	for i := range obs {
+		obs[i] = float32(i + 1)
+	}
+	for i := range h {
+		h[i] = float32(100 + i)
+	}
+	in := []string{"obs=" + writeNPY(t, dir, "obs.npy", []int{batch, 2}, obs), "h=" + writeNPY(t, dir, "h.npy", []int{1, batch, 3}, h)}
+	out := filepath.Join(dir, "out")
+	var stdout bytes.Buffer
+	if err := run(context.Background(), &stdout, zap.NewNop(), opts(model, in, out)); err != nil {
+		t.Fatal(err)
+	}
+	neg := func(x []float32) []float32 {
+		y := make([]float32, len(x))
+		for i, v := range x {
+			y[i] = -v
+		}
+		return y
+	}
+	if got := readNPY(t, filepath.Join(out, "h_out.npy")); !cmp.Equal(got.Shape, []int{1, batch, 3}) || !cmp.Equal(got.F32, neg(h)) {
+		t.Errorf("h_out.npy: shape %v %v, want [1 %d 3] %v", got.Shape, got.F32, batch, neg(h))
+	}
+	if got := readNPY(t, filepath.Join(out, "y.npy")); !cmp.Equal(got.Shape, []int{batch, 2}) || !cmp.Equal(got.F32, neg(obs)) {
+		t.Errorf("y.npy: shape %v %v", got.Shape, got.F32)
+	}
+	var sum summary
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Batch != batch || len(sum.Outputs) != 2 || sum.Outputs[1].Name != "h_out" || !cmp.Equal(sum.Outputs[1].Shape, []int64{1, batch, 3}) {
+		t.Errorf("summary %s", stdout.String())
+	}
+	// A state of rows that are not the observations' is refused, naming both.
+	bad := []string{in[0], "h=" + writeNPY(t, dir, "h3.npy", []int{1, 3, 3}, h[:9])}
+	if err := run(context.Background(), io.Discard, zap.NewNop(), opts(model, bad, filepath.Join(dir, "bad"))); err == nil || !strings.Contains(err.Error(), "rows") {
+		t.Errorf("3 state rows for 4 observations: %v", err)
+	}
+}
+
+// TestRecurrentPPOStates: SB3-contrib RecurrentPPO's export with a dynamic batch (the fixture's
+// fixed batch freed by edit.DynamicBatch) takes its LSTM states as [1, batch, 64]; infer runs
+// it without flags on 16 rows with zero states, and its values and next states match
+// PyTorch's.
+func TestRecurrentPPOStates(t *testing.T) {
+	const name = fixtures + "/foreign/sb3c_recurrentppo_cartpole"
+	fixed, err := os.ReadFile(name + ".onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freed, _, err := edit.DynamicBatch(context.Background(), fixed, edit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "rppo.onnx")
+	if err := os.WriteFile(model, freed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	obs := readNPY(t, name+".input.npy")
+	n := obs.Shape[0]
+	in := []string{"input=" + name + ".input.npy", "episode_starts=" + writeNPY(t, dir, "starts.npy", []int{n}, slices.Repeat([]float32{1}, n))}
+	for _, s := range []string{"pi_h", "pi_c", "vf_h", "vf_c"} {
+		in = append(in, s+"="+writeNPY(t, dir, s+".npy", []int{1, n, 64}, make([]float32, n*64)))
+	}
+	out := filepath.Join(dir, "out")
+	if err := run(context.Background(), io.Discard, zap.NewNop(), opts(model, in, out)); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"values", "pi_h_out", "vf_c_out"} {
+		got, want := readNPY(t, filepath.Join(out, o+".npy")), readNPY(t, name+"."+o+".npy")
+		if !cmp.Equal(got.Shape, want.Shape) {
+			t.Fatalf("%s: shape %v, PyTorch's %v", o, got.Shape, want.Shape)
+		}
+		for i := range want.F32 {
+			if d := math.Abs(float64(got.F32[i] - want.F32[i])); d > 1e-4*math.Max(1, math.Abs(float64(want.F32[i]))) {
+				t.Fatalf("%s element %d: %v, PyTorch %v", o, i, got.F32[i], want.F32[i])
+			}
+		}
 	}
 }
