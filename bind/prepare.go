@@ -52,6 +52,7 @@ func prepare(ctx context.Context, model *onnx.Model, env head.Spec, over layout.
 	if err != nil {
 		return pr, err
 	}
+	b = probabilityLogits(m, b)
 	pr.binding = b
 	log.Info("policy: bound", zap.String("family", string(b.Family)), zap.String("head", string(b.Head)),
 		zap.Bool("deterministic_only", b.DeterministicOnly), zap.Int("recurrent_states", len(b.State)))
@@ -335,4 +336,41 @@ func initializerInfo(t *onnxpb.TensorProto) *onnxpb.ValueInfoProto {
 	}
 	return &onnxpb.ValueInfoProto{Name: proto.String(t.GetName()), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
 		TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(t.GetDataType()), Shape: sh}}}}
+}
+
+// probabilityLogits rebinds a categorical head whose bound tensor is the output of a Softmax
+// over the actions (a hand-written export that returns the action probabilities) to that
+// Softmax's input, the logits: sampled as logits, probabilities would give every action
+// nearly the same chance. A LogSoftmax's output is kept (log-probabilities are logits up to a
+// constant, which sampling and log-probabilities ignore) and said in a note.
+func probabilityLogits(m *onnxpb.ModelProto, b layout.Binding) layout.Binding {
+	if b.Head != head.CategoricalKind || b.Params == "" {
+		return b
+	}
+	var producer *onnxpb.NodeProto
+	for _, n := range m.GetGraph().GetNode() {
+		if slices.Contains(n.GetOutput(), b.Params) {
+			producer = n
+		}
+	}
+	if producer == nil || len(producer.GetInput()) != 1 || (producer.GetDomain() != "" && producer.GetDomain() != "ai.onnx") {
+		return b
+	}
+	axis := int64(-1)
+	for _, a := range producer.GetAttribute() {
+		if a.GetName() == "axis" {
+			axis = a.GetI()
+		}
+	}
+	if axis != -1 && axis != 1 { // the actions' axis of a [batch, actions] output
+		return b
+	}
+	switch producer.GetOpType() {
+	case "Softmax":
+		b.Notes = append(b.Notes, fmt.Sprintf("%s holds the action probabilities (a Softmax): sampling from its input %s, the logits", b.Params, producer.GetInput()[0]))
+		b.Params = producer.GetInput()[0]
+	case "LogSoftmax":
+		b.Notes = append(b.Notes, fmt.Sprintf("%s holds the action log-probabilities (a LogSoftmax), sampled as the logits they are up to a constant", b.Params))
+	}
+	return b
 }
