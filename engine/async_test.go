@@ -35,7 +35,7 @@ func init() {
 	algo.Register("slowed-appo", func(s algo.Settings) (algo.Algorithm, error) {
 		a, err := algo.New("appo", s)
 		return slowed{a, 20 * time.Millisecond}, err
-	})
+	}, algo.Capabilities{})
 }
 
 // TestAsyncBackpressure slows the learner 20 ms per rollout (about 10× its own time): the

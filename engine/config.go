@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/towerrl/towerrl/engine/algo"
-	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/internal/bounded"
 )
@@ -135,13 +134,27 @@ type Config struct {
 
 // WithDefaults fills zero fields and validates the result; errors name the field.
 func (c Config) WithDefaults() (Config, error) {
+	c, _, err := c.resolve()
+	return c, err
+}
+
+// resolve is WithDefaults with the spec of the run's env: the one place the engine looks the
+// env up. Train, Resume and a DD-PPO rank's start resolve their config once and hand the spec
+// down with it.
+func (c Config) resolve() (Config, envs.Spec, error) {
 	if c.Env == "" {
-		return c, fmt.Errorf("%w: Env is required", ErrConfig)
+		return c, envs.Spec{}, fmt.Errorf("%w: Env is required", ErrConfig)
 	}
 	spec, err := envs.Lookup(c.Env)
 	if err != nil {
-		return c, err
+		return c, spec, err
 	}
+	c, err = c.withDefaults(spec)
+	return c, spec, err
+}
+
+// withDefaults is WithDefaults for the env of spec.
+func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 	_, discrete := spec.Action.(envs.Discrete)
 	pick := func(d, b int) int {
 		if discrete {
@@ -160,7 +173,7 @@ func (c Config) WithDefaults() (Config, error) {
 		}
 	}
 	if c.Algo == "" {
-		c.Algo = "ppo"
+		c.Algo = DefaultAlgo
 	}
 	if err := c.checkAlgoFields(); err != nil {
 		return c, err
@@ -302,6 +315,10 @@ func (c Config) WithDefaults() (Config, error) {
 	return c, nil
 }
 
+// DefaultAlgo is the algorithm of a Config that names none. The engine links no algorithm
+// itself: a program that trains imports package engine/algos (or its own algorithms).
+const DefaultAlgo = "ppo"
+
 // maxEvalEpisodes bounds EvalEpisodes: a million episodes is days of evaluation already, and a
 // typo of 2e9 failed only after the training, allocating its returns.
 const maxEvalEpisodes = 1_000_000
@@ -323,7 +340,7 @@ func (c Config) checkAlgoFields() error {
 			bad = append(bad, fmt.Sprintf("max_policy_lag %d", c.MaxPolicyLag))
 		}
 	}
-	if c.Algo != ppo.DDPPOName && c.SyncFrac != 0 {
+	if !capabilities(c.Algo).Ranks && c.SyncFrac != 0 {
 		bad = append(bad, fmt.Sprintf("sync_frac %g", c.SyncFrac))
 	}
 	if len(bad) == 0 {

@@ -15,7 +15,7 @@ import (
 // action space, with Head, ActionSpace and the output names the config gives.
 func (c Config) binding(env envs.Spec) (head.Spec, head.Names, error) {
 	hs := head.Spec{EnvID: c.Env, ObsShape: env.Observation.Shape}
-	if err := hs.ParseActionSpace(env.Action.String()); err != nil {
+	if err := hs.SetSpace(env.Action); err != nil {
 		return hs, head.Names{}, err
 	}
 	if c.ActionSpace != "" {
@@ -65,6 +65,24 @@ func algoDefaults(name string, discrete bool) (algo.Defaults, bool) {
 		return algo.Defaults{}, false
 	}
 	return d.Defaults(discrete), true
+}
+
+// capabilities are those the algorithm registered under name declared (none when no package
+// registered it).
+func capabilities(name string) algo.Capabilities {
+	c, _ := algo.CapabilitiesOf(name)
+	return c
+}
+
+// rankedAlgos lists the registered algorithms that train across the ranks of an MPI job.
+func rankedAlgos() []string {
+	var names []string
+	for _, n := range algo.Names() {
+		if capabilities(n).Ranks {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // sequential reports whether the algorithm registered under name trains on whole sequences

@@ -8,12 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unsafe"
 
 	"github.com/towerrl/towerrl/batcher"
-	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/engine/rundir"
+	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/models"
 )
@@ -51,8 +52,9 @@ func ranksOf(cfg Config, g mpi.Group) (mpi.Group, error) {
 	if g == nil || g.Size() == 1 {
 		return nil, nil
 	}
-	if cfg.Algo != ppo.DDPPOName {
-		return nil, fmt.Errorf("%w: %d ranks (an MPI job) train with --algo %s, not %q", ErrConfig, g.Size(), ppo.DDPPOName, cfg.Algo)
+	if !capabilities(cfg.Algo).Ranks {
+		return nil, fmt.Errorf("%w: %d ranks (an MPI job) train with an algorithm that trains across ranks (--algo %s), not %q",
+			ErrConfig, g.Size(), strings.Join(rankedAlgos(), ", "), cfg.Algo)
 	}
 	return g, nil
 }
@@ -147,7 +149,7 @@ func follow(ctx context.Context, cfg Config, opts Options, resume bool) (Result,
 	if s.Err != "" {
 		return Result{}, fmt.Errorf("engine: rank %d: rank 0 stopped before training: %s", g.Rank(), s.Err)
 	}
-	root, ckpt, err := takeRun(s, cfg, resume)
+	root, spec, ckpt, err := takeRun(s, cfg, resume)
 	if err = agreeStart(ctx, g, err); err != nil {
 		return Result{}, fmt.Errorf("engine: rank %d: %w", g.Rank(), err)
 	}
@@ -156,34 +158,35 @@ func follow(ctx context.Context, cfg Config, opts Options, resume bool) (Result,
 	if err != nil {
 		return Result{}, err
 	}
-	return trainRun(ctx, root, opts, run, ckpt, s.InitPolicy, s.Saving)
+	return trainRun(ctx, root, spec, opts, run, ckpt, s.InitPolicy, s.Saving)
 }
 
 // takeRun reads the run rank 0 sent: its configuration (which must be this rank's, for a fresh
-// run) and checkpoint.
-func takeRun(s shared, cfg Config, resume bool) (Config, *models.Checkpoint, error) {
+// run), resolved with its env's spec, and checkpoint.
+func takeRun(s shared, cfg Config, resume bool) (Config, envs.Spec, *models.Checkpoint, error) {
+	var spec envs.Spec
 	root, err := ParseConfig(s.Config)
 	if err == nil {
 		// As rank 0 trains it: an "ent_coef" of 0 read back is stored as −1 (ParseConfig),
 		// which only WithDefaults turns back into 0.
-		root, err = root.WithDefaults()
+		root, spec, err = root.resolve()
 	}
 	if err != nil {
-		return root, nil, fmt.Errorf("rank 0's config: %w", err)
+		return root, spec, nil, fmt.Errorf("rank 0's config: %w", err)
 	}
 	if !resume {
 		if err := sameConfig(cfg, root); err != nil {
-			return root, nil, err
+			return root, spec, nil, err
 		}
 	}
 	var ckpt *models.Checkpoint
 	if len(s.Checkpoint) > 0 {
 		ckpt = new(models.Checkpoint)
 		if err := ckpt.UnmarshalBinary(s.Checkpoint); err != nil {
-			return root, nil, fmt.Errorf("rank 0's checkpoint: %w", err)
+			return root, spec, nil, fmt.Errorf("rank 0's checkpoint: %w", err)
 		}
 	}
-	return root, ckpt, nil
+	return root, spec, ckpt, nil
 }
 
 // sameConfig refuses a rank started with another configuration than rank 0's (compared after

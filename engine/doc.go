@@ -1,7 +1,9 @@
 // Package engine is the training loop that wires batchers to the learner, with run
 // directories, checkpoints and metrics; the algorithms live in their own packages (engine/ppo,
 // which also registers ddppo; engine/impala and engine/appo, over engine/vtrace) and register
-// themselves with engine/algo, which Config.Algo names. It holds no device code.
+// themselves with engine/algo, which Config.Algo names, with their capabilities (on-policy,
+// trains across ranks) that the engine and the tools decide from. The engine names and links
+// no algorithm: a program that trains imports package engine/algos. It holds no device code.
 //
 // # The loop
 //

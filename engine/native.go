@@ -8,7 +8,6 @@ import (
 
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/engine/algo"
-	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
@@ -27,11 +26,6 @@ func Towers(params *models.Params, a algo.Algorithm) learner.TowerFactory {
 		}
 		return newNativeTower(params, rows, a)
 	}
-}
-
-// PPOTowers is Towers with PPO's loss of coefficients c.
-func PPOTowers(params *models.Params, c ppo.Coefs) learner.TowerFactory {
-	return Towers(params, &ppo.PPO{Coefs: c})
 }
 
 // nativeTower computes an algorithm's loss's gradient over towerrl's own MLP on a fixed slice

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
-	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 )
 
@@ -44,7 +43,7 @@ func (c *Config) syncFracDefaults() error {
 		return fmt.Errorf("%w: SyncFrac = %g, want (0, 1]: the fraction of DD-PPO ranks that must finish collecting before the others stop early (1: never stop early; 0: the default %g)",
 			ErrConfig, c.SyncFrac, DefaultSyncFrac)
 	}
-	if c.SyncFrac == 0 && c.Algo == ppo.DDPPOName {
+	if c.SyncFrac == 0 && capabilities(c.Algo).Ranks {
 		c.SyncFrac = DefaultSyncFrac
 	}
 	return nil

@@ -90,7 +90,8 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	}
 	restart := fresh && !reflect.DeepEqual(cfg, stored)
 	asked := cfg // stored, with at most the changeable fields changed: config.json from now on
-	if cfg, err = cfg.WithDefaults(); err != nil {
+	cfg, spec, err := cfg.resolve()
+	if err != nil {
 		return fail(err)
 	}
 	ckpt, err := models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
@@ -158,7 +159,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	}
 	lock = nil
 	opts.Out = dir
-	return trainRun(ctx, cfg, opts, run, ckpt, initData, true)
+	return trainRun(ctx, cfg, spec, opts, run, ckpt, initData, true)
 }
 
 // noMetrics reports whether the run in dir has not finished an iteration yet.

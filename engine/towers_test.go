@@ -28,7 +28,7 @@ func TestPPOTowersEquivalence(t *testing.T) {
 			t.Fatal(err)
 		}
 		tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: use, MaxGradNorm: 0.5, NormalizeAdvantages: true},
-			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0, 0, 1e-5), data, PPOTowers(params, loss))
+			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0, 0, 1e-5), data, Towers(params, &ppo.PPO{Coefs: loss}))
 		if err != nil {
 			t.Fatal(err)
 		}

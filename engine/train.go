@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
@@ -103,7 +104,7 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 		}()
 		opts.ready = func(s shared) error { sent = true; return send(ctx, g, s, nil) }
 	}
-	cfg, err = cfg.WithDefaults()
+	cfg, spec, err := cfg.resolve()
 	if err != nil {
 		return Result{}, err
 	}
@@ -136,23 +137,22 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 			return Result{}, errors.Join(err, run.Discard(), run.Close())
 		}
 	}
-	res, err = trainRun(ctx, cfg, opts, run, nil, initData, run.Path() != "")
+	res, err = trainRun(ctx, cfg, spec, opts, run, nil, initData, run.Path() != "")
 	if err != nil {
 		err = errors.Join(err, run.Discard())
 	}
 	return res, err
 }
 
-// trainRun trains cfg from checkpoint ckpt (nil: from the start) into run. saving: the run
-// writes checkpoints (rank 0 has a run directory; the other ranks of a DD-PPO job take part in
-// writing them).
-func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte, saving bool) (res Result, err error) {
+// trainRun trains cfg (resolved, on the env of spec) from checkpoint ckpt (nil: from the
+// start) into run. saving: the run writes checkpoints (rank 0 has a run directory; the other
+// ranks of a DD-PPO job take part in writing them).
+func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte, saving bool) (res Result, err error) {
 	start := time.Now()
 	defer func() { err = errors.Join(err, run.Close()) }()
 	if err := openTensorBoard(run, cfg, opts.NoTensorBoard); err != nil {
 		return res, err
 	}
-	spec, _ := envs.Lookup(cfg.Env)
 	hs, names, err := cfg.binding(spec)
 	if err != nil {
 		return res, err
@@ -305,7 +305,7 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 	if t.async != nil && t.async.rows > 0 {
 		res.Async = t.async.summary()
 	}
-	if res.Curve, err = run.Curve(opts.Plot, fmt.Sprintf("PPO on %s, seed %d", cfg.Env, cfg.Seed)); err != nil {
+	if res.Curve, err = run.Curve(opts.Plot, curveTitle(cfg)); err != nil {
 		return res, err
 	}
 	if cfg.EvalEpisodes > 0 && t.root() {
@@ -318,6 +318,11 @@ func trainRun(ctx context.Context, cfg Config, opts Options, run *runDir, ckpt *
 	}
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// curveTitle is the learning curve's title: the run's algorithm, env and seed.
+func curveTitle(cfg Config) string {
+	return fmt.Sprintf("%s on %s, seed %d", strings.ToUpper(cfg.Algo), cfg.Env, cfg.Seed)
 }
 
 // kept says what a run stopped by a non-finite update leaves in its directory: what is there

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -132,12 +133,18 @@ func TestRegisteredAlgorithm(t *testing.T) {
 			return nil, err
 		}
 		return counting{PPO: p.(*ppo.PPO), targets: &targets, losses: &losses}, nil
-	})
+	}, algo.Capabilities{OnPolicy: true})
 	cfg := smallRun(1)
 	cfg.Algo, cfg.Towers = "counting-ppo", 2
-	res, err := Train(context.Background(), cfg, Options{})
+	var title string
+	plot := func(_, t string, _ []Metrics) error { title = t; return nil }
+	res, err := Train(context.Background(), cfg, Options{Out: t.TempDir(), Plot: plot, NoTensorBoard: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The curve is titled by the run's algorithm (every run's was "PPO on …").
+	if want := fmt.Sprintf("COUNTING-PPO on %s, seed %d", cfg.Env, cfg.Seed); title != want {
+		t.Errorf("curve title %q, want %q", title, want)
 	}
 	if targets.Load() != int64(res.Iterations) || losses.Load() != 2 {
 		t.Fatalf("%d iterations: Targets called %d times, Loss %d times (want one per iteration, one per tower)", res.Iterations, targets.Load(), losses.Load())

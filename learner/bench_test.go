@@ -103,7 +103,7 @@ func ppoTowers(b testing.TB, n, mb int) (*learner.Towers, *learner.SampleBatch) 
 	batch.SetLen(mb)
 	tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: mb, MaxGradNorm: 0.5, NormalizeAdvantages: true},
 		params.Data(), learner.NewAdam(params.Size(), learner.Constant(2.5e-4), 0, 0, 1e-5), batch,
-		engine.PPOTowers(params, ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}))
+		engine.Towers(params, &ppo.PPO{Coefs: ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}}))
 	if err != nil {
 		b.Fatal(err)
 	}

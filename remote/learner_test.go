@@ -11,6 +11,7 @@ import (
 
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/engine"
+	_ "github.com/towerrl/towerrl/engine/algos" // the engine links no algorithm
 	"github.com/towerrl/towerrl/remote"
 )
 

@@ -208,7 +208,7 @@ func showPreset(w io.Writer, cfg engine.Config, c chosen) error {
 
 func orPPO(a string) string {
 	if a == "" {
-		return "ppo"
+		return engine.DefaultAlgo
 	}
 	return a
 }

@@ -31,8 +31,9 @@ import (
 
 	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/engine/algo"
+	_ "github.com/towerrl/towerrl/engine/algos" // the algorithms towerrl ships
 	"github.com/towerrl/towerrl/engine/curve"
-	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/onnx"
 	"github.com/towerrl/towerrl/remote"
@@ -114,13 +115,21 @@ func main() {
 		if dir == "" {
 			dir = fmt.Sprintf("runs/%s-%d", cfg.Env, cfg.Seed)
 		}
-		ranks, leave, jerr := joinJob(cfg.Algo == ppo.DDPPOName)
+		ranks, leave, jerr := joinJob(capabilities(cfg.Algo).Ranks)
 		if jerr != nil {
 			return jerr
 		}
 		defer leaveJob(ctx, leave, &err)
 		return run(ctx, os.Stdout, log, stop, cfg, nil, dir, "", *library, ranks, sf)
 	})
+}
+
+// capabilities are what the algorithm registered under name declared (engine/algo): the
+// tool decides from them, not from the algorithm's name. An unknown name has none (the
+// engine's config refuses it, listing the registered ones).
+func capabilities(name string) algo.Capabilities {
+	c, _ := algo.CapabilitiesOf(name)
+	return c
 }
 
 // leaveJob leaves the MPI job (when leave is set), adding its error to *err.
@@ -157,7 +166,7 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 			return serr
 		}
 		opts.Source = srv
-		if resume == "" && srv.cfg.Algo != ppo.Name && cfg.MaxPolicyLag == 0 {
+		if resume == "" && !capabilities(srv.cfg.Algo).OnPolicy && cfg.MaxPolicyLag == 0 {
 			// Remote batchers collect ahead of the learner by the credits (or freely without
 			// them): without a bound on the lag it would train on ever older rollouts when
 			// they collect faster than it learns. A rollout collected with a credit is at most

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/towerrl/towerrl/engine"
-	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/onnx"
 	"github.com/towerrl/towerrl/remote"
 )
@@ -91,7 +90,7 @@ type pendingAck struct {
 // acknowledgement, so that holds when every iteration publishes: ppo, and appo and impala with
 // broadcast_interval 1 (the default). Otherwise Ack waits, as remote.Received.Ack does.
 func (s *serving) lateAcks() bool {
-	return s.cfg.Algo == ppo.Name || s.cfg.BroadcastInterval == 1
+	return capabilities(s.cfg.Algo).OnPolicy || s.cfg.BroadcastInterval == 1
 }
 
 // ack acknowledges r for the trainer: at once, or in the background (lateAcks); ledger
@@ -177,7 +176,7 @@ func newServing(ctx context.Context, f serveFlags, cfg engine.Config, dir, resum
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Algo == ppo.DDPPOName {
+	if capabilities(cfg.Algo).Ranks {
 		return nil, errors.New("--serve feeds one learner from remote batchers; ddppo ranks collect with their own: drop --serve or use --algo appo|impala|ppo")
 	}
 	s := &serving{f: f, dir: dir, library: library, log: log, cfg: cfg, base: ctx}
@@ -203,7 +202,7 @@ func (s *serving) start(ctx context.Context) error {
 	sc := remote.ServeConfig{Addr: s.f.addr, StoreDir: filepath.Join(s.dir, "nats"), CredsDir: filepath.Join(s.dir, credsDir),
 		Batchers: s.batcherIDs(), TLSCert: s.f.tlsCert, TLSKey: s.f.tlsKey,
 		StreamMaxMsgs: int64(max(64, 16*tasks)),
-		Credits:       s.credits(), OnPolicy: s.cfg.Algo == ppo.Name,
+		Credits:       s.credits(), OnPolicy: capabilities(s.cfg.Algo).OnPolicy,
 		Logger: s.log, Admit: func(r remote.Registration) error {
 			if r.EnvID != "" && r.EnvID != env {
 				return fmt.Errorf("this run trains on %s, the batcher runs %s: start it without --env, or with --env %s", env, r.EnvID, env)
@@ -305,7 +304,7 @@ func (s *serving) credits() int {
 	switch {
 	case s.f.credits >= 0:
 		return s.f.credits
-	case s.cfg.Algo == ppo.Name:
+	case capabilities(s.cfg.Algo).OnPolicy:
 		return 1
 	}
 	return max(1, s.cfg.QueueSize)

@@ -14,8 +14,9 @@
 // [Heads.SeqLen], and fills the batch's NextValues (see learner.SampleBatch).
 //
 // An algorithm is added by one package that calls [Register] from its init function (see
-// package engine/ppo); the engine imports the algorithms it ships, and a program adds its own
-// with a blank import.
+// package engine/ppo), declaring its [Capabilities]. The engine names no algorithm: a program
+// links the ones towerrl ships with a blank import of package engine/algos, and adds its own
+// with a blank import of their packages.
 //
 // Threading: Register is safe for concurrent use; an Algorithm's Targets is called from the
 // trainer's goroutine, each Loss from one tower's goroutine and used only by it.
@@ -145,15 +146,41 @@ type Algorithm interface {
 // Factory makes an algorithm from the run's settings.
 type Factory func(Settings) (Algorithm, error)
 
+// Capabilities are what an algorithm's registration tells the trainer and the tools about how
+// it is run, before any run makes one: the tools decide from them (cmd/train joins an MPI job
+// for an algorithm that trains across ranks, feeds an on-policy one a single rollout per
+// version), never from the algorithm's name.
+//
+// An off-policy algorithm (engine/dqn, engine/sac over engine/replay) would register the
+// capabilities of its own collection here, say a replay buffer and its number of updates per
+// collection, and the trainer would choose its collection and update strategies from them at
+// its construction (see engine's collector and reducer interfaces), as it chooses the
+// asynchronous ring from [Sequential] today.
+type Capabilities struct {
+	// OnPolicy: the algorithm trains only on rows of the policy version being trained (ppo,
+	// ddppo); a rollout of an older version is dropped, and the collectors get every
+	// version. Otherwise the loss corrects for the lag (impala, appo).
+	OnPolicy bool
+	// Ranks: the algorithm trains as one rank of an MPI job of several (ddppo): every rank
+	// collects with its own batchers and the gradients are averaged across the ranks.
+	// Only such an algorithm takes Options.Ranks of more than one rank.
+	Ranks bool
+}
+
+type registration struct {
+	f    Factory
+	caps Capabilities
+}
+
 var (
 	mu       sync.RWMutex
-	registry = map[string]Factory{}
+	registry = map[string]registration{}
 )
 
-// Register makes an algorithm available under name. It panics when name is empty or taken:
-// registration happens in init functions, where two algorithms claiming one name is a
-// programming error.
-func Register(name string, f Factory) {
+// Register makes an algorithm available under name, with what the tools and the trainer are
+// to know about it. It panics when name is empty or taken: registration happens in init
+// functions, where two algorithms claiming one name is a programming error.
+func Register(name string, f Factory, caps Capabilities) {
 	mu.Lock()
 	defer mu.Unlock()
 	if name == "" || f == nil {
@@ -162,7 +189,16 @@ func Register(name string, f Factory) {
 	if _, dup := registry[name]; dup {
 		panic("algo: Register called twice for " + name)
 	}
-	registry[name] = f
+	registry[name] = registration{f: f, caps: caps}
+}
+
+// CapabilitiesOf returns the capabilities the algorithm registered under name declared; ok is
+// false when no package registered it.
+func CapabilitiesOf(name string) (caps Capabilities, ok bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	r, ok := registry[name]
+	return r.caps, ok
 }
 
 // Names lists the registered algorithms, sorted.
@@ -180,12 +216,12 @@ func Names() []string {
 // New makes the algorithm registered under name.
 func New(name string, s Settings) (Algorithm, error) {
 	mu.RLock()
-	f, ok := registry[name]
+	r, ok := registry[name]
 	mu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("%w %q; registered: %s", ErrUnknown, name, strings.Join(Names(), ", "))
 	}
-	return f(s)
+	return r.f(s)
 }
 
 // Stats are one update's statistics by name.

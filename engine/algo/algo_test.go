@@ -17,13 +17,25 @@ type fake struct{ algo.Algorithm }
 func (fake) Name() string { return "fake" }
 
 func TestRegistry(t *testing.T) {
-	algo.Register("fake", func(algo.Settings) (algo.Algorithm, error) { return fake{}, nil })
+	algo.Register("fake", func(algo.Settings) (algo.Algorithm, error) { return fake{}, nil }, algo.Capabilities{Ranks: true})
 	if names := algo.Names(); !slices.Contains(names, "fake") || !slices.Contains(names, ppo.Name) || !slices.IsSorted(names) {
 		t.Fatalf("Names() = %v, want sorted with fake and ppo", names)
 	}
 	a, err := algo.New("fake", algo.Settings{})
 	if err != nil || a.Name() != "fake" {
 		t.Fatalf("New(fake) = %v, %v", a, err)
+	}
+	if c, ok := algo.CapabilitiesOf("fake"); !ok || c != (algo.Capabilities{Ranks: true}) {
+		t.Errorf("CapabilitiesOf(fake) = %+v, %v; want what it registered", c, ok)
+	}
+	if c, ok := algo.CapabilitiesOf(ppo.Name); !ok || !c.OnPolicy || c.Ranks {
+		t.Errorf("CapabilitiesOf(ppo) = %+v, %v; want on-policy, one rank", c, ok)
+	}
+	if c, ok := algo.CapabilitiesOf(ppo.DDPPOName); !ok || !c.OnPolicy || !c.Ranks {
+		t.Errorf("CapabilitiesOf(ddppo) = %+v, %v; want on-policy over ranks", c, ok)
+	}
+	if _, ok := algo.CapabilitiesOf("sac"); ok {
+		t.Error("CapabilitiesOf found an algorithm nobody registered")
 	}
 	_, err = algo.New("sac", algo.Settings{})
 	if !errors.Is(err, algo.ErrUnknown) || !strings.Contains(err.Error(), "fake, ppo") {
@@ -45,7 +57,7 @@ func TestRegistry(t *testing.T) {
 				t.Error("a second registration of one name did not panic")
 			}
 		}()
-		algo.Register("fake", func(algo.Settings) (algo.Algorithm, error) { return fake{}, nil })
+		algo.Register("fake", func(algo.Settings) (algo.Algorithm, error) { return fake{}, nil }, algo.Capabilities{Ranks: true})
 	}()
 }
 

@@ -18,7 +18,7 @@ import (
 	"github.com/towerrl/towerrl/engine/internal/vtraceloss"
 )
 
-func init() { algo.Register(Name, New) }
+func init() { algo.Register(Name, New, algo.Capabilities{}) }
 
 // Name is the name APPO is registered under.
 const Name = "appo"

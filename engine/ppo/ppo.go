@@ -27,14 +27,14 @@ import (
 )
 
 func init() {
-	algo.Register(Name, New)
+	algo.Register(Name, New, algo.Capabilities{OnPolicy: true})
 	algo.Register(DDPPOName, func(s algo.Settings) (algo.Algorithm, error) {
 		p, err := New(s)
 		if err != nil {
 			return nil, err
 		}
 		return ddppo{p.(*PPO)}, nil
-	})
+	}, algo.Capabilities{OnPolicy: true, Ranks: true})
 }
 
 // Name is the name PPO is registered under.

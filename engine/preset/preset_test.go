@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/towerrl/towerrl/engine"
+	_ "github.com/towerrl/towerrl/engine/algos" // the engine links no algorithm
 	"github.com/towerrl/towerrl/envs"
 	_ "github.com/towerrl/towerrl/envs/mujoco" // its envs, where built with -tags mujoco
 )

@@ -223,7 +223,7 @@ func relErr(got, want []float32) float64 {
 // whole vector's relative error and the worst parameter's.
 func compare(t *testing.T, tw learner.Tower, params *models.Params, mb *learner.SampleBatch, rows int, tol float64) (all, worst float64, got, want []float32) {
 	t.Helper()
-	ref, err := engine.PPOTowers(params, coefs)(0, device.CPU(), rows, params.Data())
+	ref, err := engine.Towers(params, &ppo.PPO{Coefs: coefs})(0, device.CPU(), rows, params.Data())
 	if err != nil {
 		t.Fatal(err)
 	}
