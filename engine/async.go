@@ -28,7 +28,6 @@ type asyncRun struct {
 	last   batcher.StreamStats // the stream's counters at the previous iteration
 	since  time.Time           // when the previous iteration's collect returned
 	hist   []int64
-	seqLen int // the steps of the sequences V-trace runs over
 
 	// The run's totals, for Result.Async: the lag histogram, rows, the lag's sum, and the
 	// seconds the batchers sat blocked and the learner waited over the wall seconds.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/learner/mpi"
@@ -167,7 +168,7 @@ func TestDDPPOUpdateEquivalence(t *testing.T) {
 			t.Fatal(err)
 		}
 		tw, err := learner.NewTowers(learner.TowersConfig{N: 1, Minibatch: rows, MaxGradNorm: 0.5, NormalizeAdvantages: true, Collective: coll},
-			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0.9, 0.999, 1e-5), layout, Towers(params, &ppo.PPO{Coefs: loss}))
+			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0.9, 0.999, 1e-5), layout, policy.Towers(params, &ppo.PPO{Coefs: loss}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +271,7 @@ func TestDDPPOPreemptedUpdateEquivalence(t *testing.T) {
 	}
 	newTowers := func(params *models.Params, opt learner.Optimizer, n, rows int, coll learner.Collective, layout *learner.SampleBatch) *learner.Towers {
 		tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: rows, MaxGradNorm: 0.5, NormalizeAdvantages: true, Collective: coll},
-			params.Data(), opt, layout, Towers(params, &ppo.PPO{Coefs: loss}))
+			params.Data(), opt, layout, policy.Towers(params, &ppo.PPO{Coefs: loss}))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,8 +22,11 @@
 // towers run in parallel without waking the garbage collector (tests compare it with the graph
 // of models' LogProb and Entropy, with ONNX Runtime in float64 and with finite differences).
 //
-// With Config.InitPolicy, a foreign ONNX policy (PyTorch, SB3, CleanRL, RLlib, Sample Factory
-// exports) is imported with package onnx/graph and trained in its own graph; the exported
+// The policy trained is a policy.Model (package engine/policy): one of towerrl's own
+// architectures, or with Config.InitPolicy a foreign ONNX policy (PyTorch, SB3, CleanRL,
+// RLlib, Sample Factory exports) imported with package onnx/graph and trained in its own
+// graph; the trainer never asks which, the Model answers for its binding, its recurrent
+// states and a new critic's warm-up. The exported
 // policy.onnx keeps its graph, names and opset with new weights. A recurrent policy is trained
 // with backpropagation through time: each env's rollout is cut into sequences of SeqLen steps,
 // each replayed from the state the batcher fed at its first step, the one-step graph built

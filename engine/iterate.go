@@ -15,20 +15,7 @@ import (
 // the new weights to the batchers, and return the iteration's metrics.
 func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	cfg := t.cfg
-	if f, ok := t.pm.(*foreign); ok && f.critic {
-		// A new critic trains alone for the first ValueWarmup iterations. Then Adam starts
-		// afresh: the actor's moments are still zero while its step count has run on, and bias
-		// correction by that count would make its first steps many times too large. The
-		// schedule carries on where it was (warmupBoost adds the warm-up's steps).
-		f.actorFrozen.Store(it < cfg.ValueWarmup)
-		if it == cfg.ValueWarmup {
-			for _, slot := range t.opt.State() {
-				clear(slot)
-			}
-			t.opt.SetSteps(0)
-		}
-		f.warmedUp.Store(it >= cfg.ValueWarmup)
-	}
+	t.pm.BeginIteration(it, t.opt) // a new critic's warm-up
 	c0 := time.Now()
 	r, err := t.collectRank(ctx)
 	if err != nil {
@@ -49,9 +36,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 		return Metrics{}, err
 	}
 	ev := explainedVariance(b.Values[:rows], b.Returns[:rows])
-	if f, ok := t.pm.(*foreign); ok && f.critic && it == 0 {
-		f.startCritic(b.Returns[:rows])
-	}
+	t.pm.Targets(it, b.Returns[:rows]) // a new critic starts from the first returns
 	l0 := time.Now()
 	lr := t.opt.CurrentLR() // the rate of this iteration's updates (constant within one)
 	var res learner.Result
@@ -86,7 +71,7 @@ func (t *trainer) iterate(ctx context.Context, it, iters int) (Metrics, error) {
 	// Training health: a non-finite loss or weight stops the run here, before this update is
 	// exported, checkpointed or written, so the last good policy and checkpoint stay.
 	stats := algo.Stats{Names: t.alg.StatNames(), Values: res.Stats}
-	if err := finite(stats, t.pm.flatParams()); err != nil {
+	if err := finite(stats, t.pm.Flat()); err != nil {
 		return Metrics{}, fmt.Errorf("%w (lower lr or max_grad_norm, or look for NaN in the env's observations and rewards)", err)
 	}
 	// The rollout's observations join the normaliser's statistics; the new map goes out with
@@ -165,7 +150,7 @@ func (t *trainer) fill(r *batcher.Rollout) error {
 		if err := t.alg.Targets(ro, t.adv, t.ret); err != nil {
 			return err
 		}
-		if err := t.fillAsync(r, t.async.seqLen); err != nil {
+		if err := t.fillAsync(r, t.seqLen); err != nil {
 			return err
 		}
 	} else if t.seqs {

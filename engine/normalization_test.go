@@ -11,6 +11,7 @@ import (
 	G "gorgonia.org/gorgonia"
 
 	"github.com/towerrl/towerrl/engine/normalize"
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/onnx"
@@ -116,8 +117,8 @@ func TestPolicyNormaliserMatchesGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	params, _ := ck.Tensor("params")
-	copy(pm.flatParams(), params.Data)
-	raw, err := pm.export(int64(ck.Ints["version"]))
+	copy(pm.Flat(), params.Data)
+	raw, err := pm.Export(int64(ck.Ints["version"]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestLearnerSeesTheCollectionMap(t *testing.T) {
 	}
 	rows := r.T * r.N
 	values := func(obs []float32) []float32 {
-		pol, err := models.Build(G.NewGraph(), pm.(native).p, rows)
+		pol, err := models.Build(G.NewGraph(), pm.(policy.Native).Params, rows)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -289,11 +289,11 @@ func (t *trainer) snapshot(ctx context.Context, iteration int) (*models.Checkpoi
 	if c.Bytes["config"], err = json.Marshal(t.cfg); err != nil {
 		return nil, err
 	}
-	if f, ok := t.pm.(*foreign); ok {
-		c.Bytes["init_policy"] = f.source
+	if src := t.pm.Source(); src != nil {
+		c.Bytes["init_policy"] = src
 	}
 	st := t.opt.State()
-	for name, v := range map[string][]float32{"params": t.pm.flatParams(), "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
+	for name, v := range map[string][]float32{"params": t.pm.Flat(), "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
 		if err := c.Put(name, []int{len(v)}, v); err != nil { // Put copies
 			return nil, err
 		}
@@ -333,7 +333,7 @@ func (t *trainer) waitCheckpoint() error { return waitWrite(&t.ckpt) }
 // restore sets the trainer to a checkpoint's state (after start built it afresh).
 func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {
 	st := t.opt.State()
-	for name, dst := range map[string][]float32{"params": t.pm.flatParams(), "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
+	for name, dst := range map[string][]float32{"params": t.pm.Flat(), "adam.m": st["adam.m"], "adam.v": st["adam.v"]} {
 		v, ok := c.Tensor(name)
 		if !ok || len(v.Data) != len(dst) {
 			return fmt.Errorf("engine: the checkpoint's %q holds %d values, this model has %d: the run was trained "+

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/envs"
 )
 
@@ -82,17 +83,10 @@ type sourceRun struct {
 
 // newSourceRun tells src what the run trains on (RolloutSource.Expect) and returns the
 // trainer's state for it. stop is Options.Stop.
-func newSourceRun(src RolloutSource, stop <-chan struct{}, cfg Config, spec envs.Spec, pm policyModel) (*sourceRun, error) {
+func newSourceRun(src RolloutSource, stop <-chan struct{}, cfg Config, spec envs.Spec, pm policy.Model) (*sourceRun, error) {
 	rs := RolloutSpec{Env: spec, T: cfg.RolloutSteps, N: cfg.Workers * cfg.Envs}
-	if f, ok := pm.(*foreign); ok {
-		for k, st := range f.bind.State {
-			shape, _ := f.stateShape(k, 1)
-			n := 1
-			for _, d := range shape {
-				n *= d
-			}
-			rs.States = append(rs.States, RolloutState{Name: st.Input, Dim: n})
-		}
+	for _, st := range pm.States() {
+		rs.States = append(rs.States, RolloutState{Name: st.Name, Dim: st.Dim})
 	}
 	if err := src.Expect(rs); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
@@ -28,7 +29,7 @@ func TestPPOTowersEquivalence(t *testing.T) {
 			t.Fatal(err)
 		}
 		tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: use, MaxGradNorm: 0.5, NormalizeAdvantages: true},
-			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0, 0, 1e-5), data, Towers(params, &ppo.PPO{Coefs: loss}))
+			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0, 0, 1e-5), data, policy.Towers(params, &ppo.PPO{Coefs: loss}))
 		if err != nil {
 			t.Fatal(err)
 		}

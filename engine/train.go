@@ -231,7 +231,7 @@ func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run
 		// batchers have every version in place meanwhile).
 		saved := saving && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
 		if t.rs != nil && (saved || it+1 == iters) {
-			if err := t.rs.checkSame(ctx, t.obsNorm.published(t.pm.flatParams())); err != nil { // with the normaliser's map
+			if err := t.rs.checkSame(ctx, t.obsNorm.published(t.pm.Flat())); err != nil { // with the normaliser's map
 				return res, err
 			}
 		}
@@ -293,7 +293,7 @@ func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run
 	if err := t.waitWrites(); err != nil {
 		return res, err
 	}
-	h := paramsHash(t.pm.flatParams())
+	h := paramsHash(t.pm.Flat())
 	res = Result{EnvSteps: t.steps, Iterations: max(first, iters), TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(), Dir: run.Path(),
 		ParamsSHA256: hex.EncodeToString(h[:]), Complete: complete}
 	if t.rs != nil {

@@ -8,11 +8,10 @@ import (
 
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/bind"
-	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/learner"
-	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/onnx"
 )
 
@@ -21,7 +20,7 @@ type trainer struct {
 	cfg     Config
 	spec    envs.Spec
 	alg     algo.Algorithm
-	pm      policyModel
+	pm      policy.Model
 	session onnx.Config
 	b       *batcher.Batcher
 	pol     *bind.Policy // the policy checked against the env at the start; re-exports reuse it
@@ -31,6 +30,7 @@ type trainer struct {
 	// seqs: the policy is recurrent and the batch holds each env's rollout as one sequence
 	// (env-major rows); adv and ret take GAE's time-major results before they are reordered.
 	seqs     bool
+	seqLen   int // the steps of the sequences the towers train on (V-trace's, a recurrent policy's)
 	adv, ret []float32
 	model    []byte // current policy's ONNX bytes (with the observation normaliser, if any)
 	raw      []byte // the policy model's own export of it (without the normaliser)
@@ -48,7 +48,7 @@ type trainer struct {
 	iterEnd time.Time  // when the last iteration (or start) ended: a remote source's rate
 }
 
-func newTrainer(cfg Config, spec envs.Spec, pm policyModel, session onnx.Config) *trainer {
+func newTrainer(cfg Config, spec envs.Spec, pm policy.Model, session onnx.Config) *trainer {
 	return &trainer{cfg: cfg, spec: spec, pm: pm, session: session}
 }
 
@@ -61,11 +61,8 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		actDim = 1
 	}
 	minibatch := rows / cfg.Minibatches
-	input := models.InputObs
-	if f, ok := t.pm.(*foreign); ok {
-		input = f.input
-	}
-	t.obsNorm, t.rewNorm = newObsNorm(cfg, obsDim, input), newRewardNorm(cfg, n)
+	t.obsNorm, t.rewNorm = newObsNorm(cfg, obsDim, t.pm.Binding().Input), newRewardNorm(cfg, n)
+	states := t.pm.States()
 	var err error
 	if t.alg, err = cfg.algorithm(); err != nil {
 		return err
@@ -73,32 +70,37 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if s, ok := t.alg.(algo.Sequential); ok && s.Sequences() {
 		// V-trace runs over whole time-ordered sequences of each env's rollout, which the
 		// batchers keep collecting while the learner trains.
-		if f, ok := t.pm.(*foreign); ok && f.recurrent() {
+		if len(states) > 0 {
 			return fmt.Errorf("%w: %s does not train recurrent policies yet; use --algo ppo", ErrConfig, cfg.Algo)
 		}
 		L := cfg.seqLen()
+		t.seqLen = L
 		seqs := n * (cfg.RolloutSteps / L)
 		if minibatch = seqs / cfg.Minibatches; minibatch < cfg.Towers {
 			return fmt.Errorf("%w: %s trains on whole sequences: %d envs × %d sequences of %d steps in %d minibatches leave %d per minibatch for %d towers; use more envs, a shorter seq_len or fewer minibatches",
 				ErrConfig, cfg.Algo, n, cfg.RolloutSteps/L, L, cfg.Minibatches, minibatch, cfg.Towers)
 		}
-		t.async = &asyncRun{seqLen: L, since: time.Now()}
+		t.async = &asyncRun{since: time.Now()}
 		t.alg = seqAlgo{Algorithm: t.alg, seqLen: L}
 		t.adv, t.ret = make([]float32, rows), make([]float32, rows)
 		t.batch = learner.NewSequenceBatch(rows, obsDim, actDim, 0)
-	} else if f, ok := t.pm.(*foreign); ok && f.recurrent() {
+	} else if len(states) > 0 {
 		// Minibatches of whole sequences: each env's rollout cut into RolloutSteps/seqLen,
 		// each replayed by the towers from the state the batcher fed at its first step
 		// (backpropagation through time over seqLen steps).
-		f.steps = cfg.seqLen()
-		seqs := n * (cfg.RolloutSteps / f.steps)
+		t.seqLen = cfg.seqLen()
+		seqs := n * (cfg.RolloutSteps / t.seqLen)
 		if minibatch = seqs / cfg.Minibatches; minibatch < cfg.Towers {
 			return fmt.Errorf("%w: a recurrent policy trains on whole sequences: %d envs × %d sequences of %d steps in %d minibatches leave %d per minibatch for %d towers; use more envs, a shorter seq_len or fewer minibatches",
-				ErrConfig, n, cfg.RolloutSteps/f.steps, f.steps, cfg.Minibatches, minibatch, cfg.Towers)
+				ErrConfig, n, cfg.RolloutSteps/t.seqLen, t.seqLen, cfg.Minibatches, minibatch, cfg.Towers)
+		}
+		stateDim := 0
+		for _, s := range states {
+			stateDim += s.Dim
 		}
 		t.seqs = true
 		t.adv, t.ret = make([]float32, rows), make([]float32, rows)
-		t.batch = learner.NewSampleBatch(rows, obsDim, actDim, f.stateDim())
+		t.batch = learner.NewSampleBatch(rows, obsDim, actDim, stateDim)
 	} else {
 		t.batch = learner.NewSampleBatch(rows, obsDim, actDim, 0)
 	}
@@ -110,21 +112,16 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	}
 	// The weights reach the batchers in place (Batcher.Publish), not by a new export and new
 	// sessions per iteration; the observation normaliser's mean and scale with them.
-	pc := bind.Config{Session: t.session, Publish: t.obsNorm.layout(t.pm.publishLayout(), len(t.pm.flatParams()))}
-	if f, ok := t.pm.(*foreign); ok {
-		// The batchers bind the policy as loadForeign did: the user's names and head, else
-		// recognition (and the new critic's value).
-		pc.Names = f.names
-		if f.critic {
-			pc.Names.Value = models.CriticOutput
+	// The batchers bind the policy as the model was bound: a foreign policy's names and head
+	// as the user gave them, else recognition (and a new critic's value).
+	pc := bind.Config{Session: t.session, Publish: t.obsNorm.layout(t.pm.PublishLayout(), len(t.pm.Flat())),
+		Names: t.pm.Binding().Names}
+	if cfg.Head != "" {
+		hs, _, err := cfg.binding(t.spec)
+		if err != nil {
+			return err
 		}
-		if cfg.Head != "" {
-			hs, _, err := cfg.binding(t.spec)
-			if err != nil {
-				return err
-			}
-			pc.Spec = &hs
-		}
+		pc.Spec = &hs
 	}
 	if t.pol, err = bind.New(ctx, t.model, t.version, t.spec, pc); err != nil {
 		return err
@@ -151,25 +148,20 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if !cfg.ConstantLR {
 		sched = iterationAnneal{lr: cfg.LR, perIter: updates, iters: cfg.Iterations()}
 	}
-	if f, ok := t.pm.(*foreign); ok && f.critic && cfg.ValueWarmup > 0 {
-		sched = &warmupBoost{Schedule: sched, perIter: updates, iters: cfg.ValueWarmup, factor: warmupLRFactor, after: &f.warmedUp}
-	}
-	opt := learner.NewAdam(len(t.pm.flatParams()), sched, 0.9, 0.999, cfg.AdamEps)
+	sched = t.pm.Schedule(sched, updates) // a new critic's warm-up boosts it
+	opt := learner.NewAdam(len(t.pm.Flat()), sched, 0.9, 0.999, cfg.AdamEps)
 	t.opt = opt
 	tc := learner.TowersConfig{N: cfg.Towers, Minibatch: minibatch, MaxGradNorm: cfg.MaxGradNorm,
 		NormalizeAdvantages: !cfg.NoNormAdv, NoSpin: cfg.NoSpin}
 	if t.rs != nil {
 		tc.Collective = t.rs.coll // towers average locally, then across the ranks
 	}
-	factory := t.pm.towers(t.alg)
+	factory := t.pm.Towers(t.alg, t.seqLen)
 	if t.async != nil {
 		// The learner splits the batch by sequences; a feed-forward tower takes their rows.
-		sequences, L := factory, t.async.seqLen
-		factory = func(i int, dev device.Device, seqs int, flat []float32) (learner.Tower, error) {
-			return sequences(i, dev, seqs*L, flat)
-		}
+		factory = policy.SequenceRows(factory, t.seqLen)
 	}
-	towers, err := learner.NewTowers(tc, t.pm.flatParams(), opt, t.batch, factory)
+	towers, err := learner.NewTowers(tc, t.pm.Flat(), opt, t.batch, factory)
 	if err != nil {
 		return err
 	}
@@ -207,14 +199,14 @@ func (t *trainer) artifacts() (art, trained []byte, err error) {
 	if err := t.export(); err != nil {
 		return nil, nil, err
 	}
-	art, err = t.pm.artifact(t.raw, t.version)
+	art, err = t.pm.Artifact(t.raw, t.version)
 	if err == nil {
 		art, err = t.obsNorm.wrap(art)
 	}
 	if err != nil {
 		return nil, nil, err
 	}
-	if t.pm.trained(t.raw) != nil {
+	if t.pm.Trained(t.raw) != nil {
 		trained = t.model
 	}
 	return art, trained, nil
@@ -256,7 +248,7 @@ func waitWrite(done *chan error) error {
 // export makes t.model: the current parameters exported as policy version t.version, behind
 // the current observation normaliser (t.raw without it).
 func (t *trainer) export() (err error) {
-	if t.raw, err = t.pm.export(t.version); err != nil {
+	if t.raw, err = t.pm.Export(t.version); err != nil {
 		return err
 	}
 	t.model, err = t.obsNorm.wrap(t.raw)
@@ -274,7 +266,7 @@ func (t *trainer) publish(ctx context.Context) error {
 	if t.source != nil {
 		return t.publishSource(ctx)
 	}
-	return t.b.Publish(ctx, t.version, t.obsNorm.published(t.pm.flatParams()))
+	return t.b.Publish(ctx, t.version, t.obsNorm.published(t.pm.Flat()))
 }
 
 func (t *trainer) close() error {

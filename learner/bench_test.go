@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
@@ -103,7 +103,7 @@ func ppoTowers(b testing.TB, n, mb int) (*learner.Towers, *learner.SampleBatch) 
 	batch.SetLen(mb)
 	tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: mb, MaxGradNorm: 0.5, NormalizeAdvantages: true},
 		params.Data(), learner.NewAdam(params.Size(), learner.Constant(2.5e-4), 0, 0, 1e-5), batch,
-		engine.Towers(params, &ppo.PPO{Coefs: ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}}))
+		policy.Towers(params, &ppo.PPO{Coefs: ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}}))
 	if err != nil {
 		b.Fatal(err)
 	}

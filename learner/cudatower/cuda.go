@@ -19,7 +19,7 @@ import (
 func New(dev device.Device, params *models.Params, rows int, alg algo.Algorithm) (learner.Tower, error) {
 	cd, ok := dev.(interface{ CUDAContext() *cuda.Context })
 	if dev == nil || dev.Kind() != device.KindCUDA || !ok {
-		return nil, fmt.Errorf("cudatower: %v is not a CUDA device; open one with device.CUDA (CPU towers: engine.Towers)", dev)
+		return nil, fmt.Errorf("cudatower: %v is not a CUDA device; open one with device.CUDA (CPU towers: policy.Towers, package engine/policy)", dev)
 	}
 	if params == nil || alg == nil {
 		return nil, errors.New("cudatower: New needs the model's parameters and an algorithm")

@@ -13,7 +13,7 @@ import (
 
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/device/devicetest"
-	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/internal/cuda"
 	"github.com/towerrl/towerrl/learner"
@@ -101,7 +101,7 @@ func TestCUDATiming(t *testing.T) {
 			if on == "cuda" {
 				tw, err = Towers(params, alg)(0, dev, rows, params.Data())
 			} else {
-				tw, err = engine.Towers(params, alg)(0, device.CPU(), rows, params.Data())
+				tw, err = policy.Towers(params, alg)(0, device.CPU(), rows, params.Data())
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -169,7 +169,7 @@ func TestCUDATowersUpdate(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := learner.TowersConfig{N: n, Minibatch: rows, MaxGradNorm: 0.5, NormalizeAdvantages: true}
-		factory := engine.Towers(params, alg)
+		factory := policy.Towers(params, alg)
 		if on == "cuda" {
 			cfg.Devices = slices.Repeat([]device.Device{dev}, n)
 			factory = Towers(params, alg)

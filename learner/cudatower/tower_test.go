@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/towerrl/towerrl/device"
-	"github.com/towerrl/towerrl/engine"
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
@@ -223,7 +223,7 @@ func relErr(got, want []float32) float64 {
 // whole vector's relative error and the worst parameter's.
 func compare(t *testing.T, tw learner.Tower, params *models.Params, mb *learner.SampleBatch, rows int, tol float64) (all, worst float64, got, want []float32) {
 	t.Helper()
-	ref, err := engine.Towers(params, &ppo.PPO{Coefs: coefs})(0, device.CPU(), rows, params.Data())
+	ref, err := policy.Towers(params, &ppo.PPO{Coefs: coefs})(0, device.CPU(), rows, params.Data())
 	if err != nil {
 		t.Fatal(err)
 	}

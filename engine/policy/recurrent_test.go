@@ -1,4 +1,4 @@
-package engine
+package policy
 
 import (
 	"context"
@@ -12,8 +12,6 @@ import (
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/learner"
-	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/layout"
 	"github.com/towerrl/towerrl/onnx"
 )
@@ -27,7 +25,7 @@ import (
 func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 	for _, name := range []string{"rllib_cartpole_lstm", "sf_cartpole_gru", "sb3c_recurrentppo_cartpole"} {
 		t.Run(name, func(t *testing.T) {
-			data, err := os.ReadFile(filepath.Join("..", "testdata", "foreign", name+".onnx"))
+			data, err := os.ReadFile(filepath.Join("..", "..", "testdata", "foreign", name+".onnx"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -36,12 +34,8 @@ func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := Config{Env: envID, InitPolicy: "x.onnx"}
-			hs, names, err := cfg.binding(es)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := loadForeign(context.Background(), data, hs, layout.Overrides{Names: names}, onnx.Config{}, rand.New(rand.NewPCG(1, 2)))
+			hs := envHeadSpec(t, envID)
+			f, err := loadForeign(context.Background(), data, hs, layout.Overrides{}, onnx.Config{}, rand.New(rand.NewPCG(1, 2)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,15 +49,11 @@ func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 				f.flat[i] += float32(rng.NormFloat64() * 0.3)
 			}
 			const seqLen = 10 // each env's rollout cut into 4 sequences, replayed from the recorded states
-			f.steps = seqLen
-			model, err := f.export(1)
+			model, err := f.Export(1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			pc := bind.Config{Names: f.names}
-			if f.critic {
-				pc.Names.Value = models.CriticOutput
-			}
+			pc := bind.Config{Names: f.Binding().Names}
 			ctx := context.Background()
 			pol, err := bind.New(ctx, model, 1, es, pc)
 			if err != nil {
@@ -88,14 +78,7 @@ func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 				t.Fatal("no episode ended inside the rollout: the state resets are not tested")
 			}
 			n := r.N
-			tr := &trainer{pm: f, seqs: true, adv: make([]float32, steps*n), ret: make([]float32, steps*n),
-				batch: learner.NewSampleBatch(steps*n, r.ObsDim, 1, f.stateDim())}
-			for i := range tr.adv {
-				tr.adv[i], tr.ret[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
-			}
-			if err := tr.fillSequences(r); err != nil {
-				t.Fatal(err)
-			}
+			mb := sequenceBatch(t, r, f.States(), seqLen, rng)
 			c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 			seqs := n * steps / seqLen
 			// The whole gradient, for the finite differences: a new critic's own gradient
@@ -108,7 +91,7 @@ func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 			defer tw.Close()
 			grads := make([]float32, len(f.flat))
 			stats := make([]float64, len(ppo.StatNames))
-			if err := tw.Grad(tr.batch, grads, stats); err != nil {
+			if err := tw.Grad(mb, grads, stats); err != nil {
 				t.Fatal(err)
 			}
 			// The rollout row of loss row k: sequence seq = k%seqs is env seq/4's steps
@@ -130,7 +113,7 @@ func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 			}
 			loss := func() float64 {
 				st := make([]float64, len(ppo.StatNames))
-				if err := tw.Grad(tr.batch, make([]float32, len(f.flat)), st); err != nil {
+				if err := tw.Grad(mb, make([]float32, len(f.flat)), st); err != nil {
 					t.Fatal(err)
 				}
 				return st[0]

@@ -1,4 +1,4 @@
-package engine
+package policy
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
@@ -24,11 +25,15 @@ import (
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
-// foreign is a pretrained ONNX policy imported for fine-tuning: its own graph and names, with
+// Foreign is a pretrained ONNX policy imported for fine-tuning: its own graph and names, with
 // its initializers as the trainable parameters, gathered in one flat vector. The head is bound
 // as the batchers bind it (models/layout: the exporter's layout, towerrl metadata, or the
 // names the user gave), so the tensors the loss reads may be inner tensors of the graph.
-type foreign struct {
+//
+// A policy without a value output gets a new critic, which trains alone for the first
+// ForeignOptions.ValueWarmup iterations (Schedule, BeginIteration) and starts from the first
+// rollout's returns (Targets).
+type Foreign struct {
 	model  *graph.Model // the graph trained: the policy, its batch made dynamic when it was fixed
 	orig   *graph.Model // the graph written back: the policy as given
 	params *graph.Params
@@ -44,8 +49,8 @@ type foreign struct {
 	}
 	// consts are the other inputs and the values they are fed (zeros, or ones for seq_lens).
 	consts map[string]float32
-	// steps is the length of the sequences a recurrent policy's towers replay.
-	steps int
+	// warmup is the iterations a new critic trains alone (ForeignOptions.ValueWarmup).
+	warmup int
 	// stop names the tensors the loss's gradient does not flow back through: a new critic's
 	// input when it reads the policy's features.
 	stop []string
@@ -66,11 +71,34 @@ type foreign struct {
 // ErrFineTune is wrapped by errors about a foreign policy that cannot be fine-tuned.
 var ErrFineTune = errors.New("engine: cannot fine-tune this policy")
 
-// loadForeign imports model for fine-tuning on an env whose head spec is spec, bound with the
-// user's overrides o (names, head).
-//
-// A policy without a value output gets a new critic, initialised from rng.
-func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Overrides, session onnx.Config, rng *rand.Rand) (*foreign, error) {
+// ForeignOptions are how a foreign policy is imported: the user's names and head, which
+// override what is recognised, the ONNX Runtime configuration the import's rewrites run with,
+// and the new critic's initialisation and warm-up.
+type ForeignOptions struct {
+	Names   head.Names // the outputs the user named (zero: recognised)
+	Head    head.Kind  // the head the user named ("": recognised)
+	Session onnx.Config
+	// Rand initialises a new critic (a policy without a value output).
+	Rand *rand.Rand
+	// ValueWarmup is the iterations a new critic trains alone before the actor moves (0:
+	// none).
+	ValueWarmup int
+}
+
+// LoadForeign imports data, an ONNX policy, for fine-tuning on an env whose head spec is
+// spec, bound with the user's names and head (o). A policy without a value output gets a new
+// critic, initialised from o.Rand. The bytes are kept: a checkpoint holds them (Source).
+func LoadForeign(ctx context.Context, data []byte, spec head.Spec, o ForeignOptions) (*Foreign, error) {
+	f, err := loadForeign(ctx, data, spec, layout.Overrides{Names: o.Names, Head: o.Head}, o.Session, o.Rand)
+	if err != nil {
+		return nil, err
+	}
+	f.source, f.warmup = data, o.ValueWarmup
+	return f, nil
+}
+
+// loadForeign is LoadForeign with the overrides of models/layout and the new critic's rng.
+func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Overrides, session onnx.Config, rng *rand.Rand) (*Foreign, error) {
 	var mp onnxpb.ModelProto
 	if err := proto.Unmarshal(data, &mp); err != nil {
 		return nil, fmt.Errorf("%w: not a readable ONNX model: %v", graph.ErrModel, err)
@@ -148,7 +176,7 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 			return nil, err
 		}
 	}
-	f := &foreign{model: m, orig: orig, origParams: orig.NewParams(), spec: spec, names: o.Names, bind: b, input: b.Observation,
+	f := &Foreign{model: m, orig: orig, origParams: orig.NewParams(), spec: spec, names: o.Names, bind: b, input: b.Observation,
 		consts: map[string]float32{}, critic: critic, rewritten: !rep.Dynamic}
 	if critic {
 		f.stop = []string{models.CriticInput}
@@ -219,10 +247,10 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 }
 
 // recurrent reports whether the policy carries a state from one step to the next.
-func (f *foreign) recurrent() bool { return len(f.bind.State) > 0 }
+func (f *Foreign) recurrent() bool { return len(f.bind.State) > 0 }
 
 // outputs are the tensors the loss reads.
-func (f *foreign) outputs() []string {
+func (f *Foreign) outputs() []string {
 	outs := []string{f.outs.params, f.outs.value}
 	if f.outs.logStd != "" && !f.outs.split {
 		outs = append(outs, f.outs.logStd)
@@ -230,16 +258,16 @@ func (f *foreign) outputs() []string {
 	return outs
 }
 
-// export writes the graph trained back with the current weights and towerrl.version =
+// Export writes the graph trained back with the current weights and towerrl.version =
 // version: what the batchers run.
-func (f *foreign) export(version int64) ([]byte, error) {
+func (f *Foreign) Export(version int64) ([]byte, error) {
 	return f.model.WriteBack(f.params, graph.WriteOptions{Version: strconv.FormatInt(version, 10)})
 }
 
-// artifact is policy.onnx for the batchers' model (the export of version): the policy as it
+// Artifact is policy.onnx for the batchers' model (the export of version): the policy as it
 // was given — its inputs, outputs, opset, names and batch — with the trained weights. A new
 // critic is not part of it (it is in the checkpoint and in policy_with_critic.onnx).
-func (f *foreign) artifact(model []byte, version int64) ([]byte, error) {
+func (f *Foreign) Artifact(model []byte, version int64) ([]byte, error) {
 	if !f.critic && !f.rewritten {
 		return model, nil
 	}
@@ -257,7 +285,6 @@ func (f *foreign) artifact(model []byte, version int64) ([]byte, error) {
 	return f.orig.WriteBack(f.origParams, graph.WriteOptions{Version: strconv.FormatInt(version, 10)})
 }
 
-// obsSize is the number of values in one observation of spec.
 // checkObsInput refuses a policy none of whose graph inputs can take the env's observations:
 // every input (initializers aside) declares rows of a known size, and none is the env's. A
 // policy trained on another env was refused later, saying only that its head could not be
@@ -304,6 +331,7 @@ func checkObsInput(mp *onnxpb.ModelProto, spec head.Spec) error {
 		ErrFineTune, strings.Join(seen, ", the input "), spec.EnvID, want, from, spec.EnvID)
 }
 
+// obsSize is the number of values in one observation of spec.
 func obsSize(spec head.Spec) int {
 	n := 1
 	for _, d := range spec.ObsShape {
@@ -317,7 +345,7 @@ func obsSize(spec head.Spec) int {
 // take thousands of updates to get there), and its output weights multiplied by their
 // standard deviation, so that its hidden units need not saturate to follow returns of tens or
 // hundreds.
-func (f *foreign) startCritic(returns []float32) {
+func (f *Foreign) startCritic(returns []float32) {
 	var mean, sq float64
 	for _, r := range returns {
 		mean += float64(r)
@@ -333,9 +361,9 @@ func (f *foreign) startCritic(returns []float32) {
 	}
 }
 
-// publishLayout places f.flat's weights in the graph trained (the batchers' model), for
+// PublishLayout places f.flat's weights in the graph trained (the batchers' model), for
 // Batcher.Publish: the trainable initializers in TrainableNames order.
-func (f *foreign) publishLayout() []bind.Param {
+func (f *Foreign) PublishLayout() []bind.Param {
 	names := f.params.TrainableNames()
 	sizes := make([]int, len(names))
 	for i, name := range names {
@@ -343,4 +371,84 @@ func (f *foreign) publishLayout() []bind.Param {
 		sizes[i] = v.Shape().TotalSize()
 	}
 	return bind.ContiguousParams(names, sizes)
+}
+
+// Trained is the graph the batchers run (model, the export) when it differs from policy.onnx:
+// with a new critic. Nil otherwise.
+func (f *Foreign) Trained(model []byte) []byte {
+	if f.critic {
+		return model
+	}
+	return nil
+}
+
+// Flat is the trainable parameters, in one vector the learner updates in place.
+func (f *Foreign) Flat() []float32 { return f.flat }
+
+// HeadSpec is the head the loss computes (a tanh-gaussian is a Gaussian over the pre-tanh
+// action).
+func (f *Foreign) HeadSpec() head.Spec { return f.spec }
+
+// Binding is how the batchers bind the exports: the observation input, and the names the user
+// gave, with the new critic's value output when there is one.
+func (f *Foreign) Binding() Binding {
+	b := Binding{Input: f.input, Names: f.names}
+	if f.critic {
+		b.Names.Value = models.CriticOutput
+	}
+	return b
+}
+
+// States are the recurrent states the policy carries from one step to the next (its inputs),
+// none for a feed-forward policy.
+func (f *Foreign) States() []State {
+	var sts []State
+	for k, st := range f.bind.State {
+		shape, _ := f.stateShape(k, 1)
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		sts = append(sts, State{Name: st.Input, Dim: n})
+	}
+	return sts
+}
+
+// Source is the policy as it was imported, which a checkpoint keeps so that a resume needs no
+// file.
+func (f *Foreign) Source() []byte { return f.source }
+
+// Schedule is s, with a new critic's warm-up: the rate boosted while it trains alone, and
+// the schedule carried on after it (warmupBoost).
+func (f *Foreign) Schedule(s learner.Schedule, updatesPerIter int) learner.Schedule {
+	if !f.critic || f.warmup <= 0 {
+		return s
+	}
+	return &warmupBoost{Schedule: s, perIter: updatesPerIter, iters: f.warmup, factor: warmupLRFactor, after: &f.warmedUp}
+}
+
+// BeginIteration readies iteration it: a new critic trains alone for the first ValueWarmup
+// iterations. Then Adam starts afresh: the actor's moments are still zero while its step
+// count has run on, and bias correction by that count would make its first steps many times
+// too large. The schedule carries on where it was (warmupBoost adds the warm-up's steps).
+func (f *Foreign) BeginIteration(it int, opt learner.Optimizer) {
+	if !f.critic {
+		return
+	}
+	f.actorFrozen.Store(it < f.warmup)
+	if it == f.warmup {
+		for _, slot := range opt.State() {
+			clear(slot)
+		}
+		opt.SetSteps(0)
+	}
+	f.warmedUp.Store(it >= f.warmup)
+}
+
+// Targets is handed iteration it's value targets before its update: a new critic starts from
+// the first iteration's (startCritic).
+func (f *Foreign) Targets(it int, returns []float32) {
+	if f.critic && it == 0 {
+		f.startCritic(returns)
+	}
 }

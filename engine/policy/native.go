@@ -1,4 +1,4 @@
-package engine
+package policy
 
 import (
 	"errors"
@@ -6,12 +6,45 @@ import (
 
 	G "gorgonia.org/gorgonia"
 
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/device"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 )
+
+// Native is one of towerrl's own architectures (package models), trained from scratch: its
+// export is policy.onnx, it binds the batchers' default names, carries no state and has no
+// warm-up.
+type Native struct{ Params *models.Params }
+
+func (n Native) Flat() []float32                                     { return n.Params.Data() }
+func (n Native) HeadSpec() head.Spec                                 { return n.Params.Config().Spec }
+func (n Native) Export(v int64) ([]byte, error)                      { return models.Export(n.Params, v) }
+func (n Native) Towers(a algo.Algorithm, _ int) learner.TowerFactory { return Towers(n.Params, a) }
+func (n Native) Artifact(m []byte, _ int64) ([]byte, error)          { return m, nil }
+func (n Native) Trained([]byte) []byte                               { return nil }
+func (n Native) Binding() Binding                                    { return Binding{Input: models.InputObs} }
+func (n Native) States() []State                                     { return nil }
+func (n Native) Source() []byte                                      { return nil }
+func (n Native) Schedule(s learner.Schedule, _ int) learner.Schedule { return s }
+func (n Native) BeginIteration(int, learner.Optimizer)               {}
+func (n Native) Targets(int, []float32)                              {}
+
+// PublishLayout places the parameters' tensors in the exported graph, for Batcher.Publish.
+func (n Native) PublishLayout() []bind.Param {
+	p := n.Params
+	ps := make([]bind.Param, p.Len())
+	for i, name := range p.Names() {
+		size := 1
+		for _, d := range p.Shape(i) {
+			size *= d
+		}
+		ps[i] = bind.Param{Name: name, Offset: p.Offset(i), Len: size}
+	}
+	return ps
+}
 
 // Towers is the learner.TowerFactory of an algorithm's loss over params' architecture
 // (towerrl's own MLPs), for callers building their own learner.Towers (benchmarks, custom
@@ -88,4 +121,13 @@ func (t *nativeTower) Grad(mb *learner.SampleBatch, grads []float32, stats []flo
 	}
 	t.loss.Stats(stats)
 	return nil
+}
+
+// SequenceRows is factory for a batch of whole sequences of seqLen steps (V-trace's): the
+// learner splits it by sequences and asks for towers of that many, and a feed-forward tower,
+// which reads rows in no particular order, takes their seqLen rows each.
+func SequenceRows(factory learner.TowerFactory, seqLen int) learner.TowerFactory {
+	return func(i int, dev device.Device, seqs int, flat []float32) (learner.Tower, error) {
+		return factory(i, dev, seqs*seqLen, flat)
+	}
 }

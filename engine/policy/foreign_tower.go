@@ -1,4 +1,4 @@
-package engine
+package policy
 
 import (
 	"errors"
@@ -15,9 +15,9 @@ import (
 	"github.com/towerrl/towerrl/onnx/graph"
 )
 
-// towers makes the algorithm's towers over the imported graph: feed-forward, or recurrent
-// (unrolled over sequences of f.steps steps; the learner's rows count sequences then).
-func (f *foreign) towers(a algo.Algorithm) learner.TowerFactory {
+// Towers makes the algorithm's towers over the imported graph: feed-forward, or recurrent
+// (unrolled over sequences of seqLen steps; the learner's rows count sequences then).
+func (f *Foreign) Towers(a algo.Algorithm, seqLen int) learner.TowerFactory {
 	return func(_ int, dev device.Device, rows int, flat []float32) (learner.Tower, error) {
 		if dev.Kind() != device.KindCPU {
 			return nil, fmt.Errorf("engine: towers run on the CPU for now, not %s", dev)
@@ -26,7 +26,7 @@ func (f *foreign) towers(a algo.Algorithm) learner.TowerFactory {
 			return nil, errors.New("engine: towers must read the model's own parameter vector")
 		}
 		if f.recurrent() {
-			return newRecurrentTower(f, rows, f.steps, a)
+			return newRecurrentTower(f, rows, seqLen, a)
 		}
 		return newForeignTower(f, rows, a)
 	}
@@ -34,7 +34,7 @@ func (f *foreign) towers(a algo.Algorithm) learner.TowerFactory {
 
 // foreignTower computes an algorithm's loss's gradient on an imported graph.
 type foreignTower struct {
-	f       *foreign
+	f       *Foreign
 	gr      *graph.Graph
 	rows    int
 	vm      *tape.Machine
@@ -43,7 +43,7 @@ type foreignTower struct {
 	loss    *headLoss
 }
 
-func newForeignTower(f *foreign, rows int, a algo.Algorithm) (t *foreignTower, err error) {
+func newForeignTower(f *Foreign, rows int, a algo.Algorithm) (t *foreignTower, err error) {
 	g := G.NewGraph()
 	gr, err := f.model.BuildWith(g, f.params, graph.BuildOptions{Batch: rows, Outputs: f.outputs(), StopGradient: f.stop})
 	if err != nil {
@@ -102,7 +102,7 @@ func filled(shape tensor.Shape, v float32) *tensor.Dense {
 // headLoss is an algorithm's loss over the head outputs of an imported graph, differentiated
 // with respect to learn.
 type headLoss struct {
-	f     *foreign
+	f     *Foreign
 	names []string
 	loss  algo.Loss
 	learn G.Nodes
@@ -113,7 +113,7 @@ type headLoss struct {
 // logits or the mean; RLlib's mean and log_std side by side when split), ls (a log_std
 // output, nil when split or categorical) and value — and differentiates it with respect to
 // learn. Panics of gorgonia are the caller's to recover.
-func (f *foreign) newHeadLoss(a algo.Algorithm, rows int, params, ls, value *G.Node, learn G.Nodes) (*headLoss, error) {
+func (f *Foreign) newHeadLoss(a algo.Algorithm, rows int, params, ls, value *G.Node, learn G.Nodes) (*headLoss, error) {
 	d := f.spec.ActionDim()
 	h := algo.Heads{Spec: f.spec, Rows: rows, Params: params, Value: value}
 	if f.spec.Head != head.CategoricalKind {

@@ -1,4 +1,4 @@
-package engine
+package policy
 
 import (
 	"context"
@@ -6,18 +6,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
-	"slices"
 	"testing"
-
-	"google.golang.org/protobuf/encoding/prototext"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/internal/npy"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
 	"github.com/towerrl/towerrl/onnx"
-	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
 // TestForeignExportRoundTrip imports each feed-forward fixture for fine-tuning and, before any
@@ -29,7 +24,7 @@ func TestForeignExportRoundTrip(t *testing.T) {
 	for _, name := range []string{"sb3_ppo_cartpole", "sb3_ppo_cartpole_old", "sb3_ppo_pendulum", "cleanrl_pendulum",
 		"sb3_sac_pendulum", "vecnorm_cartpole", "rllib_cartpole_mlp", "layernorm_opset17_cartpole"} {
 		t.Run(name, func(t *testing.T) {
-			dir := filepath.Join("..", "testdata", "foreign")
+			dir := filepath.Join("..", "..", "testdata", "foreign")
 			var fx foreignFixture
 			if err := json.Unmarshal(readFile(t, filepath.Join(dir, name+".json")), &fx); err != nil {
 				t.Fatal(err)
@@ -47,11 +42,11 @@ func TestForeignExportRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			exported, err := f.export(0)
+			exported, err := f.Export(0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			art, err := f.artifact(exported, 0)
+			art, err := f.Artifact(exported, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,41 +108,6 @@ func outputsRowByRow(t *testing.T, model []byte, obs []float32, rowLen int) map[
 		}
 	}
 	return out
-}
-
-// checkSameInterface compares the graph inputs and outputs (names, element types, dims) and
-// the opset of two models, and opens the second in ONNX Runtime.
-func checkSameInterface(t *testing.T, origPath, gotPath string) {
-	t.Helper()
-	load := func(path string) *onnxpb.ModelProto {
-		var m onnxpb.ModelProto
-		if err := proto.Unmarshal(readFile(t, path), &m); err != nil {
-			t.Fatal(err)
-		}
-		return &m
-	}
-	a, b := load(origPath), load(gotPath)
-	sig := func(vs []*onnxpb.ValueInfoProto) []string {
-		var out []string
-		for _, v := range vs {
-			out = append(out, v.GetName()+" "+prototext.Format(v.GetType()))
-		}
-		return out
-	}
-	if !slices.Equal(sig(a.GetGraph().GetInput()), sig(b.GetGraph().GetInput())) {
-		t.Errorf("inputs changed:\n%v\n%v", sig(a.GetGraph().GetInput()), sig(b.GetGraph().GetInput()))
-	}
-	if !slices.Equal(sig(a.GetGraph().GetOutput()), sig(b.GetGraph().GetOutput())) {
-		t.Errorf("outputs changed:\n%v\n%v", sig(a.GetGraph().GetOutput()), sig(b.GetGraph().GetOutput()))
-	}
-	if prototext.Format(a.GetOpsetImport()[0]) != prototext.Format(b.GetOpsetImport()[0]) {
-		t.Errorf("opset changed: %v → %v", a.GetOpsetImport(), b.GetOpsetImport())
-	}
-	s, err := onnx.Open(context.Background(), gotPath, onnx.Config{MaxBatch: 1})
-	if err != nil {
-		t.Fatalf("the written policy does not load in ONNX Runtime: %v", err)
-	}
-	s.Close()
 }
 
 // foreignFixture is the part of testdata/foreign/NAME.json these tests read.

@@ -1,4 +1,4 @@
-package engine
+package policy
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ import (
 // over steps steps for seqs sequences. Loss row k is step k/seqs of sequence k%seqs
 // (time-major); minibatch row s·steps+t is step t of sequence s.
 type recurrentTower struct {
-	f           *foreign
+	f           *Foreign
 	seqs, steps int
 	first       *graph.Graph // step 0's build, whose parameter nodes every step shares
 	vm          *tape.Machine
@@ -47,7 +47,7 @@ type recurrentTower struct {
 
 // stateShape is state k's input shape for seqs sequences: its declared shape with the batch
 // axis set to seqs.
-func (f *foreign) stateShape(k, seqs int) ([]int, error) {
+func (f *Foreign) stateShape(k, seqs int) ([]int, error) {
 	s := f.bind.State[k]
 	shape := make([]int, len(s.Shape))
 	for i, d := range s.Shape {
@@ -65,7 +65,7 @@ func (f *foreign) stateShape(k, seqs int) ([]int, error) {
 
 // stateDim is the number of values of one env's recurrent state, all states together: the
 // width of learner.SampleBatch.State.
-func (f *foreign) stateDim() int {
+func (f *Foreign) stateDim() int {
 	n := 0
 	for k := range f.bind.State {
 		shape, _ := f.stateShape(k, 1)
@@ -74,7 +74,7 @@ func (f *foreign) stateDim() int {
 	return n
 }
 
-func newRecurrentTower(f *foreign, seqs, steps int, a algo.Algorithm) (t *recurrentTower, err error) {
+func newRecurrentTower(f *Foreign, seqs, steps int, a algo.Algorithm) (t *recurrentTower, err error) {
 	if steps < 1 {
 		return nil, fmt.Errorf("engine: a recurrent tower needs the rollout length, got %d", steps)
 	}
