@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -11,23 +10,12 @@ import (
 	"github.com/towerrl/towerrl/learner"
 )
 
-// asyncRun is the trainer's state for an asynchronous algorithm (one whose loss corrects for
-// policy lag, algo.Sequential): the batchers stream rollouts into a ring of Config.QueueSize
-// buffers without waiting for the learner, which trains on each as it arrives.
-//
-// The stream runs from the first collect to the end of the run. Its checkpoints hold the
-// learner's state (weights, optimiser, counters) but not the batchers' (a snapshot would stop
-// the stream): a resumed asynchronous run starts fresh episodes from a seed derived from the
-// iteration it resumes at, and the rollouts in flight at the checkpoint are not trained on. An
-// asynchronous run is not bit-reproducible anyway: which version collects which step depends
-// on timing.
-type asyncRun struct {
-	stream *batcher.Stream
-	slot   int                 // the ring buffer the trainer holds, until release
-	held   bool                // whether slot is held
-	last   batcher.StreamStats // the stream's counters at the previous iteration
-	since  time.Time           // when the previous iteration's collect returned
-	hist   []int64
+// lagMeter measures an asynchronous run's policy lag and who waited for whom, iteration by
+// iteration (Metrics.Async) and over the run (Result.Async).
+type lagMeter struct {
+	last  batcher.StreamStats // the stream's counters at the previous iteration
+	since time.Time           // when the previous iteration's measure (or the start) was
+	hist  []int64
 
 	// The run's totals, for Result.Async: the lag histogram, rows, the lag's sum, and the
 	// seconds the batchers sat blocked and the learner waited over the wall seconds.
@@ -36,8 +24,11 @@ type asyncRun struct {
 	blocked, waited, wallTotal float64
 }
 
+// reset starts measuring now, from a stream's first counters.
+func (a *lagMeter) reset() { a.last, a.since = batcher.StreamStats{}, time.Now() }
+
 // summary is the run's asynchronous statistics so far (Result.Async).
-func (a *asyncRun) summary() *AsyncMetrics {
+func (a *lagMeter) summary() *AsyncMetrics {
 	m := a.total
 	m.LagHistogram = append([]int64(nil), a.total.LagHistogram...)
 	if a.rows > 0 {
@@ -49,104 +40,29 @@ func (a *asyncRun) summary() *AsyncMetrics {
 	return &m
 }
 
-// batcherSeed is the batchers' seed for a run starting at firstIteration: the run's seed, or
-// for an asynchronous run resumed at iteration k > 0 one derived from (seed, k), so the resumed
-// run's episodes are fresh ones.
-// A DD-PPO rank's seed is derived from (seed, rank) (rankSeed).
-func (t *trainer) batcherSeed(firstIteration int) uint64 {
-	seed := t.cfg.Seed
-	if t.rs != nil {
-		seed = rankSeed(seed, t.rs.rank)
-	}
-	if t.async == nil || firstIteration == 0 {
-		return seed
-	}
-	return seed ^ (uint64(firstIteration) * 0x9e3779b97f4a7c15)
-}
-
 // lagBuckets is the size of the policy-lag histogram in the metrics: lags 0 to 6, and 7 or more.
 const lagBuckets = 8
 
-// collect returns the iteration's rollout: a synchronous Collect for ppo; for an asynchronous
-// algorithm the oldest rollout the stream has filled (starting the stream when none runs).
-func (t *trainer) collect(ctx context.Context) (*batcher.Rollout, error) {
-	if t.source != nil {
-		return t.collectSource(ctx)
-	}
-	if t.async == nil {
-		return t.b.Collect(ctx, t.cfg.RolloutSteps)
-	}
-	a := t.async
-	if a.stream == nil {
-		s, err := t.b.Stream(ctx, batcher.StreamConfig{Slots: t.cfg.QueueSize, Steps: t.cfg.RolloutSteps, MaxPolicyLag: t.cfg.MaxPolicyLag})
-		if err != nil {
-			return nil, err
-		}
-		a.stream, a.last, a.since = s, batcher.StreamStats{}, time.Now()
-	}
-	slot, r, err := a.stream.Next(ctx)
-	if err != nil {
-		return nil, err
-	}
-	a.slot, a.held = slot, true
-	return r, nil
-}
-
-// release hands the iteration's rollout buffer back to the batchers, once its rows are in
-// the learner's batch.
-func (t *trainer) release(ctx context.Context) error {
-	if s := t.source; s != nil && s.ack != nil {
-		ack := s.ack
-		s.ack = nil
-		return ack(ctx)
-	}
-	if t.async == nil || !t.async.held {
-		return nil
-	}
-	t.async.held = false
-	return t.async.stream.Release(t.async.slot)
-}
-
-// stopStream ends the batchers' stream at the end of the run, dropping the rollouts in
-// flight.
-func (t *trainer) stopStream() error {
-	if t.async == nil || t.async.stream == nil {
-		return nil
-	}
-	a := t.async
-	a.held = false
-	err := a.stream.Close()
-	a.stream = nil
-	return err
-}
-
-// asyncMetrics describes the iteration that trained on b's rows, whose collect waited
-// waited: the policy lag of the rows (against the learner's version before the update), the
-// ring's occupancy and who waited for whom since the previous iteration.
-func (t *trainer) asyncMetrics(b *learner.SampleBatch, rows int, waited time.Duration) *AsyncMetrics {
-	a := t.async
+// measure describes the iteration that trained on b's rows, whose collect waited waited: the
+// policy lag of the rows (against version, the learner's before the update), the ring's
+// occupancy (st, the stream's counters; zero without a stream), the rollouts dropped so far
+// and who waited for whom since the previous iteration.
+func (a *lagMeter) measure(b *learner.SampleBatch, rows int, version int64, waited time.Duration, st batcher.StreamStats, dropped int64) *AsyncMetrics {
 	if a.hist == nil {
 		a.hist = make([]int64, lagBuckets)
 	}
 	clear(a.hist)
 	var sum, most int64
 	for _, v := range b.Version[:rows] {
-		lag := max(t.version-v, 0)
+		lag := max(version-v, 0)
 		sum += lag
 		most = max(most, lag)
 		a.hist[min(lag, lagBuckets-1)]++
 	}
-	var st batcher.StreamStats
-	if a.stream != nil {
-		st = a.stream.Stats()
-	}
 	now := time.Now()
 	wall := now.Sub(a.since).Seconds()
 	m := &AsyncMetrics{PolicyLagMax: most, LagHistogram: append([]int64(nil), a.hist...), Queue: st.Ready,
-		Dropped: st.Dropped}
-	if t.source != nil {
-		m.Dropped = t.source.dropped
-	}
+		Dropped: dropped}
 	if rows > 0 {
 		m.PolicyLagMean = Float(float64(sum) / float64(rows))
 	}

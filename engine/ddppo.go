@@ -15,6 +15,7 @@ import (
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/models"
 )
@@ -34,17 +35,71 @@ import (
 // ranks; a resume with another number is refused. With Config.SyncFrac below what every rank
 // must reach, stragglers stop collecting early (straggler preemption, preempt.go).
 
-// rankState is a trainer's place in a DD-PPO job of more than one rank.
+// rankState is a trainer's place in a DD-PPO job of more than one rank: its reducer.
 type rankState struct {
-	g          mpi.Group
-	rank, size int
-	coll       *mpi.Collective
-	cross      time.Duration // the collective's cross-rank time until the last iteration
-	slowdown   float64       // Options.Slowdown
-	pre        *preemption   // straggler preemption (preempt.go), nil when off
+	g        mpi.Group
+	id, n    int // rank, and ranks in the job
+	coll     *mpi.Collective
+	cross    time.Duration // the collective's cross-rank time until the last iteration
+	slowdown float64       // Options.Slowdown
+	pre      *preemption   // straggler preemption (preempt.go), nil when off
 }
 
-func (t *trainer) root() bool { return t.rs == nil || t.rs.rank == 0 }
+func (r *rankState) rank() int                      { return r.id }
+func (r *rankState) size() int                      { return r.n }
+func (r *rankState) root() bool                     { return r.id == 0 }
+func (r *rankState) seed(seed uint64) uint64        { return rankSeed(seed, r.id) }
+func (r *rankState) collective() learner.Collective { return r.coll }
+
+// iterations counts every rank's steps in TotalSteps.
+func (r *rankState) iterations(cfg Config) (int, error) {
+	iters := cfg.Iterations() / r.n
+	if iters == 0 {
+		return 0, fmt.Errorf("%w: TotalSteps %d is less than one iteration of %d ranks × %d steps", ErrConfig,
+			cfg.TotalSteps, r.n, cfg.Workers*cfg.Envs*cfg.RolloutSteps)
+	}
+	return iters, nil
+}
+
+// learn trains on the rank's rows: weighted by their number in the cross-rank average, or,
+// when the ranks' rows differ (preemption), through the schedule the rank runs itself.
+func (r *rankState) learn(ctx context.Context, l *learner.Learner, b *learner.SampleBatch, it, rows int) (learner.Result, error) {
+	if p := r.pre; p != nil && p.on {
+		return p.learn(ctx, r.coll, b, it)
+	}
+	if err := r.coll.SetWeight(float64(rows)); err != nil {
+		return learner.Result{}, err
+	}
+	return submit(ctx, l, b)
+}
+
+// metrics adds the iteration's cross-rank time (the collective's, since the last iteration)
+// and preemption.
+func (r *rankState) metrics(m *Metrics, res learner.Result) {
+	_, cross := r.coll.Timing()
+	allreduce := since(cross, &r.cross)
+	m.AllReduceSeconds = Float(allreduce.Seconds())
+	m.Preemption = r.pre.metrics()
+	if res.Updates > 0 {
+		m.AllReducePerUpdate = Float(1e6 * allreduce.Seconds() / float64(res.Updates))
+	}
+}
+
+// sum adds v over the ranks, in place.
+func (r *rankState) sum(ctx context.Context, v []float64, what string) error {
+	if err := r.g.AllReduceFloat64(ctx, mpi.Sum, v); err != nil {
+		return fmt.Errorf("engine: summing the %s over the ranks: %w", what, err)
+	}
+	return nil
+}
+
+// gather collects every rank's b on rank 0.
+func (r *rankState) gather(ctx context.Context, b []byte) ([][]byte, error) {
+	return r.g.Gather(ctx, 0, b)
+}
+
+// result places the process in its job.
+func (r *rankState) result(res *Result) { res.Rank, res.Ranks = r.id, r.n }
 
 // ranksOf checks a run's Options.Ranks against its algorithm: nil (one process) unless the
 // group has more than one rank, which only ddppo runs on.
@@ -215,7 +270,7 @@ func newRankState(g mpi.Group, towers int) (*rankState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rankState{g: g, rank: g.Rank(), size: g.Size(), coll: c}, nil
+	return &rankState{g: g, id: g.Rank(), n: g.Size(), coll: c}, nil
 }
 
 // agree returns whether any rank's flag is set (a stop asked on one rank stops them all at
@@ -249,7 +304,7 @@ func (r *rankState) reduceStats(ctx context.Context, stats []float64) error {
 		return err
 	}
 	for i := range stats {
-		stats[i] /= float64(r.size)
+		stats[i] /= float64(r.n)
 	}
 	return nil
 }
@@ -291,7 +346,7 @@ func (r *rankState) gatherSnapshots(ctx context.Context, snap []byte, c *models.
 	if c == nil {
 		return nil
 	}
-	c.Ints["ranks"] = int64(r.size)
+	c.Ints["ranks"] = int64(r.n)
 	for k := 1; k < len(all); k++ {
 		c.Bytes[fmt.Sprintf("batcher.rank%d", k)] = all[k]
 	}
@@ -300,11 +355,8 @@ func (r *rankState) gatherSnapshots(ctx context.Context, snap []byte, c *models.
 
 // batcherSnapshot is this rank's batcher snapshot in checkpoint c, which must have been written
 // by as many ranks as this run has.
-func (t *trainer) batcherSnapshot(c *models.Checkpoint) ([]byte, error) {
-	size, rank := 1, 0
-	if t.rs != nil {
-		size, rank = t.rs.size, t.rs.rank
-	}
+func (r *rankState) batcherSnapshot(c *models.Checkpoint) ([]byte, error) {
+	size, rank := r.n, r.id
 	if n := max(c.Ints["ranks"], 1); n != int64(size) {
 		return nil, fmt.Errorf("%w: the checkpoint was written by %d ranks, this run has %d: resume with mpirun -np %d", ErrConfig, n, size, n)
 	}

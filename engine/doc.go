@@ -57,7 +57,17 @@
 // back and trains; the loss computes V-trace from the current policy per minibatch. Weights
 // are published in place every BroadcastInterval iterations; the metrics gain the policy lag
 // and who waited for whom ([AsyncMetrics]). Checkpoints hold the learner's state only (see
-// asyncRun).
+// streamCollector).
+//
+// # Strategies
+//
+// The trainer chooses its strategies once, when it is made: where rollouts come from (a
+// collector: its own batchers, their asynchronous stream, or a RolloutSource; collect.go),
+// how its work combines with the other ranks of a DD-PPO job (a reducer; reduce.go), and how
+// a rollout fills the learner's batch (as it comes, or as whole sequences for V-trace and
+// recurrent policies). An off-policy algorithm (a replay buffer, many small updates per
+// collection) plugs in as a collector of its own, chosen from the capabilities its package
+// registers with engine/algo; see collector.
 //
 // # DD-PPO
 //

@@ -9,7 +9,6 @@ import (
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/normalize"
-	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/models"
 )
 
@@ -156,14 +155,12 @@ func keys(m map[int64]*normalize.Frozen) []int64 {
 
 // commit merges the pending observations into the statistics (summed over every rank in a
 // DD-PPO job) and makes the current map theirs.
-func (n *obsNorm) commit(ctx context.Context, rs *rankState) error {
+func (n *obsNorm) commit(ctx context.Context, red reducer) error {
 	if n == nil {
 		return nil
 	}
-	if rs != nil {
-		if err := rs.g.AllReduceFloat64(ctx, mpi.Sum, n.stats.Pending()); err != nil {
-			return fmt.Errorf("engine: summing the observation statistics over the ranks: %w", err)
-		}
+	if err := red.sum(ctx, n.stats.Pending(), "observation statistics"); err != nil {
+		return err
 	}
 	n.stats.Commit()
 	n.stats.Freeze(&n.cur)
@@ -203,20 +200,15 @@ func newRewardNorm(cfg Config, envs int) *rewardNorm {
 
 // apply returns r's rewards scaled (the per-step statistics summed over every rank of a
 // DD-PPO job).
-func (n *rewardNorm) apply(ctx context.Context, r *batcher.Rollout, rs *rankState) ([]float32, error) {
+func (n *rewardNorm) apply(ctx context.Context, r *batcher.Rollout, red reducer) ([]float32, error) {
 	rows := r.T * r.N
 	if len(n.buf) < rows {
 		n.buf = make([]float32, rows)
 	}
 	steps, reduce := r.T, func([]float64) error { return nil }
-	if rs != nil {
+	if red.size() > 1 {
 		steps = max(n.steps, r.T)
-		reduce = func(sums []float64) error {
-			if err := rs.g.AllReduceFloat64(ctx, mpi.Sum, sums); err != nil {
-				return fmt.Errorf("engine: summing the reward statistics over the ranks: %w", err)
-			}
-			return nil
-		}
+		reduce = func(sums []float64) error { return red.sum(ctx, sums, "reward statistics") }
 	}
 	if len(n.scale.Returns) != r.N {
 		return nil, fmt.Errorf("engine: a rollout of %d envs; rewards are scaled for %d", r.N, len(n.scale.Returns))
@@ -241,23 +233,11 @@ func (t *trainer) normalized(ctx context.Context, r *batcher.Rollout) (*batcher.
 		if c.Obs, oldest, err = t.obsNorm.apply(r); err != nil {
 			return nil, err
 		}
-		// The maps later rollouts may need. The run's own batchers hand rollouts over in
-		// order, each worker's versions never going back, so none holds a version older than
-		// this one's oldest. Remote batchers' rollouts interleave: ppo trains on the current
-		// version only; impala and appo on those within MaxPolicyLag.
-		switch {
-		case t.source == nil:
-			t.obsNorm.prune(oldest)
-		case t.async == nil:
-			t.obsNorm.prune(t.version)
-		case t.cfg.MaxPolicyLag > 0:
-			t.obsNorm.prune(t.version - t.cfg.MaxPolicyLag)
-		default:
-			t.obsNorm.prune(t.version - sourceLagWindow)
-		}
+		// The maps later rollouts may need (collector.keep).
+		t.obsNorm.prune(t.col.keep(oldest, t.version))
 	}
 	if t.rewNorm != nil {
-		if c.Rewards, err = t.rewNorm.apply(ctx, r, t.rs); err != nil {
+		if c.Rewards, err = t.rewNorm.apply(ctx, r, t.red); err != nil {
 			return nil, err
 		}
 	}
@@ -281,14 +261,12 @@ func (t *trainer) snapshotNorm(ctx context.Context, c *models.Checkpoint) error 
 		return nil
 	}
 	b, _ := t.rewNorm.scale.MarshalBinary()
-	if t.rs != nil {
-		all, err := t.rs.g.Gather(ctx, 0, b)
-		if err != nil {
-			return err
-		}
-		for k := 1; c != nil && k < len(all); k++ {
-			c.Bytes[fmt.Sprintf("%s.rank%d", ckptRewardNorm, k)] = all[k]
-		}
+	all, err := t.red.gather(ctx, b) // every rank's envs' returns
+	if err != nil {
+		return err
+	}
+	for k := 1; c != nil && k < len(all); k++ {
+		c.Bytes[fmt.Sprintf("%s.rank%d", ckptRewardNorm, k)] = all[k]
 	}
 	if c != nil {
 		c.Bytes[ckptRewardNorm] = b
@@ -305,8 +283,8 @@ func (t *trainer) restoreNorm(c *models.Checkpoint) error {
 		return nil
 	}
 	key := ckptRewardNorm
-	if t.rs != nil && t.rs.rank > 0 {
-		key = fmt.Sprintf("%s.rank%d", ckptRewardNorm, t.rs.rank)
+	if rank := t.red.rank(); rank > 0 {
+		key = fmt.Sprintf("%s.rank%d", ckptRewardNorm, rank)
 	}
 	b, ok := c.Bytes[key]
 	if !ok {

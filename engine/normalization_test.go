@@ -170,7 +170,10 @@ func TestLearnerSeesTheCollectionMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := newTrainer(cfg, spec, pm, onnx.Config{})
+	tr, err := newTrainer(cfg, spec, pm, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer func() {
 		if err := tr.close(); err != nil {
 			t.Error(err)
@@ -187,7 +190,7 @@ func TestLearnerSeesTheCollectionMap(t *testing.T) {
 	if tr.obsNorm.cur.Mean[1] == 0 || tr.obsNorm.stats.Count < 3*512 {
 		t.Fatalf("the statistics did not move: %+v", tr.obsNorm.stats.Moments)
 	}
-	r, err := tr.collect(ctx)
+	r, err := tr.col.collect(ctx, tr.version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +228,7 @@ func TestLearnerSeesTheCollectionMap(t *testing.T) {
 		t.Fatalf("the learner's values of its normalised observations differ from the batchers' by up to %g", w)
 	}
 	// With the map after this rollout's observations are merged in, they would differ.
-	if err := tr.obsNorm.commit(ctx, nil); err != nil {
+	if err := tr.obsNorm.commit(ctx, tr.red); err != nil {
 		t.Fatal(err)
 	}
 	later := make([]float32, rows*r.ObsDim)
@@ -235,7 +238,7 @@ func TestLearnerSeesTheCollectionMap(t *testing.T) {
 	if w := worst(values(later), r.Values[:rows]); w < 1e-4 {
 		t.Fatalf("the next map changes the values by only %g: the test cannot tell the maps apart", w)
 	}
-	if err := tr.release(ctx); err != nil {
+	if err := tr.col.release(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

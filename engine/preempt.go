@@ -84,55 +84,67 @@ type preemption struct {
 	envs, rollouts int // envs of the rank, steps of a full rollout
 }
 
-// startPreemption sets up the rank's preemption once its towers exist: nil when the rank
-// neither preempts (one rank, a threshold every rank must reach, a recurrent policy, whose
-// sequences need whole rollouts) nor is slowed down on purpose.
-func (t *trainer) startPreemption(towers *learner.Towers, minibatch int) {
-	rs, cfg := t.rs, t.cfg
-	if rs == nil || t.async != nil || t.seqs || t.source != nil {
-		return
-	}
-	p := &preemption{need: syncRanks(cfg.SyncFrac, rs.size), slowdown: rs.slowdown, towers: towers,
-		mb: minibatch, epochs: cfg.Epochs, seed: cfg.Seed, envs: cfg.Workers * cfg.Envs, rollouts: cfg.RolloutSteps}
-	p.on = cfg.SyncFrac > 0 && p.need < rs.size
+// newPreemption is a rank's straggler preemption, or nil when the rank neither preempts (a
+// threshold every rank must reach) nor is slowed down on purpose (Options.Slowdown). It is
+// for a rank that collects whole rollouts with its own batchers, feed-forward: newTrainer
+// does not ask for it for an asynchronous algorithm or a recurrent policy, whose sequences
+// need whole rollouts. prepare completes it once the towers exist.
+func newPreemption(cfg Config, rs *rankState) *preemption {
+	p := &preemption{need: syncRanks(cfg.SyncFrac, rs.n), slowdown: rs.slowdown,
+		epochs: cfg.Epochs, seed: cfg.Seed, envs: cfg.Workers * cfg.Envs, rollouts: cfg.RolloutSteps}
+	p.on = cfg.SyncFrac > 0 && p.need < rs.n
 	if !p.on && p.slowdown <= 1 {
-		return
+		return nil
 	}
-	if p.on {
-		// A quarter of the rollout, and one minibatch: the towers train whole minibatches.
-		p.floor = max(int(math.Ceil(shortRollout*float64(cfg.RolloutSteps))), (minibatch+p.envs-1)/p.envs)
-		p.updates = cfg.RolloutSteps * p.envs / minibatch
-		p.src = rand.NewPCG(0, 0)
-		p.rng = rand.New(p.src)
-		p.shuffler = learner.NewShuffler(t.batch)
-		p.spare = t.batch.NewLike(minibatch)
-		g := rs.g
-		p.stop = func() bool {
-			n, err := g.RolloutsFinished()
-			if err != nil {
-				p.errMu.Lock()
-				p.err = err
-				p.errMu.Unlock()
-				return true
-			}
-			return n >= p.need
-		}
-	}
-	rs.pre = p
+	return p
 }
 
-// collectRank is the iteration's rollout: t.collect's, or with preemption one that stops
-// early once enough ranks have finished, followed by the exchange of every rank's steps.
-func (t *trainer) collectRank(ctx context.Context) (*batcher.Rollout, error) {
-	if t.rs == nil || t.rs.pre == nil {
-		return t.collect(ctx)
+// prepare completes the rank's preemption, when it has one, once the towers (of minibatch
+// rows, training batch) exist.
+func (r *rankState) prepare(towers *learner.Towers, batch *learner.SampleBatch, minibatch int) {
+	p := r.pre
+	if p == nil {
+		return
 	}
-	p := t.rs.pre
+	p.towers, p.mb = towers, minibatch
+	if !p.on {
+		return
+	}
+	// A quarter of the rollout, and one minibatch: the towers train whole minibatches.
+	p.floor = max(int(math.Ceil(shortRollout*float64(p.rollouts))), (minibatch+p.envs-1)/p.envs)
+	p.updates = p.rollouts * p.envs / minibatch
+	p.src = rand.NewPCG(0, 0)
+	p.rng = rand.New(p.src)
+	p.shuffler = learner.NewShuffler(batch)
+	p.spare = batch.NewLike(minibatch)
+	g := r.g
+	p.stop = func() bool {
+		n, err := g.RolloutsFinished()
+		if err != nil {
+			p.errMu.Lock()
+			p.err = err
+			p.errMu.Unlock()
+			return true
+		}
+		return n >= p.need
+	}
+}
+
+// preemptCollector is a rank's own batchers collecting with its preemption: a rollout that
+// stops early once enough ranks have finished theirs, followed by the exchange of every
+// rank's steps.
+type preemptCollector struct {
+	*batchersCollector
+	rs *rankState
+}
+
+func (c *preemptCollector) collect(ctx context.Context, _ int64) (*batcher.Rollout, error) {
+	p := c.rs.pre
 	pre := batcher.Preempt{Slowdown: p.slowdown}
 	if p.on {
 		pre.MinSteps, pre.Stop = p.floor, p.stop
 	}
-	r, err := t.b.CollectPreemptible(ctx, t.cfg.RolloutSteps, pre)
+	r, err := c.b.CollectPreemptible(ctx, c.cfg.RolloutSteps, pre)
 	p.errMu.Lock()
 	err, p.err = errors.Join(err, p.err), nil
 	p.errMu.Unlock()
@@ -140,19 +152,11 @@ func (t *trainer) collectRank(ctx context.Context) (*batcher.Rollout, error) {
 		return r, err
 	}
 	w0 := time.Now()
-	if p.steps, err = t.rs.g.FinishRollout(ctx, int64(r.T)); err != nil {
-		return nil, fmt.Errorf("engine: rank %d: waiting for the other ranks to finish collecting: %w", t.rs.rank, err)
+	if p.steps, err = c.rs.g.FinishRollout(ctx, int64(r.T)); err != nil {
+		return nil, fmt.Errorf("engine: rank %d: waiting for the other ranks to finish collecting: %w", c.rs.id, err)
 	}
 	p.wait = time.Since(w0)
 	return r, nil
-}
-
-// preempting is the rank's preemption when it trains on rows of its own number.
-func (t *trainer) preempting() *preemption {
-	if t.rs == nil || t.rs.pre == nil || !t.rs.pre.on {
-		return nil
-	}
-	return t.rs.pre
 }
 
 // rowsCollected is the rows every rank collected this iteration: rows each without
@@ -160,7 +164,7 @@ func (t *trainer) preempting() *preemption {
 func (r *rankState) rowsCollected(rows int) int64 {
 	p := r.pre
 	if p == nil || !p.on {
-		return int64(rows * r.size)
+		return int64(rows * r.n)
 	}
 	var n int64
 	for _, s := range p.steps {

@@ -258,16 +258,13 @@ func (t *trainer) snapshot(ctx context.Context, iteration int) (*models.Checkpoi
 		return nil, err
 	}
 	// An asynchronous run's batchers never stop to be snapshotted: its checkpoints hold the
-	// learner's state only, and a resume starts fresh episodes (asyncSeed).
-	var snap []byte
-	if t.async == nil && t.b != nil {
-		var err error
-		if snap, err = t.b.Snapshot(); err != nil {
-			return nil, err
-		}
+	// learner's state only, and a resume starts fresh episodes (streamCollector).
+	snap, err := t.col.snapshot()
+	if err != nil {
+		return nil, err
 	}
-	if !t.root() {
-		if err := t.rs.gatherSnapshots(ctx, snap, nil); err != nil {
+	if !t.red.root() {
+		if err := t.red.gatherSnapshots(ctx, snap, nil); err != nil {
 			return nil, err
 		}
 		return nil, t.snapshotNorm(ctx, nil)
@@ -277,15 +274,12 @@ func (t *trainer) snapshot(ctx context.Context, iteration int) (*models.Checkpoi
 			"version": t.version, "adam_steps": int64(t.opt.Steps())},
 		Bytes: map[string][]byte{"batcher": snap, "run_id": []byte(t.cfg.RunID)},
 	}
-	if t.rs != nil {
-		if err := t.rs.gatherSnapshots(ctx, snap, c); err != nil {
-			return nil, err
-		}
+	if err := t.red.gatherSnapshots(ctx, snap, c); err != nil {
+		return nil, err
 	}
 	if err := t.snapshotNorm(ctx, c); err != nil {
 		return nil, err
 	}
-	var err error
 	if c.Bytes["config"], err = json.Marshal(t.cfg); err != nil {
 		return nil, err
 	}
@@ -356,12 +350,5 @@ func (t *trainer) restore(ctx context.Context, c *models.Checkpoint) error {
 	if err := t.publish(ctx); err != nil {
 		return err
 	}
-	if t.async != nil || t.b == nil {
-		return nil
-	}
-	snap, err := t.batcherSnapshot(c)
-	if err != nil {
-		return err
-	}
-	return t.b.Restore(snap)
+	return t.col.restore(func() ([]byte, error) { return t.red.batcherSnapshot(c) })
 }

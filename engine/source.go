@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/learner"
 )
 
 // RolloutSource feeds a run with rollouts collected elsewhere — remote batchers, through the
@@ -65,14 +67,21 @@ type TransportMetrics struct {
 	LatencySeconds Float `json:"latency_seconds"`
 }
 
-// sourceRun is the trainer's state with a RolloutSource.
-type sourceRun struct {
+// sourceCollector collects from a RolloutSource (Options.Source): rollouts collected
+// elsewhere, each checked against the run before it is trained on (fits), and every policy
+// version published to it as an exported model.
+type sourceCollector struct {
 	src     RolloutSource
 	spec    RolloutSpec
 	stop    <-chan struct{}             // Options.Stop: ends a wait for a rollout
 	ack     func(context.Context) error // the held rollout's, until release
 	dropped int64                       // rollouts refused: too old for ppo, or another shape
 	trained int64                       // rollouts taken into the learner's batch
+	// lag measures an asynchronous algorithm's policy lag; nil for an on-policy one, which
+	// trains only on rollouts of the current version.
+	lag    *lagMeter
+	maxLag int64     // Config.MaxPolicyLag
+	end    time.Time // when the last iteration (or the start) ended: the collection rate's span
 
 	// this iteration's transport, and when the previous one's ended
 	rollouts int
@@ -81,9 +90,10 @@ type sourceRun struct {
 	since    time.Time
 }
 
-// newSourceRun tells src what the run trains on (RolloutSource.Expect) and returns the
-// trainer's state for it. stop is Options.Stop.
-func newSourceRun(src RolloutSource, stop <-chan struct{}, cfg Config, spec envs.Spec, pm policy.Model) (*sourceRun, error) {
+// newSourceCollector tells src what the run trains on (RolloutSource.Expect) and returns the
+// collector that takes its rollouts. stop is Options.Stop; sequential tells an asynchronous
+// algorithm (rollouts of older versions trained within cfg.MaxPolicyLag) from an on-policy one.
+func newSourceCollector(src RolloutSource, stop <-chan struct{}, cfg Config, spec envs.Spec, pm policy.Model, sequential bool) (*sourceCollector, error) {
 	rs := RolloutSpec{Env: spec, T: cfg.RolloutSteps, N: cfg.Workers * cfg.Envs}
 	for _, st := range pm.States() {
 		rs.States = append(rs.States, RolloutState{Name: st.Name, Dim: st.Dim})
@@ -91,11 +101,86 @@ func newSourceRun(src RolloutSource, stop <-chan struct{}, cfg Config, spec envs
 	if err := src.Expect(rs); err != nil {
 		return nil, err
 	}
-	return &sourceRun{src: src, spec: rs, stop: stop}, nil
+	c := &sourceCollector{src: src, spec: rs, stop: stop, maxLag: cfg.MaxPolicyLag}
+	if sequential {
+		c.lag = &lagMeter{}
+	}
+	return c, nil
 }
 
+// start publishes the first policy the remote batchers collect with; a resumed run's is the
+// checkpoint's, which restore publishes.
+func (c *sourceCollector) start(ctx context.Context, _ *bind.Policy, firstIteration int, version int64, model []byte) error {
+	c.end = time.Now()
+	if c.lag != nil {
+		c.lag.reset()
+	}
+	if firstIteration == 0 {
+		return c.src.Publish(ctx, version, model)
+	}
+	return nil
+}
+
+// release acknowledges the rollout whose rows are in the learner's batch.
+func (c *sourceCollector) release(ctx context.Context) error {
+	if c.ack == nil {
+		return nil
+	}
+	ack := c.ack
+	c.ack = nil
+	return ack(ctx)
+}
+
+// publish exports the current weights and publishes them to the collectors.
+func (c *sourceCollector) publish(ctx context.Context, version int64, _ []float32, export func() ([]byte, error)) error {
+	model, err := export()
+	if err != nil {
+		return err
+	}
+	return c.src.Publish(ctx, version, model)
+}
+
+// keep: remote batchers' rollouts interleave. ppo trains on the current version only; impala
+// and appo on those within MaxPolicyLag (or sourceLagWindow without one).
+func (c *sourceCollector) keep(_, version int64) int64 {
+	switch {
+	case c.lag == nil:
+		return version
+	case c.maxLag > 0:
+		return version - c.maxLag
+	default:
+		return version - sourceLagWindow
+	}
+}
+
+func (c *sourceCollector) snapshot() ([]byte, error)            { return nil, nil }
+func (c *sourceCollector) restore(func() ([]byte, error)) error { return nil }
+
+func (c *sourceCollector) metrics(m *Metrics, b *learner.SampleBatch, rows int, version int64, collect time.Duration) {
+	if c.lag != nil {
+		m.Async = c.lag.measure(b, rows, version, collect, batcher.StreamStats{}, c.dropped)
+		m.CollectSPS = Float(m.Async.rate)
+	} else {
+		// A rollout the remote batchers finished while the learner trained is taken at
+		// once: the wait for it (nanoseconds) is no rate (21 billion steps/s were reported).
+		// The rows over the iteration's whole span are.
+		m.CollectSPS = Float(float64(rows) / time.Since(c.end).Seconds())
+	}
+	c.end = time.Now()
+	m.Transport = c.transport()
+}
+
+func (c *sourceCollector) result(res *Result) {
+	res.RolloutsTrained, res.RolloutsDropped = c.trained, c.dropped
+	if c.lag != nil && c.lag.rows > 0 {
+		res.Async = c.lag.summary()
+	}
+}
+
+func (c *sourceCollector) close() error { return nil }
+
 // transport reports the iteration's transport and starts counting the next one's.
-func (s *sourceRun) transport() *TransportMetrics {
+func (s *sourceCollector) transport() *TransportMetrics {
 	now := time.Now()
 	m := &TransportMetrics{Rollouts: s.rollouts, Bytes: s.bytes}
 	if wall := now.Sub(s.since).Seconds(); wall > 0 && !s.since.IsZero() {
@@ -108,20 +193,19 @@ func (s *sourceRun) transport() *TransportMetrics {
 	return m
 }
 
-// errStopWaiting is collectSource's error when Options.Stop closed while it waited for a
+// errStopWaiting is sourceCollector.collect's error when Options.Stop closed while it waited for a
 // rollout: the iteration has done nothing yet, and the run stops with a checkpoint of the
 // iterations before it (stopWaiting).
 var errStopWaiting = fmt.Errorf("%w while waiting for rollouts", ErrStopped)
 
-// collectSource takes the source's next rollout that fits the run: of its shape
+// collect takes the source's next rollout that fits the run: of its shape
 // (Workers×Envs envs, RolloutSteps steps, the env's observation and action sizes, every
 // column long enough), of versions the run has had (0 to the current one), and for a
 // synchronous algorithm of the current version (ppo is on-policy), for an asynchronous one
 // at most MaxPolicyLag versions behind (when set). A rollout that does not fit is
 // acknowledged and counted as dropped: a remote one that slipped past its source's checks
 // costs one rollout, never the run. A closed Options.Stop ends the wait (errStopWaiting).
-func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
-	s := t.source
+func (s *sourceCollector) collect(ctx context.Context, version int64) (*batcher.Rollout, error) {
 	for {
 		got, err := s.next(ctx)
 		if err != nil {
@@ -131,7 +215,7 @@ func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
 		s.rollouts++
 		s.bytes += int64(got.Bytes)
 		s.latency += got.Latency
-		if t.fits(r) == nil {
+		if s.fits(r, version) == nil {
 			s.ack = ack
 			s.trained++
 			return r, nil
@@ -144,7 +228,7 @@ func (t *trainer) collectSource(ctx context.Context) (*batcher.Rollout, error) {
 }
 
 // next is the source's Next, ended early by Options.Stop (errStopWaiting).
-func (s *sourceRun) next(ctx context.Context) (Received, error) {
+func (s *sourceCollector) next(ctx context.Context) (Received, error) {
 	if s.stop == nil {
 		return s.src.Next(ctx)
 	}
@@ -166,9 +250,9 @@ func (s *sourceRun) next(ctx context.Context) (Received, error) {
 
 // fits reports why rollout r cannot be trained by this run (nil when it can): its sizes
 // against the run's spec and the trainer's batch, every column's length, and its versions
-// against the run's (see collectSource).
-func (t *trainer) fits(r *batcher.Rollout) error {
-	sp := t.source.spec
+// against the run's, at version (see collect).
+func (s *sourceCollector) fits(r *batcher.Rollout, version int64) error {
+	sp := s.spec
 	if r == nil {
 		return errors.New("no rollout")
 	}
@@ -205,12 +289,12 @@ func (t *trainer) fits(r *batcher.Rollout) error {
 	}
 	lo, hi := versionRange(r.Version[:rows])
 	switch {
-	case lo < 0 || hi > t.version:
-		return fmt.Errorf("policy versions %d to %d; the run has had 0 to %d", lo, hi, t.version)
-	case t.async == nil && lo < t.version:
-		return fmt.Errorf("policy version %d; ppo trains on the current one, %d", lo, t.version)
-	case t.async != nil && t.cfg.MaxPolicyLag > 0 && t.version-lo > t.cfg.MaxPolicyLag:
-		return fmt.Errorf("policy version %d, more than max_policy_lag %d behind %d", lo, t.cfg.MaxPolicyLag, t.version)
+	case lo < 0 || hi > version:
+		return fmt.Errorf("policy versions %d to %d; the run has had 0 to %d", lo, hi, version)
+	case s.lag == nil && lo < version:
+		return fmt.Errorf("policy version %d; ppo trains on the current one, %d", lo, version)
+	case s.lag != nil && s.maxLag > 0 && version-lo > s.maxLag:
+		return fmt.Errorf("policy version %d, more than max_policy_lag %d behind %d", lo, s.maxLag, version)
 	}
 	return nil
 }
@@ -234,7 +318,7 @@ func (t *trainer) stopWaiting(ctx context.Context, run *runDir, ckptPath string,
 	if !saving {
 		return fmt.Errorf("%w after iteration %d of %d", ErrStopped, it, iters)
 	}
-	if t.root() {
+	if t.red.root() {
 		if err := t.writePolicy(run); err != nil {
 			return err
 		}
@@ -247,12 +331,4 @@ func (t *trainer) stopWaiting(ctx context.Context, run *runDir, ckptPath string,
 	}
 	return fmt.Errorf("%w while waiting for rollouts, after iteration %d of %d, with a checkpoint; continue it with: train --resume %s",
 		ErrStopped, it, iters, run.Path())
-}
-
-// publishSource exports the current weights and publishes them to the collectors.
-func (t *trainer) publishSource(ctx context.Context) error {
-	if err := t.export(); err != nil {
-		return err
-	}
-	return t.source.src.Publish(ctx, t.version, t.model)
 }

@@ -161,22 +161,11 @@ func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run
 	if err != nil {
 		return res, err
 	}
-	t := newTrainer(cfg, spec, pm, opts.Session)
+	t, err := newTrainer(cfg, spec, pm, opts)
+	if err != nil {
+		return res, err
+	}
 	defer func() { err = errors.Join(err, t.close()) }()
-	if opts.Ranks != nil {
-		if t.rs, err = newRankState(opts.Ranks, cfg.Towers); err != nil {
-			return res, err
-		}
-		t.rs.slowdown = opts.Slowdown
-	}
-	if opts.Source != nil {
-		if t.rs != nil {
-			return res, fmt.Errorf("%w: a DD-PPO rank collects with its own batchers, not from Options.Source", ErrConfig)
-		}
-		if t.source, err = newSourceRun(opts.Source, opts.Stop, cfg, spec, pm); err != nil {
-			return res, err
-		}
-	}
 	first := 0
 	if ckpt != nil {
 		first = int(ckpt.Ints["iteration"])
@@ -202,15 +191,12 @@ func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run
 		}
 		run.Resumable()
 	}
-	iters := cfg.Iterations()
-	if t.rs != nil { // TotalSteps counts every rank's steps
-		if iters /= t.rs.size; iters == 0 {
-			return res, fmt.Errorf("%w: TotalSteps %d is less than one iteration of %d ranks × %d steps", ErrConfig,
-				cfg.TotalSteps, t.rs.size, cfg.Workers*cfg.Envs*cfg.RolloutSteps)
-		}
+	iters, err := t.red.iterations(cfg) // TotalSteps counts every rank's steps
+	if err != nil {
+		return res, err
 	}
 	complete := ckpt != nil && first >= iters
-	if complete && t.root() {
+	if complete && t.red.root() {
 		// Nothing left to train: policy.onnx must be the checkpoint's policy.
 		if err := t.repairPolicy(run); err != nil {
 			return res, err
@@ -230,12 +216,12 @@ func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run
 		// policy.onnx every CheckpointEvery iterations, at the end and at a stop (the
 		// batchers have every version in place meanwhile).
 		saved := saving && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
-		if t.rs != nil && (saved || it+1 == iters) {
-			if err := t.rs.checkSame(ctx, t.obsNorm.published(t.pm.Flat())); err != nil { // with the normaliser's map
+		if saved || it+1 == iters {
+			if err := t.red.checkSame(ctx, t.obsNorm.published(t.pm.Flat())); err != nil { // with the normaliser's map
 				return res, err
 			}
 		}
-		wrote := (saved || it+1 == iters || stopped(opts.Stop)) && t.root()
+		wrote := (saved || it+1 == iters || stopped(opts.Stop)) && t.red.root()
 		if wrote {
 			p0 := time.Now()
 			if err := t.writePolicy(run); err != nil {
@@ -264,17 +250,16 @@ func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run
 		if opts.Progress != nil {
 			opts.Progress(m)
 		}
-		stop := stopped(opts.Stop)
-		if t.rs != nil { // a stop asked of one rank stops every rank after this iteration
-			if stop, err = t.rs.agree(ctx, stop); err != nil {
-				return res, err
-			}
+		// A stop asked of one rank stops every rank after this iteration.
+		stop, err := t.red.agree(ctx, stopped(opts.Stop))
+		if err != nil {
+			return res, err
 		}
 		if stop && it+1 < iters {
 			if !saving {
 				return res, fmt.Errorf("%w after iteration %d of %d", ErrStopped, it+1, iters)
 			}
-			if !wrote && t.root() {
+			if !wrote && t.red.root() {
 				if err := t.writePolicy(run); err != nil {
 					return res, err
 				}
@@ -296,19 +281,12 @@ func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run
 	h := paramsHash(t.pm.Flat())
 	res = Result{EnvSteps: t.steps, Iterations: max(first, iters), TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(), Dir: run.Path(),
 		ParamsSHA256: hex.EncodeToString(h[:]), Complete: complete}
-	if t.rs != nil {
-		res.Rank, res.Ranks = t.rs.rank, t.rs.size
-	}
-	if t.source != nil {
-		res.RolloutsTrained, res.RolloutsDropped = t.source.trained, t.source.dropped
-	}
-	if t.async != nil && t.async.rows > 0 {
-		res.Async = t.async.summary()
-	}
+	t.red.result(&res)
+	t.col.result(&res)
 	if res.Curve, err = run.Curve(opts.Plot, curveTitle(cfg)); err != nil {
 		return res, err
 	}
-	if cfg.EvalEpisodes > 0 && t.root() {
+	if cfg.EvalEpisodes > 0 && t.red.root() {
 		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: t.spec, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
 			Deterministic: true}, t.pol.WithModel(t.model, t.version)) // t.model: the last export
 		if err != nil {

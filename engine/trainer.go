@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/bind"
@@ -15,25 +14,34 @@ import (
 	"github.com/towerrl/towerrl/onnx"
 )
 
-// trainer holds one run's batcher, learner and buffers.
+// trainer holds one run's collection, learner and buffers. Its strategies are chosen once,
+// by newTrainer and start, and never asked about afterwards: where the rollouts come from
+// (col: collect.go), how its work combines with the other processes of a DD-PPO job (red:
+// reduce.go), and how a rollout fills the learner's batch (fill).
 type trainer struct {
 	cfg     Config
 	spec    envs.Spec
 	alg     algo.Algorithm
 	pm      policy.Model
 	session onnx.Config
-	b       *batcher.Batcher
+	col     collector
+	red     reducer
 	pol     *bind.Policy // the policy checked against the env at the start; re-exports reuse it
 	l       *learner.Learner
 	opt     learner.Optimizer
 	batch   *learner.SampleBatch
-	// seqs: the policy is recurrent and the batch holds each env's rollout as one sequence
-	// (env-major rows); adv and ret take GAE's time-major results before they are reordered.
-	seqs     bool
-	seqLen   int // the steps of the sequences the towers train on (V-trace's, a recurrent policy's)
+	// fill writes a rollout's rows and training targets into the batch: as they come
+	// (fillRows), or as whole sequences of seqLen steps of each env, env-major, for V-trace
+	// (fillVTrace) or a recurrent policy (fillRecurrent), whose time-major targets adv and
+	// ret take before they are reordered.
+	fill     func(*batcher.Rollout) error
+	seqLen   int
 	adv, ret []float32
-	model    []byte // current policy's ONNX bytes (with the observation normaliser, if any)
-	raw      []byte // the policy model's own export of it (without the normaliser)
+	// publishEvery: the batchers get every publishEvery-th version (BroadcastInterval for an
+	// asynchronous algorithm, every version otherwise).
+	publishEvery int64
+	model        []byte // current policy's ONNX bytes (with the observation normaliser, if any)
+	raw          []byte // the policy model's own export of it (without the normaliser)
 	// Observation normalisation and reward scaling (normalization.go); nil when off.
 	obsNorm *obsNorm
 	rewNorm *rewardNorm
@@ -42,16 +50,58 @@ type trainer struct {
 	eps     int64
 	ckpt    chan error // the checkpoint being written, if any
 	polW    chan error // policy.onnx being written, if any
-	async   *asyncRun  // set for an asynchronous algorithm (impala, appo)
-	rs      *rankState // set for a rank of a DD-PPO job of several
-	source  *sourceRun // set when the rollouts come from Options.Source, not own batchers
-	iterEnd time.Time  // when the last iteration (or start) ended: a remote source's rate
 }
 
-func newTrainer(cfg Config, spec envs.Spec, pm policy.Model, session onnx.Config) *trainer {
-	return &trainer{cfg: cfg, spec: spec, pm: pm, session: session}
+// newTrainer makes the trainer of a run of cfg on the env of spec, training pm, and chooses
+// its strategies: the algorithm, its place in a DD-PPO job (opts.Ranks), and where its
+// rollouts come from (opts.Source, else its own batchers: streaming for an asynchronous
+// algorithm, with preemption for a DD-PPO rank that asks for it).
+func newTrainer(cfg Config, spec envs.Spec, pm policy.Model, opts Options) (*trainer, error) {
+	t := &trainer{cfg: cfg, spec: spec, pm: pm, session: opts.Session, red: alone{}, publishEvery: 1}
+	var err error
+	if t.alg, err = cfg.algorithm(); err != nil {
+		return nil, err
+	}
+	s, ok := t.alg.(algo.Sequential)
+	sequential := ok && s.Sequences()
+	if sequential {
+		t.publishEvery = int64(cfg.BroadcastInterval)
+	}
+	var rs *rankState
+	if opts.Ranks != nil {
+		if rs, err = newRankState(opts.Ranks, cfg.Towers); err != nil {
+			return nil, err
+		}
+		rs.slowdown = opts.Slowdown
+		t.red = rs
+	}
+	own := &batchersCollector{cfg: cfg, spec: spec, seed: t.red.seed(cfg.Seed)}
+	switch {
+	case opts.Source != nil:
+		if rs != nil {
+			return nil, fmt.Errorf("%w: a DD-PPO rank collects with its own batchers, not from Options.Source", ErrConfig)
+		}
+		if t.col, err = newSourceCollector(opts.Source, opts.Stop, cfg, spec, pm, sequential); err != nil {
+			return nil, err
+		}
+	case sequential:
+		t.col = &streamCollector{cfg: cfg, spec: spec, seed: own.seed}
+	case rs != nil && len(pm.States()) == 0:
+		// A feed-forward rank may stop collecting early (a recurrent policy's sequences
+		// need whole rollouts).
+		if rs.pre = newPreemption(cfg, rs); rs.pre != nil {
+			t.col = &preemptCollector{batchersCollector: own, rs: rs}
+			break
+		}
+		t.col = own
+	default:
+		t.col = own
+	}
+	return t, nil
 }
 
+// start builds the run's buffers, towers and learner, and starts the collection, for a run
+// starting at firstIteration.
 func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	cfg := t.cfg
 	n := cfg.Workers * cfg.Envs
@@ -63,10 +113,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	minibatch := rows / cfg.Minibatches
 	t.obsNorm, t.rewNorm = newObsNorm(cfg, obsDim, t.pm.Binding().Input), newRewardNorm(cfg, n)
 	states := t.pm.States()
-	var err error
-	if t.alg, err = cfg.algorithm(); err != nil {
-		return err
-	}
+	seqAlg := false
 	if s, ok := t.alg.(algo.Sequential); ok && s.Sequences() {
 		// V-trace runs over whole time-ordered sequences of each env's rollout, which the
 		// batchers keep collecting while the learner trains.
@@ -74,16 +121,16 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 			return fmt.Errorf("%w: %s does not train recurrent policies yet; use --algo ppo", ErrConfig, cfg.Algo)
 		}
 		L := cfg.seqLen()
-		t.seqLen = L
 		seqs := n * (cfg.RolloutSteps / L)
 		if minibatch = seqs / cfg.Minibatches; minibatch < cfg.Towers {
 			return fmt.Errorf("%w: %s trains on whole sequences: %d envs × %d sequences of %d steps in %d minibatches leave %d per minibatch for %d towers; use more envs, a shorter seq_len or fewer minibatches",
 				ErrConfig, cfg.Algo, n, cfg.RolloutSteps/L, L, cfg.Minibatches, minibatch, cfg.Towers)
 		}
-		t.async = &asyncRun{since: time.Now()}
+		t.seqLen, seqAlg = L, true
 		t.alg = seqAlgo{Algorithm: t.alg, seqLen: L}
 		t.adv, t.ret = make([]float32, rows), make([]float32, rows)
 		t.batch = learner.NewSequenceBatch(rows, obsDim, actDim, 0)
+		t.fill = t.fillVTrace
 	} else if len(states) > 0 {
 		// Minibatches of whole sequences: each env's rollout cut into RolloutSteps/seqLen,
 		// each replayed by the towers from the state the batcher fed at its first step
@@ -98,11 +145,12 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		for _, s := range states {
 			stateDim += s.Dim
 		}
-		t.seqs = true
 		t.adv, t.ret = make([]float32, rows), make([]float32, rows)
 		t.batch = learner.NewSampleBatch(rows, obsDim, actDim, stateDim)
+		t.fill = t.fillRecurrent
 	} else {
 		t.batch = learner.NewSampleBatch(rows, obsDim, actDim, 0)
+		t.fill = t.fillRows
 	}
 	if err := t.export(); err != nil {
 		return err
@@ -123,25 +171,15 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		}
 		pc.Spec = &hs
 	}
+	var err error
 	if t.pol, err = bind.New(ctx, t.model, t.version, t.spec, pc); err != nil {
 		return err
-	}
-	t.iterEnd = time.Now()
-	if t.source != nil && firstIteration == 0 {
-		// The first policy the remote batchers collect with; a resumed run's is the
-		// checkpoint's, which restore publishes.
-		if err := t.source.src.Publish(ctx, t.version, t.model); err != nil {
-			return err
-		}
 	}
 	if !t.pol.HasValue() {
 		return errors.New("engine: PPO needs a policy with a value output to bootstrap from")
 	}
-	if t.source == nil {
-		if t.b, err = batcher.New(ctx, batcher.Config{Env: t.spec, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs,
-			Steps: cfg.RolloutSteps, Seed: t.batcherSeed(firstIteration), NoSpin: cfg.NoSpin}, t.pol); err != nil {
-			return err
-		}
+	if err := t.col.start(ctx, t.pol, firstIteration, t.version, t.model); err != nil {
+		return err
 	}
 	updates := cfg.Epochs * cfg.Minibatches
 	var sched learner.Schedule = learner.Constant(cfg.LR)
@@ -151,13 +189,11 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	sched = t.pm.Schedule(sched, updates) // a new critic's warm-up boosts it
 	opt := learner.NewAdam(len(t.pm.Flat()), sched, 0.9, 0.999, cfg.AdamEps)
 	t.opt = opt
+	// In a DD-PPO job the towers average locally, then across the ranks.
 	tc := learner.TowersConfig{N: cfg.Towers, Minibatch: minibatch, MaxGradNorm: cfg.MaxGradNorm,
-		NormalizeAdvantages: !cfg.NoNormAdv, NoSpin: cfg.NoSpin}
-	if t.rs != nil {
-		tc.Collective = t.rs.coll // towers average locally, then across the ranks
-	}
+		NormalizeAdvantages: !cfg.NoNormAdv, NoSpin: cfg.NoSpin, Collective: t.red.collective()}
 	factory := t.pm.Towers(t.alg, t.seqLen)
-	if t.async != nil {
+	if seqAlg {
 		// The learner splits the batch by sequences; a feed-forward tower takes their rows.
 		factory = policy.SequenceRows(factory, t.seqLen)
 	}
@@ -165,7 +201,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if err != nil {
 		return err
 	}
-	t.startPreemption(towers, minibatch)
+	t.red.prepare(towers, t.batch, minibatch)
 	t.l, err = learner.New(learner.Config{TrainBatch: rows, SGDIters: cfg.Epochs, Seed: cfg.Seed,
 		FirstBatch: uint64(firstIteration)}, towers, t.batch)
 	return err
@@ -263,19 +299,16 @@ func (t *trainer) publish(ctx context.Context) error {
 	if t.obsNorm != nil {
 		t.obsNorm.record(t.version) // the map the version's rows are collected with
 	}
-	if t.source != nil {
-		return t.publishSource(ctx)
-	}
-	return t.b.Publish(ctx, t.version, t.obsNorm.published(t.pm.Flat()))
+	return t.col.publish(ctx, t.version, t.obsNorm.published(t.pm.Flat()), func() ([]byte, error) {
+		err := t.export()
+		return t.model, err
+	})
 }
 
 func (t *trainer) close() error {
-	errs := []error{t.waitWrites(), t.stopStream()}
+	errs := []error{t.waitWrites(), t.col.close()}
 	if t.l != nil {
 		errs = append(errs, t.l.Close())
-	}
-	if t.b != nil {
-		errs = append(errs, t.b.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -59,7 +59,7 @@ func TestRecurrentTowerReplaysTheBatchers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := batcher.New(ctx, batcher.Config{Env: envSpec(envID), Workers: workers, EnvsPerWorker: perWorker, Steps: steps, Seed: 3}, pol)
+			b, err := batcher.New(ctx, batcher.Config{Env: es, Workers: workers, EnvsPerWorker: perWorker, Steps: steps, Seed: 3}, pol)
 			if err != nil {
 				t.Fatal(err)
 			}
