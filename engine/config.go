@@ -293,7 +293,7 @@ func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 			}
 		}
 	}
-	if _, _, err := c.binding(spec); err != nil {
+	if _, err := c.binding(spec); err != nil {
 		return c, err
 	}
 	if err := c.checkMemory(spec); err != nil {

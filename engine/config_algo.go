@@ -4,36 +4,18 @@ import (
 	"fmt"
 
 	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/models/head"
 )
 
 // What a Config makes beyond its fields: the algorithm from the registry, the binding of a
 // foreign policy, and the length of the sequences the learner trains on.
 
-// binding is the head spec and output names a foreign InitPolicy is bound with: the env's
-// action space, with Head, ActionSpace and the output names the config gives.
-func (c Config) binding(env envs.Spec) (head.Spec, head.Names, error) {
-	hs := head.Spec{EnvID: c.Env, ObsShape: env.Observation.Shape}
-	if err := hs.SetSpace(env.Action); err != nil {
-		return hs, head.Names{}, err
-	}
-	if c.ActionSpace != "" {
-		var given head.Spec
-		if err := given.ParseActionSpace(c.ActionSpace); err != nil {
-			return hs, head.Names{}, fmt.Errorf("%w: ActionSpace: %v", ErrConfig, err)
-		}
-		if given.ActionSpace() != hs.ActionSpace() {
-			return hs, head.Names{}, fmt.Errorf("%w: ActionSpace %q is not %s's action space %s", ErrConfig, c.ActionSpace, c.Env, hs.ActionSpace())
-		}
-	}
-	if c.Head != "" {
-		hs.Head = head.Kind(c.Head)
-		if err := hs.Validate(); err != nil {
-			return hs, head.Names{}, fmt.Errorf("%w: Head %q in %s's action space %s: %v", ErrConfig, c.Head, c.Env, env.Action, err)
-		}
-	}
-	return hs, head.Names{Params: c.LogitsOutput, LogStd: c.LogStdOutput, Value: c.ValueOutput}, nil
+// binding is how a foreign InitPolicy's head is bound: the env's action space, with Head,
+// ActionSpace and the output names the config gives.
+func (c Config) binding(env envs.Spec) (policy.Head, error) {
+	return policy.BindHead(c.Env, env, policy.HeadOptions{Head: c.Head, ActionSpace: c.ActionSpace,
+		Logits: c.LogitsOutput, LogStd: c.LogStdOutput, Value: c.ValueOutput, Invalid: ErrConfig})
 }
 
 // algorithm makes the run's algorithm from the registry.

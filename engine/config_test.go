@@ -95,7 +95,8 @@ func TestConfigForeignBinding(t *testing.T) {
 				t.Errorf("%+v: %v", tc.cfg, err)
 				continue
 			}
-			_, names, err := c.binding(mustLookup(t, c.Env))
+			h, err := c.binding(mustLookup(t, c.Env))
+			names := h.Names
 			if err != nil || names.Params != c.LogitsOutput || names.LogStd != c.LogStdOutput || names.Value != c.ValueOutput {
 				t.Errorf("%+v: names %+v, %v", tc.cfg, names, err)
 			}

@@ -111,8 +111,8 @@ func TestPolicyNormaliserMatchesGo(t *testing.T) {
 	// The same weights without the normaliser.
 	full, _ := cfg.WithDefaults()
 	spec, _ := envs.Lookup(cfg.Env)
-	hs, names, _ := full.binding(spec)
-	pm, err := newPolicyModel(ctx, full, hs, names, nil, onnx.Config{})
+	h, _ := full.binding(spec)
+	pm, err := newPolicyModel(ctx, full, h, nil, onnx.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +165,8 @@ func TestLearnerSeesTheCollectionMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec, _ := envs.Lookup(cfg.Env)
-	hs, names, _ := cfg.binding(spec)
-	pm, err := newPolicyModel(ctx, cfg, hs, names, nil, onnx.Config{})
+	h, _ := cfg.binding(spec)
+	pm, err := newPolicyModel(ctx, cfg, h, nil, onnx.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

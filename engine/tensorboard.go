@@ -3,14 +3,12 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/towerrl/towerrl/internal/tfevent"
+	"github.com/towerrl/towerrl/engine/rundir"
 )
 
 // The TensorBoard tags of an iteration's metrics: CleanRL's names for what CleanRL logs, then
@@ -29,67 +27,32 @@ const (
 	tagHyperparams  = "hyperparameters"           // the run's config.json as a table (text), once
 )
 
-// tensorBoard writes a run's metrics into TensorBoard event files in its run directory
-// (package internal/tfevent), one event per iteration, handed to the operating system before
-// the iteration's checkpoint: a TensorBoard watching the folder follows the run live. It is
-// the run directory's Log (rundir.Log).
+// tensorBoard makes the figures of a run's metrics lines for its TensorBoard event files
+// (rundir.Dir.TensorBoard), one event per iteration.
 type tensorBoard struct {
-	w *tfevent.Writer
 	// The env steps and wall seconds of the previous iteration of this process (of the
 	// checkpoint resumed from, and 0 s, at first), for charts/SPS.
 	steps int64
 	wall  float64
-	vs    []tfevent.Scalar // reused
+	vs    []rundir.Scalar // reused
 }
 
-// openTensorBoard attaches a TensorBoard log to run (with a folder, unless off). A resumed
-// run's event files are first cut back to the step of the checkpoint it continues (what a
-// killed run wrote past it goes, as its metrics.jsonl lines do; even when off, so that files
-// a later resume continues hold no steps this one retrains), and this process writes a new
-// file from there, so the files hold each step once. A fresh run's file starts with the
-// configuration as the text summary "hyperparameters".
+// openTensorBoard attaches a TensorBoard log to run (with a folder, unless off), from the
+// step of the checkpoint it continues; a fresh run's file starts with the configuration as
+// the text summary "hyperparameters" (see rundir.Dir.TensorBoard).
 func openTensorBoard(run *runDir, cfg Config, off bool) error {
-	if run.Path() == "" {
-		return nil
-	}
 	var step int64
 	if h := run.History(); len(h) > 0 {
 		step = h[len(h)-1].EnvSteps
 	}
-	files, err := tfevent.Files(run.Path())
-	if err != nil {
-		return fmt.Errorf("engine: TensorBoard log: %w", err)
-	}
-	for _, path := range files {
-		if _, err := tfevent.Truncate(path, step); err != nil {
-			return fmt.Errorf("engine: TensorBoard log: %w; move the file out of the run directory (or resume with --no-tensorboard)", err)
-		}
-	}
-	if off {
-		return nil
-	}
-	now := time.Now()
-	w, err := tfevent.Create(run.Path(), now)
-	if err != nil {
-		return fmt.Errorf("engine: TensorBoard log: %w (or train with --no-tensorboard)", err)
-	}
-	if len(files) == 0 {
-		text, err := hyperparameters(cfg)
-		if err == nil {
-			err = w.Text(now, step, tagHyperparams, text)
-		}
-		if err != nil {
-			return fmt.Errorf("engine: TensorBoard log: %w", errors.Join(err, w.Close()))
-		}
-	}
-	run.Attach(&tensorBoard{w: w, steps: step})
-	return nil
+	b := &tensorBoard{steps: step}
+	return run.TensorBoard(off, step, tagHyperparams, func() (string, error) { return hyperparameters(cfg) }, b.figures)
 }
 
-// Write writes m's figures at step m.EnvSteps (those that are NaN, such as the return of an
-// iteration in which no episode ended, are left out).
-func (b *tensorBoard) Write(m Metrics) error {
-	f := func(tag string, v Float) { b.vs = append(b.vs, tfevent.Scalar{Tag: tag, Value: float64(v)}) }
+// figures are m's figures at step m.EnvSteps (those that are NaN, such as the return of an
+// iteration in which no episode ended, are left out of the file).
+func (b *tensorBoard) figures(m Metrics) (int64, []rundir.Scalar) {
+	f := func(tag string, v Float) { b.vs = append(b.vs, rundir.Scalar{Tag: tag, Value: float64(v)}) }
 	b.vs = b.vs[:0]
 	f(tagReturn, m.ReturnMean)
 	f(tagLength, m.LengthMean)
@@ -140,7 +103,7 @@ func (b *tensorBoard) Write(m Metrics) error {
 		f("transport/bytes_per_sec", t.BytesPerSec)
 		f("transport/latency_seconds", t.LatencySeconds)
 	}
-	return b.w.Scalars(time.Now(), m.EnvSteps, b.vs)
+	return m.EnvSteps, b.vs
 }
 
 // named are the statistics (Metrics.Stats) written under the tags of their Metrics fields.
@@ -155,9 +118,6 @@ func statTag(name string) string {
 	}
 	return "losses/" + name
 }
-
-// Close closes the event file.
-func (b *tensorBoard) Close() error { return b.w.Close() }
 
 // hyperparameters is cfg as CleanRL logs its arguments: a Markdown table of every field of
 // config.json, in its order, each value in its JSON form.

@@ -281,14 +281,20 @@ func BenchmarkTensorBoardWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	tb := &tensorBoard{w: w}
+	tb := &tensorBoard{}
+	var buf []tfevent.Scalar
 	m := Metrics{Iteration: 1, EnvSteps: 512, Episodes: 20, ReturnMean: 22.5, ReturnMin: 9, ReturnMax: 61, LengthMean: 22.5,
 		PolicyLoss: -0.002, ValueLoss: 41.5, Entropy: 0.69, ApproxKL: 1.6e-4, ClipFrac: 0.01, ExplainedVar: 0.02, LR: 2.5e-4,
 		CollectSPS: 90000, LearnSPS: 200000, Version: 1, WallSeconds: 0.05, CollectSeconds: 0.01, LearnSeconds: 0.03}
 	for b.Loop() {
 		m.EnvSteps += 512
 		m.WallSeconds += 0.05
-		if err := tb.Write(m); err != nil {
+		step, vs := tb.figures(m) // as rundir's TensorBoard log writes them
+		buf = buf[:0]
+		for _, v := range vs {
+			buf = append(buf, tfevent.Scalar{Tag: v.Tag, Value: v.Value})
+		}
+		if err := w.Scalars(time.Now(), step, buf); err != nil {
 			b.Fatal(err)
 		}
 	}

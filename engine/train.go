@@ -153,11 +153,11 @@ func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run
 	if err := openTensorBoard(run, cfg, opts.NoTensorBoard); err != nil {
 		return res, err
 	}
-	hs, names, err := cfg.binding(spec)
+	hb, err := cfg.binding(spec)
 	if err != nil {
 		return res, err
 	}
-	pm, err := newPolicyModel(ctx, cfg, hs, names, initData, opts.Session)
+	pm, err := newPolicyModel(ctx, cfg, hb, initData, opts.Session)
 	if err != nil {
 		return res, err
 	}

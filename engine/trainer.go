@@ -165,11 +165,11 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	pc := bind.Config{Session: t.session, Publish: t.obsNorm.layout(t.pm.PublishLayout(), len(t.pm.Flat())),
 		Names: t.pm.Binding().Names}
 	if cfg.Head != "" {
-		hs, _, err := cfg.binding(t.spec)
+		h, err := cfg.binding(t.spec)
 		if err != nil {
 			return err
 		}
-		pc.Spec = &hs
+		pc.Spec = &h.Spec
 	}
 	var err error
 	if t.pol, err = bind.New(ctx, t.model, t.version, t.spec, pc); err != nil {
