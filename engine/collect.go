@@ -16,17 +16,19 @@ import (
 //
 //   - batchersCollector: the run's own batchers, one synchronous rollout per iteration (ppo,
 //     ddppo), resumed exactly from the batchers' snapshot; DD-PPO's straggler preemption
-//     wraps it (preemptCollector, preempt.go);
+//     wraps it (preemptCollector, ddppo.go, over package engine/ddppo);
 //   - streamCollector: the run's own batchers streaming into a ring that the learner takes
 //     rollouts from without the batchers ever waiting (impala, appo: algo.Sequential);
 //   - sourceCollector: a RolloutSource (remote batchers), source.go.
 //
 // An off-policy algorithm (engine/dqn, engine/sac over the replay buffer of engine/replay)
-// would plug in as a collector of its own, chosen from the capabilities its package registers
-// (algo.Capabilities): collect steps the batchers for the few steps one update needs, adds
-// them to the buffer and returns a batch sampled from it, release is a no-op, snapshot holds
-// the buffer; the trainer's loop is unchanged, one update per iteration, with no field of its
-// own.
+// plugs in as a collector of its own, chosen from the capabilities its package registers
+// (algo.Capabilities), with no new field on the trainer: collect steps the batchers for the
+// algorithm's train_freq steps, adds them to the buffer and returns a batch sampled from it
+// (an iteration is then one collection and its updates), release is a no-op, keep is the
+// buffer's oldest version, and snapshot and restore carry the buffer and its sampling stream
+// in the checkpoint. What the learner's side still lacks for SAC (several parameter vectors
+// and optimisers, a next-observation column) is listed in docs/offpolicy.md.
 type collector interface {
 	// start readies the collection for a run starting at firstIteration, the batchers
 	// running pol; version and model are the policy the run starts with.

@@ -243,114 +243,6 @@ func sameAsOneProcess(t *testing.T, want []float32, got [][]float32, errs []erro
 	}
 }
 
-// TestDDPPOPreemptedUpdateEquivalence: with straggler preemption the ranks hold different
-// numbers of rows, rank 0 four minibatches of 64 and rank 1 (preempted) 150 rows, two whole
-// minibatches and 22 rows left over. Both step through the same 4 updates per pass, rank 1
-// taking part in the last two with weight 0; over 2 passes the parameters are those of one
-// process whose update k trains the union of the ranks' minibatches k (128 rows for k < 2, 64
-// after), within 1e-6, and the same bits on both ranks.
-func TestDDPPOPreemptedUpdateEquivalence(t *testing.T) {
-	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
-	rng := rand.New(rand.NewPCG(7, 3))
-	const mb, updates, passes = 64, 4, 2
-	rows := []int{4 * mb, 150}
-	ranks := []*learner.SampleBatch{
-		randomMinibatch(rng, rows[0], 2, minibatchScales{ret: 1, value: 0.1, logp: 0.05}),
-		randomMinibatch(rng, rows[1], 2, minibatchScales{ret: 3, value: 0.5, logp: 0.05}),
-	}
-	loss := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
-	newParams := func() *models.Params {
-		params, err := models.NewParams(models.Config{Spec: spec}, rand.New(rand.NewPCG(1, 1)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return params
-	}
-	newAdam := func(p *models.Params) learner.Optimizer {
-		return learner.NewAdam(p.Size(), learner.Constant(1e-3), 0.9, 0.999, 1e-5)
-	}
-	newTowers := func(params *models.Params, opt learner.Optimizer, n, rows int, coll learner.Collective, layout *learner.SampleBatch) *learner.Towers {
-		tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: rows, MaxGradNorm: 0.5, NormalizeAdvantages: true, Collective: coll},
-			params.Data(), opt, layout, policy.Towers(params, &ppo.PPO{Coefs: loss}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { tw.Close() })
-		return tw
-	}
-
-	// One process: update k trains rank 0's rows [k·mb, (k+1)·mb), then rank 1's while it has
-	// a whole minibatch k; two sets of towers (128 and 64 rows) share the parameters and Adam.
-	single := newParams()
-	opt := newAdam(single)
-	union := learner.NewSampleBatch(rows[0]+rows[1], 4, 1, 0)
-	block := learner.NewSampleBatch(mb, 4, 1, 0)
-	var bounds [][2]int
-	for k := range updates {
-		lo := union.Len()
-		for _, r := range ranks {
-			if (k+1)*mb > r.Len() {
-				continue
-			}
-			if err := r.CopyRange(block, k*mb, (k+1)*mb); err != nil {
-				t.Fatal(err)
-			}
-			if err := union.Append(block); err != nil {
-				t.Fatal(err)
-			}
-		}
-		bounds = append(bounds, [2]int{lo, union.Len()})
-	}
-	both, alone := newTowers(single, opt, 1, 2*mb, nil, union), newTowers(single, opt, 1, mb, nil, union)
-	for range passes {
-		for _, bd := range bounds {
-			tw := both
-			if bd[1]-bd[0] == mb {
-				tw = alone
-			}
-			if _, err := tw.Update(context.Background(), union, bd[0], bd[1]); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-
-	// Two ranks, two towers each, through the weighted two-level collective.
-	gs := mpi.InProcess(2)
-	got := make([][]float32, 2)
-	res := make([]learner.Result, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		coll, err := mpi.NewCollective(gs[r], 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := learner.NewSampleBatch(rows[0], 4, 1, 0)
-		b.Append(ranks[r])
-		spare := b.NewLike(mb)
-		if err := b.CopyRange(spare, 0, mb); err != nil {
-			t.Fatal(err)
-		}
-		params := newParams()
-		tw := newTowers(params, newAdam(params), 2, mb, coll, b)
-		res[r].Stats = make([]float64, len(tw.StatNames()))
-		wg.Go(func() {
-			for range passes {
-				if errs[r] = minibatchUpdates(context.Background(), tw, coll, b, spare, mb, updates, &res[r]); errs[r] != nil {
-					return
-				}
-			}
-			got[r] = params.Data()
-		})
-	}
-	wg.Wait()
-	sameAsOneProcess(t, single.Data(), got, errs, fmt.Sprintf("ranks of %d and %d rows vs 1 process on their union, %d updates", rows[0], rows[1], passes*updates))
-	if res[0].Updates != passes*4 || res[1].Updates != passes*2 || res[1].Trained != passes*2*mb {
-		t.Errorf("rank 0 made %d weighted updates, rank 1 %d of %d rows; want %d, %d of %d", res[0].Updates, res[1].Updates,
-			res[1].Trained, passes*4, passes*2, passes*2*mb)
-	}
-}
-
 // TestDDPPOPreemption trains 2 in-process ranks with sync_frac 0.5, rank 1 slowed down 4×
 // (Options.Slowdown): rank 1 is cut short (never below a quarter of the rollout), rank 0's
 // metrics report both ranks' collected fractions, env_steps counts the rows collected, and the
@@ -414,7 +306,8 @@ func TestDDPPOPreemption(t *testing.T) {
 	}
 }
 
-// TestSyncFrac: the default (ddppo only), the refusals, and how many ranks must finish.
+// TestSyncFrac: the default (ddppo only) and the refusals (package engine/ddppo tests how many
+// ranks must finish).
 func TestSyncFrac(t *testing.T) {
 	for _, tc := range []struct {
 		algo string
@@ -436,18 +329,6 @@ func TestSyncFrac(t *testing.T) {
 			t.Errorf("%s, %v: %v, want ErrConfig naming SyncFrac", tc.algo, tc.in, err)
 		case !tc.bad && (err != nil || c.SyncFrac != tc.want):
 			t.Errorf("%s, %v: SyncFrac %v, %v; want %v", tc.algo, tc.in, c.SyncFrac, err, tc.want)
-		}
-	}
-	for _, tc := range []struct {
-		frac       float64
-		n, ranks   int
-		preemption bool
-	}{
-		{0.6, 2, 2, false}, {0.5, 2, 1, true}, {0.6, 3, 2, true}, {0.6, 8, 5, true},
-		{0.7, 10, 7, true}, {1, 4, 4, false}, {0.01, 4, 1, true},
-	} {
-		if got := syncRanks(tc.frac, tc.n); got != tc.ranks || (got < tc.n) != tc.preemption {
-			t.Errorf("sync_frac %v of %d ranks: %d must finish, want %d", tc.frac, tc.n, got, tc.ranks)
 		}
 	}
 }

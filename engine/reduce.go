@@ -2,19 +2,18 @@ package engine
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/engine/ddppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 )
 
 // reducer is how a run combines what its process did with the other processes of its job.
 // The trainer chooses one when it is made (newTrainer) and never asks which it has: alone (one
-// process: nothing to combine), or a rank of a DD-PPO job (rankState, ddppo.go), whose
+// process: nothing to combine), or a rank of a DD-PPO job (ranked, ddppo.go, over package engine/ddppo), whose
 // gradients, statistics, episodes, normalisation sums, stop requests and checkpoints are
-// combined across the ranks, with straggler preemption (preempt.go) when it is on.
+// combined across the ranks, with straggler preemption (engine/ddppo) when it is on.
 //
 // An off-policy algorithm trains alone, or across ranks through the same reducer: its updates
 // go through learn like any other.
@@ -90,8 +89,8 @@ func (alone) gather(_ context.Context, b []byte) ([][]byte, error) { return [][]
 func (alone) gatherSnapshots(context.Context, []byte, *models.Checkpoint) error { return nil }
 
 func (alone) batcherSnapshot(c *models.Checkpoint) ([]byte, error) {
-	if n := max(c.Ints["ranks"], 1); n != 1 {
-		return nil, fmt.Errorf("%w: the checkpoint was written by %d ranks, this run has 1: resume with mpirun -np %d", ErrConfig, n, n)
+	if err := ddppo.CheckRanks(c, 1, ErrConfig); err != nil {
+		return nil, err
 	}
 	return c.Bytes["batcher"], nil
 }
@@ -112,11 +111,4 @@ func submit(ctx context.Context, l *learner.Learner, b *learner.SampleBatch) (le
 	}
 	<-l.Released()
 	return res, nil
-}
-
-// since is the part of a running total of durations since its previous reading (*last).
-func since(total time.Duration, last *time.Duration) time.Duration {
-	d := total - *last
-	*last = total
-	return d
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/towerrl/towerrl/engine/ddppo"
 	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/internal/bounded"
 	"github.com/towerrl/towerrl/models"
@@ -40,10 +41,10 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 		sent := false
 		defer func() {
 			if !sent {
-				err = send(ctx, g, shared{}, err)
+				err = ddppo.Send(ctx, g, ddppo.Shared{}, err)
 			}
 		}()
-		opts.ready = func(s shared) error { sent = true; return send(ctx, g, s, nil) }
+		opts.ready = func(s ddppo.Shared) error { sent = true; return ddppo.Send(ctx, g, s, nil) }
 	} else {
 		opts.Ranks = nil
 	}
@@ -143,7 +144,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 		return fail(err)
 	}
 	if opts.ready != nil {
-		s := shared{Config: out, InitPolicy: initData, Saving: true}
+		s := ddppo.Shared{Config: out, InitPolicy: initData, Saving: true}
 		if ckpt != nil {
 			if s.Checkpoint, err = ckpt.MarshalBinary(); err != nil {
 				return fail(err)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,12 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/engine/ddppo"
 	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/internal/bounded"
-	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/onnx"
 )
@@ -44,7 +46,7 @@ type Options struct {
 	// World under mpirun, or one of mpi.InProcess's ranks. Every rank calls Train (or Resume)
 	// with the same Config; rank 0 alone uses Out, Progress and Plot. Nil, or a group of one
 	// rank: a single process.
-	Ranks mpi.Group
+	Ranks ddppo.Group
 
 	// Source, when set, feeds the run with rollouts collected elsewhere (remote batchers:
 	// cmd/train --serve) instead of its own batchers, and receives each policy version to
@@ -65,7 +67,7 @@ type Options struct {
 
 	// ready, set by Train and Resume on rank 0 of a DD-PPO job, sends the run to the other
 	// ranks just before training.
-	ready func(shared) error
+	ready func(ddppo.Shared) error
 }
 
 // ErrStopped is wrapped by the error of a run stopped through Options.Stop.
@@ -99,10 +101,10 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 		sent := false
 		defer func() {
 			if !sent {
-				err = send(ctx, g, shared{}, err)
+				err = ddppo.Send(ctx, g, ddppo.Shared{}, err)
 			}
 		}()
-		opts.ready = func(s shared) error { sent = true; return send(ctx, g, s, nil) }
+		opts.ready = func(s ddppo.Shared) error { sent = true; return ddppo.Send(ctx, g, s, nil) }
 	}
 	cfg, spec, err := cfg.resolve()
 	if err != nil {
@@ -133,7 +135,7 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 		return Result{}, err
 	}
 	if opts.ready != nil {
-		if err := opts.ready(shared{Config: b, InitPolicy: initData, Saving: run.Path() != ""}); err != nil {
+		if err := opts.ready(ddppo.Shared{Config: b, InitPolicy: initData, Saving: run.Path() != ""}); err != nil {
 			return Result{}, errors.Join(err, run.Discard(), run.Close())
 		}
 	}
@@ -301,6 +303,12 @@ func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run
 // curveTitle is the learning curve's title: the run's algorithm, env and seed.
 func curveTitle(cfg Config) string {
 	return fmt.Sprintf("%s on %s, seed %d", strings.ToUpper(cfg.Algo), cfg.Env, cfg.Seed)
+}
+
+// paramsHash is the SHA-256 of params' float32 bytes (Result.ParamsSHA256; the ranks of a
+// DD-PPO job compare theirs).
+func paramsHash(params []float32) [32]byte {
+	return sha256.Sum256(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(params))), 4*len(params)))
 }
 
 // kept says what a run stopped by a non-finite update leaves in its directory: what is there

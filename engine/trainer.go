@@ -8,6 +8,7 @@ import (
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/ddppo"
 	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/learner"
@@ -67,18 +68,17 @@ func newTrainer(cfg Config, spec envs.Spec, pm policy.Model, opts Options) (*tra
 	if sequential {
 		t.publishEvery = int64(cfg.BroadcastInterval)
 	}
-	var rs *rankState
+	var rank *ddppo.Rank
 	if opts.Ranks != nil {
-		if rs, err = newRankState(opts.Ranks, cfg.Towers); err != nil {
+		if rank, err = ddppo.Join(opts.Ranks, cfg.Towers, opts.Slowdown); err != nil {
 			return nil, err
 		}
-		rs.slowdown = opts.Slowdown
-		t.red = rs
+		t.red = ranked{rank}
 	}
 	own := &batchersCollector{cfg: cfg, spec: spec, seed: t.red.seed(cfg.Seed)}
 	switch {
 	case opts.Source != nil:
-		if rs != nil {
+		if rank != nil {
 			return nil, fmt.Errorf("%w: a DD-PPO rank collects with its own batchers, not from Options.Source", ErrConfig)
 		}
 		if t.col, err = newSourceCollector(opts.Source, opts.Stop, cfg, spec, pm, sequential); err != nil {
@@ -86,14 +86,11 @@ func newTrainer(cfg Config, spec envs.Spec, pm policy.Model, opts Options) (*tra
 		}
 	case sequential:
 		t.col = &streamCollector{cfg: cfg, spec: spec, seed: own.seed}
-	case rs != nil && len(pm.States()) == 0:
+	case rank != nil && len(pm.States()) == 0 && rank.Preempt(ddppo.PreemptConfig{SyncFrac: cfg.SyncFrac,
+		Epochs: cfg.Epochs, Seed: cfg.Seed, Envs: cfg.Workers * cfg.Envs, Rollout: cfg.RolloutSteps}):
 		// A feed-forward rank may stop collecting early (a recurrent policy's sequences
 		// need whole rollouts).
-		if rs.pre = newPreemption(cfg, rs); rs.pre != nil {
-			t.col = &preemptCollector{batchersCollector: own, rs: rs}
-			break
-		}
-		t.col = own
+		t.col = &preemptCollector{batchersCollector: own, r: rank}
 	default:
 		t.col = own
 	}

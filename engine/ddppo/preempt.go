@@ -1,4 +1,4 @@
-package engine
+package ddppo
 
 import (
 	"context"
@@ -37,16 +37,102 @@ const shortRollout = 0.25
 // preemptSalt seeds the shuffles of the minibatch passes a preempting rank runs itself.
 const preemptSalt = 0x707265656d7074
 
-// syncFracDefaults fills SyncFrac (ddppo's default) and checks it.
-func (c *Config) syncFracDefaults() error {
-	if !(c.SyncFrac >= 0 && c.SyncFrac <= 1) {
-		return fmt.Errorf("%w: SyncFrac = %g, want (0, 1]: the fraction of DD-PPO ranks that must finish collecting before the others stop early (1: never stop early; 0: the default %g)",
-			ErrConfig, c.SyncFrac, DefaultSyncFrac)
+// PreemptConfig is what a rank's straggler preemption needs of its run.
+type PreemptConfig struct {
+	SyncFrac      float64 // the fraction of ranks that must finish before the others stop early
+	Epochs        int     // passes over each rollout
+	Seed          uint64  // the run's seed (the passes' shuffles)
+	Envs, Rollout int     // the rank's envs, and the steps of a whole rollout
+}
+
+// Preempt readies the rank's straggler preemption for a run of c, and reports whether it has
+// one: a rank neither preempts (a threshold every rank must reach) nor is slowed down on
+// purpose without. It is for a rank that collects whole rollouts with its own batchers,
+// feed-forward (the engine does not ask it for an asynchronous algorithm or a recurrent
+// policy, whose sequences need whole rollouts). Prepare completes it once the towers exist;
+// Collect is then the rank's collect.
+func (r *Rank) Preempt(c PreemptConfig) bool {
+	p := &preemption{need: syncRanks(c.SyncFrac, r.n), slowdown: r.slowdown,
+		epochs: c.Epochs, seed: c.Seed, envs: c.Envs, rollouts: c.Rollout}
+	p.on = c.SyncFrac > 0 && p.need < r.n
+	if !p.on && p.slowdown <= 1 {
+		return false
 	}
-	if c.SyncFrac == 0 && capabilities(c.Algo).Ranks {
-		c.SyncFrac = DefaultSyncFrac
+	r.pre = p
+	return true
+}
+
+// Prepare completes the rank's preemption, when it has one, once the towers (of minibatch
+// rows, training batch) exist.
+func (r *Rank) Prepare(towers *learner.Towers, batch *learner.SampleBatch, minibatch int) {
+	p := r.pre
+	if p == nil {
+		return
 	}
-	return nil
+	p.towers, p.mb = towers, minibatch
+	if !p.on {
+		return
+	}
+	// A quarter of the rollout, and one minibatch: the towers train whole minibatches.
+	p.floor = max(int(math.Ceil(shortRollout*float64(p.rollouts))), (minibatch+p.envs-1)/p.envs)
+	p.updates = p.rollouts * p.envs / minibatch
+	p.src = rand.NewPCG(0, 0)
+	p.rng = rand.New(p.src)
+	p.shuffler = learner.NewShuffler(batch)
+	p.spare = batch.NewLike(minibatch)
+	g := r.g
+	p.stop = func() bool {
+		n, err := g.RolloutsFinished()
+		if err != nil {
+			p.errMu.Lock()
+			p.err = err
+			p.errMu.Unlock()
+			return true
+		}
+		return n >= p.need
+	}
+}
+
+// Collect is the rank's rollout of steps steps with its preemption (Preempt): one that stops
+// early once enough ranks have finished theirs, followed by the exchange of every rank's
+// steps.
+func (r *Rank) Collect(ctx context.Context, b *batcher.Batcher, steps int) (*batcher.Rollout, error) {
+	p := r.pre
+	pre := batcher.Preempt{Slowdown: p.slowdown}
+	if p.on {
+		pre.MinSteps, pre.Stop = p.floor, p.stop
+	}
+	ro, err := b.CollectPreemptible(ctx, steps, pre)
+	p.errMu.Lock()
+	err, p.err = errors.Join(err, p.err), nil
+	p.errMu.Unlock()
+	if err != nil || !p.on {
+		return ro, err
+	}
+	w0 := time.Now()
+	if p.steps, err = r.g.FinishRollout(ctx, int64(ro.T)); err != nil {
+		return nil, fmt.Errorf("engine: rank %d: waiting for the other ranks to finish collecting: %w", r.id, err)
+	}
+	p.wait = time.Since(w0)
+	return ro, nil
+}
+
+// Preemption describes the iteration's straggler preemption: each rank's rollout as a
+// fraction of a whole one (in rank order), how many ranks stopped early, and how long this
+// rank waited, its own rollout done, for the others; ok is false without preemption.
+func (r *Rank) Preemption() (collected []float64, preempted int, wait time.Duration, ok bool) {
+	p := r.pre
+	if p == nil || !p.on {
+		return nil, 0, 0, false
+	}
+	collected = make([]float64, len(p.steps))
+	for k, s := range p.steps {
+		collected[k] = float64(s) / float64(p.rollouts)
+		if int(s) < p.rollouts {
+			preempted++
+		}
+	}
+	return collected, preempted, p.wait, true
 }
 
 // syncRanks is ceil(frac·n): the ranks that must have finished collecting before the others
@@ -84,84 +170,9 @@ type preemption struct {
 	envs, rollouts int // envs of the rank, steps of a full rollout
 }
 
-// newPreemption is a rank's straggler preemption, or nil when the rank neither preempts (a
-// threshold every rank must reach) nor is slowed down on purpose (Options.Slowdown). It is
-// for a rank that collects whole rollouts with its own batchers, feed-forward: newTrainer
-// does not ask for it for an asynchronous algorithm or a recurrent policy, whose sequences
-// need whole rollouts. prepare completes it once the towers exist.
-func newPreemption(cfg Config, rs *rankState) *preemption {
-	p := &preemption{need: syncRanks(cfg.SyncFrac, rs.n), slowdown: rs.slowdown,
-		epochs: cfg.Epochs, seed: cfg.Seed, envs: cfg.Workers * cfg.Envs, rollouts: cfg.RolloutSteps}
-	p.on = cfg.SyncFrac > 0 && p.need < rs.n
-	if !p.on && p.slowdown <= 1 {
-		return nil
-	}
-	return p
-}
-
-// prepare completes the rank's preemption, when it has one, once the towers (of minibatch
-// rows, training batch) exist.
-func (r *rankState) prepare(towers *learner.Towers, batch *learner.SampleBatch, minibatch int) {
-	p := r.pre
-	if p == nil {
-		return
-	}
-	p.towers, p.mb = towers, minibatch
-	if !p.on {
-		return
-	}
-	// A quarter of the rollout, and one minibatch: the towers train whole minibatches.
-	p.floor = max(int(math.Ceil(shortRollout*float64(p.rollouts))), (minibatch+p.envs-1)/p.envs)
-	p.updates = p.rollouts * p.envs / minibatch
-	p.src = rand.NewPCG(0, 0)
-	p.rng = rand.New(p.src)
-	p.shuffler = learner.NewShuffler(batch)
-	p.spare = batch.NewLike(minibatch)
-	g := r.g
-	p.stop = func() bool {
-		n, err := g.RolloutsFinished()
-		if err != nil {
-			p.errMu.Lock()
-			p.err = err
-			p.errMu.Unlock()
-			return true
-		}
-		return n >= p.need
-	}
-}
-
-// preemptCollector is a rank's own batchers collecting with its preemption: a rollout that
-// stops early once enough ranks have finished theirs, followed by the exchange of every
-// rank's steps.
-type preemptCollector struct {
-	*batchersCollector
-	rs *rankState
-}
-
-func (c *preemptCollector) collect(ctx context.Context, _ int64) (*batcher.Rollout, error) {
-	p := c.rs.pre
-	pre := batcher.Preempt{Slowdown: p.slowdown}
-	if p.on {
-		pre.MinSteps, pre.Stop = p.floor, p.stop
-	}
-	r, err := c.b.CollectPreemptible(ctx, c.cfg.RolloutSteps, pre)
-	p.errMu.Lock()
-	err, p.err = errors.Join(err, p.err), nil
-	p.errMu.Unlock()
-	if err != nil || !p.on {
-		return r, err
-	}
-	w0 := time.Now()
-	if p.steps, err = c.rs.g.FinishRollout(ctx, int64(r.T)); err != nil {
-		return nil, fmt.Errorf("engine: rank %d: waiting for the other ranks to finish collecting: %w", c.rs.id, err)
-	}
-	p.wait = time.Since(w0)
-	return r, nil
-}
-
-// rowsCollected is the rows every rank collected this iteration: rows each without
+// RowsCollected is the rows every rank collected this iteration: rows each without
 // preemption.
-func (r *rankState) rowsCollected(rows int) int64 {
+func (r *Rank) RowsCollected(rows int) int64 {
 	p := r.pre
 	if p == nil || !p.on {
 		return int64(rows * r.n)
@@ -171,33 +182,6 @@ func (r *rankState) rowsCollected(rows int) int64 {
 		n += s * int64(p.envs)
 	}
 	return n
-}
-
-// PreemptMetrics describe a DD-PPO iteration's straggler preemption (Config.SyncFrac).
-type PreemptMetrics struct {
-	// CollectedFrac is each rank's rollout as a fraction of rollout_steps, in rank order
-	// (1: it finished; less: it was preempted).
-	CollectedFrac []Float `json:"collected_frac"`
-	// Preempted is the number of ranks that stopped early.
-	Preempted int `json:"preempted"`
-	// WaitSeconds is how long rank 0 waited, its own rollout done, for the others to finish
-	// theirs (part of collect_seconds).
-	WaitSeconds Float `json:"wait_seconds"`
-}
-
-// metrics are the iteration's preemption metrics (nil without preemption).
-func (p *preemption) metrics() *PreemptMetrics {
-	if p == nil || !p.on {
-		return nil
-	}
-	m := &PreemptMetrics{CollectedFrac: make([]Float, len(p.steps)), WaitSeconds: Float(p.wait.Seconds())}
-	for r, s := range p.steps {
-		m.CollectedFrac[r] = Float(float64(s) / float64(p.rollouts))
-		if int(s) < p.rollouts {
-			m.Preempted++
-		}
-	}
-	return m
 }
 
 // learn trains b (this rank's rows, however many) for Epochs shuffled passes of the run's

@@ -1,0 +1,187 @@
+package ddppo
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/towerrl/towerrl/engine/policy"
+	"github.com/towerrl/towerrl/engine/ppo"
+	"github.com/towerrl/towerrl/learner"
+	"github.com/towerrl/towerrl/learner/mpi"
+	"github.com/towerrl/towerrl/models"
+	"github.com/towerrl/towerrl/models/head"
+)
+
+// TestDDPPOPreemptedUpdateEquivalence: with straggler preemption the ranks hold different
+// numbers of rows, rank 0 four minibatches of 64 and rank 1 (preempted) 150 rows, two whole
+// minibatches and 22 rows left over. Both step through the same 4 updates per pass, rank 1
+// taking part in the last two with weight 0; over 2 passes the parameters are those of one
+// process whose update k trains the union of the ranks' minibatches k (128 rows for k < 2, 64
+// after), within 1e-6, and the same bits on both ranks.
+func TestDDPPOPreemptedUpdateEquivalence(t *testing.T) {
+	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
+	rng := rand.New(rand.NewPCG(7, 3))
+	const mb, updates, passes = 64, 4, 2
+	rows := []int{4 * mb, 150}
+	ranks := []*learner.SampleBatch{
+		randomMinibatch(rng, rows[0], 2, minibatchScales{ret: 1, value: 0.1, logp: 0.05}),
+		randomMinibatch(rng, rows[1], 2, minibatchScales{ret: 3, value: 0.5, logp: 0.05}),
+	}
+	loss := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	newParams := func() *models.Params {
+		params, err := models.NewParams(models.Config{Spec: spec}, rand.New(rand.NewPCG(1, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return params
+	}
+	newAdam := func(p *models.Params) learner.Optimizer {
+		return learner.NewAdam(p.Size(), learner.Constant(1e-3), 0.9, 0.999, 1e-5)
+	}
+	newTowers := func(params *models.Params, opt learner.Optimizer, n, rows int, coll learner.Collective, layout *learner.SampleBatch) *learner.Towers {
+		tw, err := learner.NewTowers(learner.TowersConfig{N: n, Minibatch: rows, MaxGradNorm: 0.5, NormalizeAdvantages: true, Collective: coll},
+			params.Data(), opt, layout, policy.Towers(params, &ppo.PPO{Coefs: loss}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tw.Close() })
+		return tw
+	}
+
+	// One process: update k trains rank 0's rows [k·mb, (k+1)·mb), then rank 1's while it has
+	// a whole minibatch k; two sets of towers (128 and 64 rows) share the parameters and Adam.
+	single := newParams()
+	opt := newAdam(single)
+	union := learner.NewSampleBatch(rows[0]+rows[1], 4, 1, 0)
+	block := learner.NewSampleBatch(mb, 4, 1, 0)
+	var bounds [][2]int
+	for k := range updates {
+		lo := union.Len()
+		for _, r := range ranks {
+			if (k+1)*mb > r.Len() {
+				continue
+			}
+			if err := r.CopyRange(block, k*mb, (k+1)*mb); err != nil {
+				t.Fatal(err)
+			}
+			if err := union.Append(block); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bounds = append(bounds, [2]int{lo, union.Len()})
+	}
+	both, alone := newTowers(single, opt, 1, 2*mb, nil, union), newTowers(single, opt, 1, mb, nil, union)
+	for range passes {
+		for _, bd := range bounds {
+			tw := both
+			if bd[1]-bd[0] == mb {
+				tw = alone
+			}
+			if _, err := tw.Update(context.Background(), union, bd[0], bd[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// Two ranks, two towers each, through the weighted two-level collective.
+	gs := mpi.InProcess(2)
+	got := make([][]float32, 2)
+	res := make([]learner.Result, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		coll, err := mpi.NewCollective(gs[r], 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := learner.NewSampleBatch(rows[0], 4, 1, 0)
+		b.Append(ranks[r])
+		spare := b.NewLike(mb)
+		if err := b.CopyRange(spare, 0, mb); err != nil {
+			t.Fatal(err)
+		}
+		params := newParams()
+		tw := newTowers(params, newAdam(params), 2, mb, coll, b)
+		res[r].Stats = make([]float64, len(tw.StatNames()))
+		wg.Go(func() {
+			for range passes {
+				if errs[r] = minibatchUpdates(context.Background(), tw, coll, b, spare, mb, updates, &res[r]); errs[r] != nil {
+					return
+				}
+			}
+			got[r] = params.Data()
+		})
+	}
+	wg.Wait()
+	sameAsOneProcess(t, single.Data(), got, errs, fmt.Sprintf("ranks of %d and %d rows vs 1 process on their union, %d updates", rows[0], rows[1], passes*updates))
+	if res[0].Updates != passes*4 || res[1].Updates != passes*2 || res[1].Trained != passes*2*mb {
+		t.Errorf("rank 0 made %d weighted updates, rank 1 %d of %d rows; want %d, %d of %d", res[0].Updates, res[1].Updates,
+			res[1].Trained, passes*4, passes*2, passes*2*mb)
+	}
+}
+
+// sameAsOneProcess checks that every rank ended with the same bits (got, or the rank's error)
+// and within 1e-6 of one process's parameters, want.
+func sameAsOneProcess(t *testing.T, want []float32, got [][]float32, errs []error, what string) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	worst := 0.0
+	for k, v := range want {
+		worst = math.Max(worst, math.Abs(float64(v-got[0][k])))
+		for r := 1; r < len(got); r++ {
+			if got[0][k] != got[r][k] {
+				t.Fatalf("the ranks' parameter %d differs: %v on rank 0, %v on rank %d", k, got[0][k], got[r][k], r)
+			}
+		}
+	}
+	t.Logf("%s: max parameter difference %.3g", what, worst)
+	if worst > 1e-6 {
+		t.Errorf("%d ranks' parameters differ from 1 process's by %.3g", len(got), worst)
+	}
+}
+
+// TestSyncRanks: how many ranks must finish collecting before the others stop early.
+func TestSyncRanks(t *testing.T) {
+	for _, tc := range []struct {
+		frac       float64
+		n, ranks   int
+		preemption bool
+	}{
+		{0.6, 2, 2, false}, {0.5, 2, 1, true}, {0.6, 3, 2, true}, {0.6, 8, 5, true},
+		{0.7, 10, 7, true}, {1, 4, 4, false}, {0.01, 4, 1, true},
+	} {
+		if got := syncRanks(tc.frac, tc.n); got != tc.ranks || (got < tc.n) != tc.preemption {
+			t.Errorf("sync_frac %v of %d ranks: %d must finish, want %d", tc.frac, tc.n, got, tc.ranks)
+		}
+	}
+}
+
+// minibatchScales are the standard deviations of randomMinibatch's returns, old values and old
+// log-probabilities (around log(1/actions)).
+type minibatchScales struct{ ret, value, logp float64 }
+
+// randomMinibatch makes n rows of CartPole-shaped data for PPO loss tests: standard normal
+// observations and advantages, uniform actions among actions, and the given scales.
+func randomMinibatch(rng *rand.Rand, n, actions int, sc minibatchScales) *learner.SampleBatch {
+	mb := learner.NewSampleBatch(n, 4, 1, 0)
+	for i := range n {
+		for j := range 4 {
+			mb.Obs[i*4+j] = float32(rng.NormFloat64())
+		}
+		mb.Actions[i] = float32(rng.IntN(actions))
+		mb.Advantages[i] = float32(rng.NormFloat64())
+		mb.Returns[i] = float32(rng.NormFloat64() * sc.ret)
+		mb.Values[i] = float32(rng.NormFloat64() * sc.value)
+		mb.LogP[i] = float32(math.Log(1/float64(actions)) + rng.NormFloat64()*sc.logp)
+	}
+	mb.SetLen(n)
+	return mb
+}
