@@ -19,6 +19,10 @@ import (
 // warm-up.
 type Native struct{ Params *models.Params }
 
+// Native's Model methods: its parameters are models.Params' flat vector, its export (models.Export)
+// is the artifact, with the batchers' default names; the config makes it again, so a
+// checkpoint keeps no source; it has no recurrent state and nothing that warms up first.
+
 func (n Native) Flat() []float32                                     { return n.Params.Data() }
 func (n Native) HeadSpec() head.Spec                                 { return n.Params.Config().Spec }
 func (n Native) Export(v int64) ([]byte, error)                      { return models.Export(n.Params, v) }
