@@ -16,10 +16,6 @@ import (
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
-// batchFirstSuffix ends the names of the graph inputs and outputs that carry a recurrent state
-// with its batch moved to axis 0 (see batchFirst).
-const batchFirstSuffix = ".towerrl_batch_first"
-
 // prepared is a model made ready for sessions: its batch freed, its head recognised, the
 // tensors the head reads exposed, its recurrent states batch-first.
 type prepared struct {
@@ -64,10 +60,12 @@ func prepare(ctx context.Context, model *onnx.Model, env head.Spec, over layout.
 		return pr, err
 	}
 	pr.exposed = eb
-	var transposed bool
-	if pr.states, transposed, err = batchFirst(exposed, eb.State); err != nil {
+	axes, err := stateAxes(exposed, eb.State)
+	if err != nil {
 		return pr, err
 	}
+	pr.states = slices.Clone(eb.State)
+	transposed := len(axes) > 0
 	added := len(exposed.GetGraph().GetOutput()) - len(m.GetGraph().GetOutput())
 	if added == 0 && !transposed && pr.model == model {
 		return pr, nil
@@ -81,7 +79,18 @@ func prepare(ctx context.Context, model *onnx.Model, env head.Spec, over layout.
 	if pr.model, err = onnx.FromProto(exposed); err != nil {
 		return pr, fmt.Errorf("bind: writing the prepared policy: %w", err)
 	}
-	pr.reweigh = newReweigh(orig, exposed)
+	if transposed {
+		var renamed map[string]string
+		if pr.model, renamed, err = edit.BatchFirst(pr.model, axes); err != nil {
+			return pr, fmt.Errorf("bind: making the recurrent states batch-first: %w", err)
+		}
+		for i, st := range pr.states {
+			if in, ok := renamed[st.Input]; ok {
+				pr.states[i].Input, pr.states[i].Output = in, renamed[st.Output]
+			}
+		}
+	}
+	pr.reweigh = newReweigh(orig, pr.model.Proto())
 	return pr, nil
 }
 
@@ -150,51 +159,28 @@ func firstBatch(m *onnxpb.ModelProto) int {
 	return 1
 }
 
-// batchFirst rewrites m (in place; it must not share messages with another model) so that every recurrent state whose batch is not on axis 0
-// (torch's [layers, batch, hidden]) is fed and returned with its batch first: the graph input
-// NAME becomes NAME+batchFirstSuffix, transposed back to NAME by a new first node; the graph
-// output OUT is replaced by OUT+batchFirstSuffix, its transpose. Sessions batch on axis 0 only,
-// and the batcher keeps each env's state as one contiguous row. It returns the states with the
-// session's input and output names; changed reports whether m was modified.
-func batchFirst(m *onnxpb.ModelProto, states []layout.State) (renamed []layout.State, changed bool, err error) {
+// stateAxes checks the recurrent states whose batch is not on axis 0 (torch's [layers, batch,
+// hidden]) and returns the axis of each one's graph input and output, for edit.BatchFirst:
+// sessions batch on axis 0 only, and a worker keeps each env's state as one contiguous row.
+func stateAxes(m *onnxpb.ModelProto, states []layout.State) (map[string]int, error) {
 	g := m.GetGraph()
-	renamed = slices.Clone(states)
-	var head []*onnxpb.NodeProto
-	for i, s := range states {
+	axes := map[string]int{}
+	for _, s := range states {
 		if s.BatchAxis == 0 {
 			continue
 		}
 		in := findValueInfo(g.GetInput(), s.Input)
 		out := findValueInfo(g.GetOutput(), s.Output)
 		if in == nil || out == nil {
-			return nil, false, fmt.Errorf("%w: recurrent state %s → %s is not a graph input and output", ErrPolicy, s.Input, s.Output)
+			return nil, fmt.Errorf("%w: recurrent state %s → %s is not a graph input and output", ErrPolicy, s.Input, s.Output)
 		}
 		rank := len(in.GetType().GetTensorType().GetShape().GetDim())
 		if s.BatchAxis < 0 || s.BatchAxis >= rank {
-			return nil, false, fmt.Errorf("%w: recurrent state %s has its batch on axis %d of %d", ErrPolicy, s.Input, s.BatchAxis, rank)
+			return nil, fmt.Errorf("%w: recurrent state %s has its batch on axis %d of %d", ErrPolicy, s.Input, s.BatchAxis, rank)
 		}
-		// order lists the original axes in batch-first order; inverse undoes it.
-		order := append([]int64{int64(s.BatchAxis)}, make([]int64, 0, rank-1)...)
-		for a := range rank {
-			if a != s.BatchAxis {
-				order = append(order, int64(a))
-			}
-		}
-		inverse := make([]int64, rank)
-		for j, a := range order {
-			inverse[a] = int64(j)
-		}
-		in.Name = proto.String(s.Input + batchFirstSuffix)
-		permuteDims(in, order)
-		head = append(head, transpose("towerrl/batch_first/"+s.Input, s.Input+batchFirstSuffix, s.Input, inverse))
-		out.Name = proto.String(s.Output + batchFirstSuffix)
-		permuteDims(out, order)
-		g.Node = append(g.Node, transpose("towerrl/batch_first/"+s.Output, s.Output, s.Output+batchFirstSuffix, order))
-		renamed[i].Input, renamed[i].Output = s.Input+batchFirstSuffix, s.Output+batchFirstSuffix
-		changed = true
+		axes[s.Input], axes[s.Output] = s.BatchAxis, s.BatchAxis
 	}
-	g.Node = append(head, g.Node...)
-	return renamed, changed, nil
+	return axes, nil
 }
 
 func findValueInfo(list []*onnxpb.ValueInfoProto, name string) *onnxpb.ValueInfoProto {
@@ -204,26 +190,6 @@ func findValueInfo(list []*onnxpb.ValueInfoProto, name string) *onnxpb.ValueInfo
 		}
 	}
 	return nil
-}
-
-// permuteDims reorders v's declared dimensions: new dimension j is old dimension order[j].
-func permuteDims(v *onnxpb.ValueInfoProto, order []int64) {
-	sh := v.GetType().GetTensorType().GetShape()
-	if sh == nil || len(sh.GetDim()) != len(order) {
-		return
-	}
-	old := sh.Dim
-	sh.Dim = make([]*onnxpb.TensorShapeProto_Dimension, len(order))
-	for j, a := range order {
-		sh.Dim[j] = old[a]
-	}
-}
-
-func transpose(name, in, out string, perm []int64) *onnxpb.NodeProto {
-	return &onnxpb.NodeProto{
-		Name: proto.String(name), OpType: proto.String("Transpose"), Input: []string{in}, Output: []string{out},
-		Attribute: []*onnxpb.AttributeProto{{Name: proto.String("perm"), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: perm}},
-	}
 }
 
 // reweigh applies the edits NewPolicy made to a model (batch freed, inner tensors exposed,
@@ -265,11 +231,8 @@ func newReweigh(original, edited *onnxpb.ModelProto) *reweigh {
 			r.identity[n.GetOutput()[0]] = true
 		}
 	}
-	g := edited.GetGraph()
-	saved := g.Initializer
-	g.Initializer = nil
-	r.skeleton = proto.Clone(edited).(*onnxpb.ModelProto)
-	g.Initializer = saved
+	r.skeleton = proto.Clone(edited).(*onnxpb.ModelProto) // edited is shared: the copy drops the weights
+	r.skeleton.Graph.Initializer = nil
 	return r
 }
 
