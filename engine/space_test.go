@@ -1,3 +1,7 @@
+//go:build !race
+
+// A learning run, too slow under the race detector: make test runs it in its first pass.
+
 package engine
 
 import (

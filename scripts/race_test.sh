@@ -16,6 +16,7 @@ declare -A sequential=(
 	[engine/internal/mlp]="dense network forward and backward"
 	[engine/internal/offpolicy]="config checks"
 	[engine/internal/offpolicy/offpolicytest]="test helpers"
+	[engine/algos]="blank imports"
 	[engine/normalize]="running statistics"
 	[engine/ppo]="loss math"
 	[engine/preset]="tables of settings"
