@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/towerrl/towerrl/engine/internal/enginetest"
 	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
@@ -158,8 +159,8 @@ func TestDDPPOUpdateEquivalence(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 9))
 	const B, mb = 256, 64 // per rank: 4 minibatches of 64
 	ranks := []*learner.SampleBatch{
-		randomMinibatch(rng, B, 2, minibatchScales{ret: 1, value: 0.1, logp: 0.05}),
-		randomMinibatch(rng, B, 2, minibatchScales{ret: 3, value: 0.5, logp: 0.05}),
+		enginetest.RandomMinibatch(rng, B, 2, enginetest.Scales{Ret: 1, Value: 0.1, LogP: 0.05}),
+		enginetest.RandomMinibatch(rng, B, 2, enginetest.Scales{Ret: 3, Value: 0.5, LogP: 0.05}),
 	}
 	loss := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	newTowers := func(rows int, coll learner.Collective, layout *learner.SampleBatch) (*learner.Towers, *models.Params) {

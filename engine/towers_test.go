@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/towerrl/towerrl/engine/internal/enginetest"
 	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
@@ -21,7 +22,7 @@ func TestPPOTowersEquivalence(t *testing.T) {
 	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
 	rng := rand.New(rand.NewPCG(8, 8))
 	const rows = 520
-	data := randomMinibatch(rng, rows, 2, minibatchScales{ret: 1, value: 0.1, logp: 0.05})
+	data := enginetest.RandomMinibatch(rng, rows, 2, enginetest.Scales{Ret: 1, Value: 0.1, LogP: 0.05})
 	loss := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	train := func(n, mb, use int) []float32 {
 		params, err := models.NewParams(models.Config{Spec: spec}, rand.New(rand.NewPCG(1, 1)))

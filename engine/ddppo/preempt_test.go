@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/towerrl/towerrl/engine/internal/enginetest"
 	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
@@ -28,8 +29,8 @@ func TestDDPPOPreemptedUpdateEquivalence(t *testing.T) {
 	const mb, updates, passes = 64, 4, 2
 	rows := []int{4 * mb, 150}
 	ranks := []*learner.SampleBatch{
-		randomMinibatch(rng, rows[0], 2, minibatchScales{ret: 1, value: 0.1, logp: 0.05}),
-		randomMinibatch(rng, rows[1], 2, minibatchScales{ret: 3, value: 0.5, logp: 0.05}),
+		enginetest.RandomMinibatch(rng, rows[0], 2, enginetest.Scales{Ret: 1, Value: 0.1, LogP: 0.05}),
+		enginetest.RandomMinibatch(rng, rows[1], 2, enginetest.Scales{Ret: 3, Value: 0.5, LogP: 0.05}),
 	}
 	loss := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	newParams := func() *models.Params {
@@ -162,26 +163,4 @@ func TestSyncRanks(t *testing.T) {
 			t.Errorf("sync_frac %v of %d ranks: %d must finish, want %d", tc.frac, tc.n, got, tc.ranks)
 		}
 	}
-}
-
-// minibatchScales are the standard deviations of randomMinibatch's returns, old values and old
-// log-probabilities (around log(1/actions)).
-type minibatchScales struct{ ret, value, logp float64 }
-
-// randomMinibatch makes n rows of CartPole-shaped data for PPO loss tests: standard normal
-// observations and advantages, uniform actions among actions, and the given scales.
-func randomMinibatch(rng *rand.Rand, n, actions int, sc minibatchScales) *learner.SampleBatch {
-	mb := learner.NewSampleBatch(n, 4, 1, 0)
-	for i := range n {
-		for j := range 4 {
-			mb.Obs[i*4+j] = float32(rng.NormFloat64())
-		}
-		mb.Actions[i] = float32(rng.IntN(actions))
-		mb.Advantages[i] = float32(rng.NormFloat64())
-		mb.Returns[i] = float32(rng.NormFloat64() * sc.ret)
-		mb.Values[i] = float32(rng.NormFloat64() * sc.value)
-		mb.LogP[i] = float32(math.Log(1/float64(actions)) + rng.NormFloat64()*sc.logp)
-	}
-	mb.SetLen(n)
-	return mb
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/towerrl/towerrl/engine/internal/enginetest"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/internal/tape"
 	"github.com/towerrl/towerrl/learner"
@@ -34,7 +35,7 @@ func TestForeignTowerLossAndGradient(t *testing.T) {
 		f.flat[i] += float32(rng.NormFloat64() * 0.2)
 	}
 	const n = 24
-	mb := randomMinibatch(rng, n, 2, minibatchScales{ret: 3, value: 1, logp: 0.3})
+	mb := enginetest.RandomMinibatch(rng, n, 2, enginetest.Scales{Ret: 3, Value: 1, LogP: 0.3})
 	c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	tw, err := newForeignTower(f, n, &ppo.PPO{Coefs: c})
 	if err != nil {

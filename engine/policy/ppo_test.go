@@ -8,13 +8,15 @@ import (
 	"strings"
 	"testing"
 
+	G "gorgonia.org/gorgonia"
+
 	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/engine/internal/enginetest"
 	"github.com/towerrl/towerrl/engine/ppo"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/onnx"
-	G "gorgonia.org/gorgonia"
 )
 
 // refLoss computes CleanRL's PPO loss in float64 from ONNX Runtime's forward pass of the
@@ -90,7 +92,7 @@ func TestPPOLossAndGradient(t *testing.T) {
 		params.Data()[i] += float32(rng.NormFloat64() * 0.3)
 	}
 	const n = 32
-	mb := randomMinibatch(rng, n, 3, minibatchScales{ret: 1, value: 0.5, logp: 0.4})
+	mb := enginetest.RandomMinibatch(rng, n, 3, enginetest.Scales{Ret: 1, Value: 0.5, LogP: 0.4})
 	c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	tw, err := newNativeTower(params, n, &ppo.PPO{Coefs: c})
 	if err != nil {
@@ -134,28 +136,6 @@ func TestPPOLossAndGradient(t *testing.T) {
 		}
 	}
 	t.Logf("loss %.6f (reference %.6f), %d gradient entries checked, clip fraction %.2f", stats[0], want, checked, stats[5])
-}
-
-// minibatchScales are the standard deviations of randomMinibatch's returns, old values and old
-// log-probabilities (around log(1/actions)).
-type minibatchScales struct{ ret, value, logp float64 }
-
-// randomMinibatch makes n rows of CartPole-shaped data for PPO loss tests: standard normal
-// observations and advantages, uniform actions among actions, and the given scales.
-func randomMinibatch(rng *rand.Rand, n, actions int, sc minibatchScales) *learner.SampleBatch {
-	mb := learner.NewSampleBatch(n, 4, 1, 0)
-	for i := range n {
-		for j := range 4 {
-			mb.Obs[i*4+j] = float32(rng.NormFloat64())
-		}
-		mb.Actions[i] = float32(rng.IntN(actions))
-		mb.Advantages[i] = float32(rng.NormFloat64())
-		mb.Returns[i] = float32(rng.NormFloat64() * sc.ret)
-		mb.Values[i] = float32(rng.NormFloat64() * sc.value)
-		mb.LogP[i] = float32(math.Log(1/float64(actions)) + rng.NormFloat64()*sc.logp)
-	}
-	mb.SetLen(n)
-	return mb
 }
 
 // headMinibatch is a random minibatch of n rows for spec's observation and action shapes, with
