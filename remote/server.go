@@ -269,8 +269,9 @@ type Server struct {
 }
 
 // Serve starts an embedded NATS server with JetStream, authentication always on: an admin
-// identity that exists only in this process (the learner connects in-process) and the
-// batcher identity of CredsDir/batcher.creds, written if missing. It then creates or
+// identity that exists only in this process (the learner connects in-process) and one
+// batcher identity per credential in CredsDir (ServeConfig.CredsDir; Server.AddBatcher adds
+// more). It then creates or
 // re-opens the rollout stream, the policy buckets and the coordinator. Close stops it all.
 func Serve(ctx context.Context, cfg ServeConfig) (*Server, error) {
 	cfg.defaults()

@@ -308,7 +308,7 @@ func (r *Dir[M]) Curve(plot func(path, title string, ms []M) error, title string
 // made it), so that nothing half-made is left to resume and the same command can run again.
 // Create took the folder empty and the run has held its lock since, so everything in it but
 // the lock file is the run's: its own files and those written beside them (a serving run's
-// batcher.creds and nats/ store, event files), which a list of names would miss.
+// creds/ and nats/ store, event files), which a list of names would miss.
 func (r *Dir[M]) Discard() error {
 	if r.dir == "" || r.resumable {
 		return nil
