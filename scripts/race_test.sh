@@ -2,7 +2,7 @@
 # make test's second pass: the packages that run goroutines (their own, or the learner's towers,
 # batchers and NATS clients they drive), tested under the race detector. The packages below are
 # single-threaded numerical or file code whose tests the first pass already runs; under -race
-# they only took minutes of make test (onnx/graph alone about 3) and could find nothing.
+# they only took minutes of make test (onnx/graph alone about 3, engine/policy 3) and could find nothing.
 # A package that starts goroutines of its own must not be listed here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,7 @@ declare -A sequential=(
 	[engine/internal/offpolicy/offpolicytest]="test helpers"
 	[engine/algos]="blank imports"
 	[engine/normalize]="running statistics"
+	[engine/policy]="the towers' losses and gradients checked against references, one tower each (the towers' threads are learner's, race-tested there and in engine); 3 minutes under -race"
 	[engine/ppo]="loss math"
 	[engine/preset]="tables of settings"
 	[engine/replay]="the replay ring"
@@ -29,6 +30,7 @@ declare -A sequential=(
 	[internal/npy]="the .npy format"
 	[internal/tfevent]="the TensorBoard event format"
 	[internal/tfevent/tfeventtest]="its test decoder"
+	[models]="exports and graph building (one mutex around gorgonia's globals); over a minute under -race"
 	[models/head]="sampling math"
 	[models/layout]="graph layouts"
 	[onnx/edit]="ONNX graph edits"
