@@ -217,31 +217,7 @@ func TestDDPPOUpdateEquivalence(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	sameAsOneProcess(t, single.Data(), got, errs, fmt.Sprintf("2 ranks × %d rows vs 1 process × %d rows, 4 updates", B, 2*B))
-}
-
-// sameAsOneProcess checks that every rank ended with the same bits (got, or the rank's error)
-// and within 1e-6 of one process's parameters, want.
-func sameAsOneProcess(t *testing.T, want []float32, got [][]float32, errs []error, what string) {
-	t.Helper()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	worst := 0.0
-	for k, v := range want {
-		worst = math.Max(worst, math.Abs(float64(v-got[0][k])))
-		for r := 1; r < len(got); r++ {
-			if got[0][k] != got[r][k] {
-				t.Fatalf("the ranks' parameter %d differs: %v on rank 0, %v on rank %d", k, got[0][k], got[r][k], r)
-			}
-		}
-	}
-	t.Logf("%s: max parameter difference %.3g", what, worst)
-	if worst > 1e-6 {
-		t.Errorf("%d ranks' parameters differ from 1 process's by %.3g", len(got), worst)
-	}
+	enginetest.SameAsOneProcess(t, single.Data(), got, errs, fmt.Sprintf("2 ranks × %d rows vs 1 process × %d rows, 4 updates", B, 2*B))
 }
 
 // TestDDPPOPreemption trains 2 in-process ranks with sync_frac 0.5, rank 1 slowed down 4×

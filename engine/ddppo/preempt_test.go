@@ -3,7 +3,6 @@ package ddppo
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -118,34 +117,10 @@ func TestDDPPOPreemptedUpdateEquivalence(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	sameAsOneProcess(t, single.Data(), got, errs, fmt.Sprintf("ranks of %d and %d rows vs 1 process on their union, %d updates", rows[0], rows[1], passes*updates))
+	enginetest.SameAsOneProcess(t, single.Data(), got, errs, fmt.Sprintf("ranks of %d and %d rows vs 1 process on their union, %d updates", rows[0], rows[1], passes*updates))
 	if res[0].Updates != passes*4 || res[1].Updates != passes*2 || res[1].Trained != passes*2*mb {
 		t.Errorf("rank 0 made %d weighted updates, rank 1 %d of %d rows; want %d, %d of %d", res[0].Updates, res[1].Updates,
 			res[1].Trained, passes*4, passes*2, passes*2*mb)
-	}
-}
-
-// sameAsOneProcess checks that every rank ended with the same bits (got, or the rank's error)
-// and within 1e-6 of one process's parameters, want.
-func sameAsOneProcess(t *testing.T, want []float32, got [][]float32, errs []error, what string) {
-	t.Helper()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	worst := 0.0
-	for k, v := range want {
-		worst = math.Max(worst, math.Abs(float64(v-got[0][k])))
-		for r := 1; r < len(got); r++ {
-			if got[0][k] != got[r][k] {
-				t.Fatalf("the ranks' parameter %d differs: %v on rank 0, %v on rank %d", k, got[0][k], got[r][k], r)
-			}
-		}
-	}
-	t.Logf("%s: max parameter difference %.3g", what, worst)
-	if worst > 1e-6 {
-		t.Errorf("%d ranks' parameters differ from 1 process's by %.3g", len(got), worst)
 	}
 }
 

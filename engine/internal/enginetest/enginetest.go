@@ -1,10 +1,11 @@
-// Package enginetest holds test data shared by the tests of engine and its packages (policy,
-// ddppo): random PPO minibatches.
+// Package enginetest holds what the tests of engine and its packages (policy, ddppo) share:
+// random PPO minibatches, and the check that DD-PPO's ranks end as one process does.
 package enginetest
 
 import (
 	"math"
 	"math/rand/v2"
+	"testing"
 
 	"github.com/towerrl/towerrl/learner"
 )
@@ -29,4 +30,28 @@ func RandomMinibatch(rng *rand.Rand, n, actions int, sc Scales) *learner.SampleB
 	}
 	mb.SetLen(n)
 	return mb
+}
+
+// SameAsOneProcess checks that every rank ended with the same bits (got, or the rank's error)
+// and within 1e-6 of one process's parameters, want.
+func SameAsOneProcess(t *testing.T, want []float32, got [][]float32, errs []error, what string) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	worst := 0.0
+	for k, v := range want {
+		worst = math.Max(worst, math.Abs(float64(v-got[0][k])))
+		for r := 1; r < len(got); r++ {
+			if got[0][k] != got[r][k] {
+				t.Fatalf("the ranks' parameter %d differs: %v on rank 0, %v on rank %d", k, got[0][k], got[r][k], r)
+			}
+		}
+	}
+	t.Logf("%s: max parameter difference %.3g", what, worst)
+	if worst > 1e-6 {
+		t.Errorf("%d ranks' parameters differ from 1 process's by %.3g", len(got), worst)
+	}
 }
