@@ -261,14 +261,8 @@ func Open(ctx context.Context, path string, cfg Config) (*Session, error) {
 // for overflow and against the memory available (MemAvailable in /proc/meminfo, lowered to
 // GOMEMLIMIT when set): an [ErrTooLarge] error names the tensor, its shape and the batch.
 func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := ready(ctx, cfg)
 	if err != nil {
-		return nil, err
-	}
-	if err := Init(cfg.Library); err != nil {
 		return nil, err
 	}
 	m, err := Parse(model)
@@ -281,17 +275,24 @@ func New(ctx context.Context, model []byte, cfg Config) (*Session, error) {
 // NewSession creates a Session for a model parsed and checked once by [Parse], as New does
 // for its bytes: many sessions of one model (a worker's each) parse it once.
 func NewSession(ctx context.Context, m *Model, cfg Config) (*Session, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := ready(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := Init(cfg.Library); err != nil {
-		return nil, err
-	}
 	return openSession(ctx, m, cfg)
+}
+
+// ready is what New and NewSession check before a session: the context is live, cfg takes its
+// defaults and is valid, and ONNX Runtime is loaded.
+func ready(ctx context.Context, cfg Config) (Config, error) {
+	if err := ctx.Err(); err != nil {
+		return cfg, err
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return cfg, err
+	}
+	return cfg, Init(cfg.Library)
 }
 
 // openSession is New after the config's defaults, ONNX Runtime's loading and the model's check.
