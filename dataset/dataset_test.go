@@ -542,13 +542,20 @@ func (k *killingWriter) Write(p []byte) (int, error) {
 // startChild starts this test binary as datasetChild writing into dir.
 func startChild(t *testing.T, test, dir string, seed int, env ...string) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
+	cmd, stderr := childCommand(test, dir, seed, env...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stderr
+}
+
+// childCommand is the command that runs test as a child writer into dir, with seed and the
+// extra environment env; its standard error goes to the buffer returned.
+func childCommand(test, dir string, seed int, env ...string) (*exec.Cmd, *bytes.Buffer) {
 	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$")
 	cmd.Env = append(os.Environ(), append(env, "TOWERRL_DATASET_CHILD="+dir, "TOWERRL_DATASET_SEED="+strconv.Itoa(seed))...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	return cmd, &stderr
 }
 
@@ -561,10 +568,7 @@ const childReady = "towerrl dataset child: run recorded"
 // child), or failing after a minute.
 func startReadyChild(t *testing.T, test, dir string, seed int) (*exec.Cmd, *bytes.Buffer) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run", "^"+test+"$")
-	cmd.Env = append(os.Environ(), "TOWERRL_DATASET_CHILD="+dir, "TOWERRL_DATASET_SEED="+strconv.Itoa(seed))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd, stderr := childCommand(test, dir, seed)
 	out, w, err := os.Pipe() // not StdoutPipe: the reader below may outlive cmd.Wait
 	if err != nil {
 		t.Fatal(err)
@@ -593,14 +597,14 @@ func startReadyChild(t *testing.T, test, dir string, seed int) (*exec.Cmd, *byte
 	case ok := <-ready:
 		if !ok {
 			cmd.Wait()
-			t.Fatalf("child %d ended before recording its run:\n%s", seed, &stderr)
+			t.Fatalf("child %d ended before recording its run:\n%s", seed, stderr)
 		}
 	case <-time.After(time.Minute):
 		cmd.Process.Kill()
 		cmd.Wait()
-		t.Fatalf("child %d did not record its run within a minute:\n%s", seed, &stderr)
+		t.Fatalf("child %d did not record its run within a minute:\n%s", seed, stderr)
 	}
-	return cmd, &stderr
+	return cmd, stderr
 }
 
 // TestKillAtEachCommitStep kills a writer (a child process, SIGKILL) at each step of a shard's
