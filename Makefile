@@ -1,7 +1,7 @@
 # towerrl — the commands a person types. Logic lives in Go and in scripts/.
 GO ?= go
 
-.PHONY: all setup gpu-setup gpu-pack build test demo bench lint fixtures fuzz mpi
+.PHONY: all setup gpu-setup gpu-pack build test demo bench bench-batcher lint fixtures fuzz mpi
 
 all: test
 
@@ -52,6 +52,13 @@ gpu-pack: gpu-setup
 ## bench: the performance figures quoted in the issues
 bench: setup
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+## bench-batcher: the batcher's steps/s against ONNX Runtime's rows/s in separate processes
+## (the CartPole MLP at batch 1024), ROUNDS alternated rounds (default 3), the medians and the
+## ratios to issue 32's 85% target (scripts/batcher_bench.sh; docs/benchmarks.md)
+ROUNDS ?= 3
+bench-batcher: setup
+	GO=$(GO) bash scripts/batcher_bench.sh $(ROUNDS)
 
 ## fuzz: run every fuzz target (go test -fuzz) for FUZZTIME each (default 1m), e.g.
 ## `make fuzz FUZZTIME=10s`; an input that fails is saved under the package's testdata/fuzz/

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The batcher against ONNX Runtime's own speed (issue 32): the 64×64 tanh CartPole MLP
+# (testdata/mlp_tanh.onnx) at batch 1024, one intra-op thread, measured in one run as
+#
+#   ort ×2 procs   two `infer --batch 1024 --repeat R` processes started together (one per
+#                  core), their rows/s summed: ONNX Runtime's bound for two workers
+#   ort ×1 proc    one such process: the bound for one worker
+#   batcher w2     `batcher --workers 2 --envs 1024` (sampled): two workers in one process
+#   batcher w1     `batcher --workers 1 --envs 1024`
+#   batcher ×2     two `batcher --workers 1 --envs 1024` processes at once, summed: what two
+#                  workers reach without sharing a process (w2 against it is the in-process loss)
+#
+# and prints the ratios the issue sets targets for: batcher w2 / ort ×2 procs and batcher w1 /
+# ort ×1 proc, each against 85%. Each process's CPU time (user + system, /usr/bin/time) is
+# printed as ns per row or step: it depends far less on other load than the rates do, so it
+# tells the shapes apart on a busy machine. The shapes run in turn, ROUNDS times, the order
+# reversed every other round so that load from elsewhere falls on all alike; the medians are
+# the figures. Not part of make test.
+#
+#   scripts/batcher_bench.sh [ROUNDS]       default 3 rounds; make bench-batcher runs it
+#
+# Environment: RUNS (infer's timed runs, default 16000: about 3 s a process on a quiet core),
+# STEPS (batcher env steps, default 33554432: 32 rollouts of 128 steps × 2 workers × 1024
+# envs), ENVS (default 1024: the batch), ENV (CartPole-v1), MODEL (testdata/mlp_tanh.onnx),
+# GO, KEEP=1 keeps the runs' output.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO="${GO:-go}"
+rounds="${1:-3}"
+runs="${RUNS:-16000}"
+steps="${STEPS:-33554432}"
+envs="${ENVS:-1024}"
+env="${ENV:-CartPole-v1}"
+model="${MODEL:-testdata/mlp_tanh.onnx}"
+input="${model%.onnx}.input.npy"
+
+if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
+	echo "batcher_bench: ROUNDS is $rounds; want a count of at least 1" >&2
+	exit 2
+fi
+if [[ ! -f "$model" || ! -f "$input" ]]; then
+	echo "batcher_bench: needs $model and its sample observations $input (MODEL=path.onnx, with path.input.npy beside it)" >&2
+	exit 1
+fi
+if [[ ! -x /usr/bin/time ]]; then
+	echo "batcher_bench: needs GNU time for the CPU figures (apt-get install time)" >&2
+	exit 1
+fi
+if (($(nproc) < 2)); then
+	echo "batcher_bench: needs 2 cores, this machine has $(nproc)" >&2
+	exit 1
+fi
+
+tmp="$(mktemp -d)"
+trap 'if [[ -n "${KEEP:-}" ]]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi' EXIT
+source scripts/metrics_lib.sh
+
+"$GO" build -o "$tmp/bin/" ./cmd/infer ./cmd/batcher
+
+# launch NAME COMMAND...: starts COMMAND in the background under GNU time, its JSON summary
+# into $tmp/NAME.json, its CPU seconds (user system) into $tmp/NAME.cpu, its log into $tmp/NAME.log.
+launch() {
+	local name="$1"
+	shift
+	/usr/bin/time -f '%U %S' -o "$tmp/$name.cpu" "$@" >"$tmp/$name.json" 2>"$tmp/$name.log" &
+}
+
+# finish: waits for the processes launch started; fails with the log of one that failed.
+finish() {
+	local pid failed=0
+	for pid in $(jobs -p); do
+		wait "$pid" || failed=1
+	done
+	if ((failed)); then
+		for f in "$tmp"/*.log; do
+			echo "== $f" >&2
+			tail -n 20 "$f" >&2
+		done
+		exit 1
+	fi
+}
+
+# cpu NAME: the CPU seconds of run NAME.
+cpu() { awk '{ print $1 + $2 }' "$tmp/$1.cpu"; }
+
+infer=("$tmp/bin/infer" --model "$model" --input "$input" --batch "$envs" --repeat "$runs" --threads 1)
+batcher=("$tmp/bin/batcher" --policy "$model" --env "$env" --envs "$envs" --steps "$steps" --log-json)
+
+# ort K: K infer processes at once; prints their summed rows/s and CPU ns per row.
+ort() {
+	local k i
+	for ((i = 0; i < $1; i++)); do
+		launch "ort$1-$i" "${infer[@]}" --out "$tmp/out$i"
+	done
+	finish
+	for ((i = 0; i < $1; i++)); do
+		echo "$(field "$(cat "$tmp/ort$1-$i.json")" samples_per_sec) $(cpu "ort$1-$i")"
+	done | awk -v rows="$((envs * (runs + 1)))" '{ r += $1; c += $2 } END { printf "%.0f %.1f", r, c * 1e9 / (rows * NR) }'
+}
+
+# batch NAME PROCS WORKERS: PROCS batcher processes of WORKERS workers at once; prints their
+# summed steps/s and CPU ns per step.
+batch() {
+	local i
+	for ((i = 0; i < $2; i++)); do
+		launch "$1-$i" "${batcher[@]}" --workers "$3" --seed "$i"
+	done
+	finish
+	for ((i = 0; i < $2; i++)); do
+		local j
+		j="$(cat "$tmp/$1-$i.json")"
+		echo "$(field "$j" steps_per_sec) $(cpu "$1-$i") $(field "$j" steps)"
+	done | awk '{ r += $1; c += $2; s += $3 } END { printf "%.0f %.1f", r, c * 1e9 / s }'
+}
+
+declare -A rate cost
+shapes=(ort2 ort1 w2 w1 x2)
+declare -A label=([ort2]="ort ×2 procs" [ort1]="ort ×1 proc" [w2]="batcher w2" [w1]="batcher w1" [x2]="batcher ×2 procs")
+
+# shape NAME: runs one shape and appends its rate and CPU cost to the lists.
+shape() {
+	local out
+	case "$1" in
+	ort2) out="$(ort 2)" ;;
+	ort1) out="$(ort 1)" ;;
+	w2) out="$(batch w2 1 2)" ;;
+	w1) out="$(batch w1 1 1)" ;;
+	x2) out="$(batch x2 2 1)" ;;
+	esac
+	rate[$1]+="${out% *} "
+	cost[$1]+="${out#* } "
+	printf '  %-17s %12.0f rows|steps/s  %7.1f CPU ns per row|step\n' "${label[$1]}" "${out% *}" "${out#* }"
+}
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
+echo "$model at batch $envs, one intra-op thread: infer $runs timed runs, batcher $steps env steps ($env); $rounds rounds"
+for ((n = 1; n <= rounds; n++)); do
+	echo "round $n"
+	order=("${shapes[@]}")
+	if ((n % 2 == 0)); then
+		order=(x2 w1 w2 ort1 ort2)
+	fi
+	for s in "${order[@]}"; do
+		shape "$s"
+	done
+done
+echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# med NAME: the median rate of shape NAME.
+med() {
+	# shellcheck disable=SC2086 # the list is numbers separated by spaces
+	median ${rate[$1]}
+}
+medc() {
+	# shellcheck disable=SC2086
+	median ${cost[$1]}
+}
+echo "medians over $rounds rounds:"
+for s in "${shapes[@]}"; do
+	printf '  %-17s %12.0f rows|steps/s  %7.1f CPU ns per row|step\n' "${label[$s]}" "$(med "$s")" "$(medc "$s")"
+done
+awk -v w2="$(med w2)" -v o2="$(med ort2)" -v w1="$(med w1)" -v o1="$(med ort1)" -v x2="$(med x2)" 'BEGIN {
+	printf "batcher w2 / ort ×2 procs: %.1f%% (target 85%%)\n", 100 * w2 / o2
+	printf "batcher w1 / ort ×1 proc:  %.1f%% (target 85%%)\n", 100 * w1 / o1
+	printf "batcher w2 / batcher ×2 procs (the in-process loss): %.1f%%\n", 100 * w2 / x2
+}'
