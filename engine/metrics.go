@@ -25,6 +25,7 @@ type Metrics struct {
 	ValueLoss    Float `json:"value_loss"`
 	Entropy      Float `json:"entropy"`
 	ApproxKL     Float `json:"approx_kl"`
+	OldApproxKL  Float `json:"old_approx_kl"` // ppo: CleanRL's older estimate, mean(−log r)
 	ClipFrac     Float `json:"clip_frac"`
 	ExplainedVar Float `json:"explained_variance"`
 	LR           Float `json:"lr"`

@@ -22,6 +22,7 @@ const (
 	tagPolicyLoss   = "losses/policy_loss"        //
 	tagEntropy      = "losses/entropy"            //
 	tagApproxKL     = "losses/approx_kl"          //
+	tagOldApproxKL  = "losses/old_approx_kl"      // ppo
 	tagClipFrac     = "losses/clipfrac"           // not for impala, which does not clip
 	tagExplainedVar = "losses/explained_variance" //
 	tagHyperparams  = "hyperparameters"           // the run's config.json as a table (text), once
@@ -64,6 +65,7 @@ func (b *tensorBoard) figures(m Metrics) (int64, []rundir.Scalar) {
 	f(tagPolicyLoss, m.PolicyLoss)
 	f(tagEntropy, m.Entropy)
 	f(tagApproxKL, m.ApproxKL)
+	f(tagOldApproxKL, m.OldApproxKL)
 	f(tagClipFrac, m.ClipFrac)
 	f(tagExplainedVar, m.ExplainedVar)
 	f("charts/episodic_return_min", m.ReturnMin)
@@ -107,7 +109,7 @@ func (b *tensorBoard) figures(m Metrics) (int64, []rundir.Scalar) {
 }
 
 // named are the statistics (Metrics.Stats) written under the tags of their Metrics fields.
-var named = map[string]bool{"policy_loss": true, "value_loss": true, "entropy": true, "approx_kl": true, "clip_frac": true}
+var named = map[string]bool{"policy_loss": true, "value_loss": true, "entropy": true, "approx_kl": true, "old_approx_kl": true, "clip_frac": true}
 
 // statTag is the tag of an algorithm's statistic: losses/<name>, as CleanRL files its
 // algorithms' figures (losses/qf1_loss, losses/alpha), but charts/epsilon for DQN's

@@ -75,6 +75,7 @@ func checkEvents(t *testing.T, dir string) map[string][]tfeventtest.Point {
 		"losses/policy_loss":        func(m Metrics) Float { return m.PolicyLoss },
 		"losses/entropy":            func(m Metrics) Float { return m.Entropy },
 		"losses/approx_kl":          func(m Metrics) Float { return m.ApproxKL },
+		"losses/old_approx_kl":      func(m Metrics) Float { return m.OldApproxKL },
 		"losses/clipfrac":           func(m Metrics) Float { return m.ClipFrac },
 		"losses/explained_variance": func(m Metrics) Float { return m.ExplainedVar },
 		"charts/SPS": func(m Metrics) Float { // over the iteration (a resumed process starts its clock at 0)

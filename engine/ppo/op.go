@@ -28,7 +28,7 @@ type lossTerms struct {
 
 	dLogp, dValue []float32  // ∂loss/∂logp_i, ∂loss/∂v_i from the last run
 	dEnt          []float32  // ∂loss/∂H_i = −EntCoef/rows, the same for every row and run
-	stats         [6]float64 // StatNames of the last run
+	stats         [7]float64 // StatNames of the last run
 }
 
 func newLossTerms(c Coefs, rows int) lossTerms {
@@ -56,7 +56,7 @@ func (t *lossTerms) inputs(valueDims int) []fused.Input {
 func (t *lossTerms) loss(logp, ent, v, adv, ret, oldLogp, oldV []float32) float64 {
 	c, n := t.c, float64(t.rows)
 	lo, hi := 1-c.ClipCoef, 1+c.ClipCoef
-	var pg, vl, h, kl, clipped float64
+	var pg, vl, h, kl, oldKL, clipped float64
 	for i := range t.rows {
 		lr := float64(logp[i]) - float64(oldLogp[i])
 		r := math.Exp(lr)
@@ -70,6 +70,7 @@ func (t *lossTerms) loss(logp, ent, v, adv, ret, oldLogp, oldV []float32) float6
 			t.dLogp[i] = 0
 		}
 		kl += (r - 1) - lr
+		oldKL -= lr
 		if math.Abs(r-1) > c.ClipCoef {
 			clipped++
 		}
@@ -92,7 +93,7 @@ func (t *lossTerms) loss(logp, ent, v, adv, ret, oldLogp, oldV []float32) float6
 	}
 	pg, vl, h = pg/n, 0.5*vl/n, h/n
 	loss := pg - c.EntCoef*h + c.VfCoef*vl
-	t.stats = [6]float64{loss, pg, vl, h, kl / n, clipped / n}
+	t.stats = [7]float64{loss, pg, vl, h, kl / n, clipped / n, oldKL / n}
 	return loss
 }
 

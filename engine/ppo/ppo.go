@@ -51,9 +51,11 @@ type ddppo struct{ *PPO }
 func (ddppo) Name() string { return DDPPOName }
 
 // StatNames are the statistics of each update, in order: the loss, its policy, value and
-// entropy terms, the approximate KL divergence (mean of (r − 1) − log r) and the fraction of
-// rows whose ratio left [1 − ε, 1 + ε].
-var StatNames = []string{"loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac"}
+// entropy terms, the approximate KL divergence (mean of (r − 1) − log r), the fraction of
+// rows whose ratio left [1 − ε, 1 + ε], and the older, biased KL estimate mean(−log r) that
+// CleanRL logs beside it as old_approx_kl (Schulman's k1; approx_kl is his unbiased,
+// never negative k3).
+var StatNames = []string{"loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "old_approx_kl"}
 
 // Coefs are PPO's loss coefficients (defaults are CleanRL's, set by the engine's config).
 type Coefs struct {
