@@ -12,6 +12,7 @@ import (
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/engine"
 	_ "github.com/towerrl/towerrl/engine/algos" // the engine links no algorithm
+	"github.com/towerrl/towerrl/envs/envtest"
 	"github.com/towerrl/towerrl/remote"
 )
 
@@ -146,7 +147,7 @@ func TestLearnerUnderAttack(t *testing.T) {
 			case <-bctx.Done():
 				return
 			}
-			_, err := remote.RunBatcher(bctx, s.srv.URL(), remote.BatcherConfig{Env: "CartPole-v1",
+			_, err := remote.RunBatcher(bctx, s.srv.URL(), remote.BatcherConfig{Env: envtest.Lookup(t, "CartPole-v1"),
 				Client: remote.ClientConfig{Creds: filepath.Join(s.srv.CredsDir(), "honest.creds")}})
 			if err != nil && bctx.Err() == nil {
 				t.Errorf("honest batcher: %v", err)

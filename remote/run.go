@@ -25,9 +25,11 @@ type BatcherConfig struct {
 	Client ClientConfig
 	// Env, when set, is the env this batcher declares at registration, with its observation
 	// shape and action space, so that a learner whose policy does not fit refuses it at
-	// once; a task for another env is then an error. Default: the env of the task it is
-	// given (it registers again with that env's shapes before collecting).
-	Env string
+	// once; a task for another env is then an error. The zero Spec (no ID): the env of the
+	// task it is given (it registers again with that env's shapes before collecting). The
+	// tool resolves it (envs.Lookup) where it starts; a task's env, named by the learner, is
+	// resolved once when the task starts.
+	Env envs.Spec
 	// Workers is the most worker goroutines (default 1): the task's envs are spread over
 	// the largest number of workers up to Workers that divides them evenly. Trajectories
 	// do not depend on it (the order of a rollout's Episodes does: worker, then step).
@@ -173,7 +175,7 @@ func RunBatcher(ctx context.Context, url string, cfg BatcherConfig) (BatcherSumm
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
-	sum := BatcherSummary{URL: url, Env: cfg.Env}
+	sum := BatcherSummary{URL: url, Env: cfg.Env.ID}
 	switch {
 	case cfg.Workers < 0:
 		return sum, fmt.Errorf("remote: BatcherConfig.Workers = %d, want ≥ 1", cfg.Workers)
@@ -181,11 +183,6 @@ func RunBatcher(ctx context.Context, url string, cfg BatcherConfig) (BatcherSumm
 		return sum, fmt.Errorf("remote: BatcherConfig.EnvThreads = %d, want ≥ 1", cfg.EnvThreads)
 	case cfg.FlushTimeout < 0:
 		return sum, fmt.Errorf("remote: BatcherConfig.FlushTimeout = %v, want > 0", cfg.FlushTimeout)
-	}
-	if cfg.Env != "" {
-		if _, err := envs.Lookup(cfg.Env); err != nil {
-			return sum, err
-		}
 	}
 	start := time.Now()
 	c, err := dialWithin(ctx, url, cfg.Client, cfg.ConnectTimeout)
@@ -294,25 +291,19 @@ var (
 	errStopped = errors.New("remote: stopped")
 )
 
-func (r *runner) registration(env string) (Registration, error) {
-	reg := Registration{Host: r.cfg.Host, EnvID: env, Agent: "towerrl batcher", Envs: 0}
-	if env == "" {
-		return reg, nil
-	}
-	spec, err := envs.Lookup(env)
-	if err != nil {
-		return reg, err
+// registration is what this batcher declares for env (the zero Spec: any env).
+func (r *runner) registration(spec envs.Spec) Registration {
+	reg := Registration{Host: r.cfg.Host, EnvID: spec.ID, Agent: "towerrl batcher", Envs: 0}
+	if spec.ID == "" {
+		return reg
 	}
 	reg.ObsShape = append([]int(nil), spec.Observation.Shape...)
 	reg.ActionSpace = spec.Action.String()
-	return reg, nil
+	return reg
 }
 
-func (r *runner) register(ctx context.Context, env string) error {
-	reg, err := r.registration(env)
-	if err != nil {
-		return err
-	}
+func (r *runner) register(ctx context.Context, spec envs.Spec) error {
+	reg, env := r.registration(spec), spec.ID
 	rctx, cancel := connectContext(ctx, r.cfg.ConnectTimeout)
 	defer cancel()
 	if err := r.c.Register(rctx, reg); err != nil {
@@ -419,9 +410,9 @@ func (r *runner) task(ctx context.Context) (err error) {
 	log.Info("remote: task", zap.String("env", a.EnvID), zap.Int("envs", a.Envs), zap.Int("rollout", a.RolloutLen),
 		zap.Uint64("seed", a.Seed), zap.Int("attempt", a.Attempt), zap.Int64("policy_floor", a.PolicyFloor))
 	switch {
-	case r.cfg.Env != "" && a.EnvID != r.cfg.Env:
+	case r.cfg.Env.ID != "" && a.EnvID != r.cfg.Env.ID:
 		return fmt.Errorf("remote: the learner's task %s runs %s, and this batcher was started for %s (--env): start it without --env, or with --env %s",
-			a.ID, a.EnvID, r.cfg.Env, a.EnvID)
+			a.ID, a.EnvID, r.cfg.Env.ID, a.EnvID)
 	case a.Envs < 1 || a.RolloutLen < 1:
 		return fmt.Errorf("remote: the learner's task %s asks for %d envs and rollouts of %d steps; both must be at least 1 (a learner bug)",
 			a.ID, a.Envs, a.RolloutLen)
@@ -431,7 +422,7 @@ func (r *runner) task(ctx context.Context) (err error) {
 		return fmt.Errorf("remote: the learner's task %s: %w (this batcher's build does not have it; use a batcher of the learner's version)", a.ID, err)
 	}
 	if r.reg.EnvID != a.EnvID {
-		if err := r.register(ctx, a.EnvID); err != nil {
+		if err := r.register(ctx, spec); err != nil {
 			return err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/towerrl/towerrl/cmd/internal/cli"
+	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/remote"
 )
 
@@ -97,9 +98,17 @@ func remoteConfig(o options, log *zap.Logger) (remote.BatcherConfig, error) {
 	if err != nil {
 		return remote.BatcherConfig{}, err
 	}
+	// --env is resolved once, here where the tool starts; without it the batcher takes the
+	// env of the learner's task.
+	var env envs.Spec
+	if o.env != "" {
+		if env, err = envs.Lookup(o.env); err != nil {
+			return remote.BatcherConfig{}, fmt.Errorf("--env: %w", err)
+		}
+	}
 	return remote.BatcherConfig{
 		Client:         remote.ClientConfig{Creds: r.creds, CAFile: r.ca, BatcherID: r.id, Namespace: r.namespace, Codec: codec},
-		Env:            o.env,
+		Env:            env,
 		Workers:        o.workers,
 		EnvThreads:     o.envThreads,
 		Policy:         pc,

@@ -65,6 +65,7 @@ func TestRemoteFlags(t *testing.T) {
 		{"connect timeout", func(o *options) { o.remote.connectTimeout = -time.Second }, "--connect-timeout -1s"},
 		{"threads", func(o *options) { o.flags.Threads = 100000 }, "--threads 100000"},
 		{"device", func(o *options) { o.flags.Device = "tpu" }, "--device"},
+		{"unknown env", func(o *options) { o.env = "Pong-v9" }, `--env: envs: unknown environment id "Pong-v9"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := remoteOpts("nats://127.0.0.1:1", creds)

@@ -343,7 +343,7 @@ func (s *serving) startLocal() (*localBatchers, error) {
 	for i := range s.f.localWorkers {
 		cfg := remote.BatcherConfig{
 			Client:  clients[i],
-			Env:     s.cfg.Env,
+			Env:     s.spec.Env, // the zero Spec before Expect: the tasks' env
 			Workers: s.cfg.Workers,
 			Logger:  s.log.Named(fmt.Sprintf("local-%d", i)),
 		}

@@ -564,3 +564,13 @@ func testNoAllocs(t *testing.T, spec envs.Spec, o Options) {
 		t.Errorf("Step allocates %v times per call, want 0", allocs)
 	}
 }
+
+// Lookup returns the registered spec of id, failing t when there is none.
+func Lookup(t testing.TB, id string) envs.Spec {
+	t.Helper()
+	spec, err := envs.Lookup(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
