@@ -9,7 +9,7 @@ import (
 
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/internal/bounded"
+	"github.com/towerrl/towerrl/learner"
 )
 
 // ErrConfig is wrapped by errors about an invalid Config field.
@@ -351,7 +351,7 @@ func (c Config) checkAlgoFields() error {
 }
 
 // checkMemory refuses a run whose buffers cannot fit in the memory available (package
-// internal/bounded), before anything is allocated or written: a typo such as --envs 5000000, or
+// learner.Footprint), before anything is allocated or written: a typo such as --envs 5000000, or
 // a QueueSize of 1e9, is an error naming the fields, not an out-of-memory death after the run
 // directory was made. The figure is a lower bound of what the run allocates: the rollout's
 // columns in the batchers and in the learner's batch (8 bytes per observation and action value
@@ -360,31 +360,22 @@ func (c Config) checkAlgoFields() error {
 // unit). Measured on CartPole-v1 with 10,000 envs (1.28M rows): 1.14 GB of resident memory,
 // where the estimate says 0.77 GB.
 func (c Config) checkMemory(env envs.Spec) error {
-	rows := bounded.Product(int64(c.Workers), int64(c.Envs), int64(c.RolloutSteps))
-	od, ad := int64(env.Observation.Dim()), int64(env.Action.Dim())
 	units := int64(0)
 	for _, h := range c.Hidden {
 		units += int64(h)
 	}
-	perRow := 8*(od+ad) + 64
 	copies := int64(1)
 	if sequential(c.Algo) {
 		copies += int64(c.QueueSize) // the ring's rollouts beside the learner's batch
 	}
-	need := bounded.Product(rows, perRow, copies)
-	act := bounded.Product(rows/max(int64(c.Minibatches), 1), 16, units)
-	if need >= 0 && act >= 0 {
-		if need > math.MaxInt64-act {
-			need = -1
-		} else {
-			need += act
-		}
-	}
+	f := learner.Footprint{Workers: int64(c.Workers), Envs: int64(c.Envs), Steps: int64(c.RolloutSteps),
+		ObsDim: int64(env.Observation.Dim()), ActDim: int64(env.Action.Dim()), Copies: copies,
+		Minibatches: int64(c.Minibatches), HiddenUnits: units}
 	what := fmt.Sprintf("workers %d × envs %d × rollout_steps %d", c.Workers, c.Envs, c.RolloutSteps)
 	if copies > 1 {
 		what += fmt.Sprintf(" with queue_size %d", c.QueueSize)
 	}
-	if err := bounded.Check(what, need, "use fewer envs or steps per iteration (or a smaller queue)"); err != nil {
+	if err := f.Check(what, "use fewer envs or steps per iteration (or a smaller queue)"); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil

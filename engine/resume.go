@@ -14,7 +14,6 @@ import (
 
 	"github.com/towerrl/towerrl/engine/ddppo"
 	"github.com/towerrl/towerrl/engine/rundir"
-	"github.com/towerrl/towerrl/internal/bounded"
 	"github.com/towerrl/towerrl/models"
 )
 
@@ -66,7 +65,7 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	if err := rundir.RemoveTemps(dir); err != nil {
 		return fail(err)
 	}
-	b, err := bounded.ReadFile(configFile, filepath.Join(dir, configFile), bounded.ConfigLimit)
+	b, err := rundir.ReadConfig(dir)
 	if err != nil {
 		return fail(err)
 	}
@@ -119,12 +118,12 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 			initData = ckpt.Bytes["init_policy"]
 		}
 		if initData == nil {
-			if initData, err = bounded.ReadFile("InitPolicy", cfg.InitPolicy, bounded.ModelLimit); err != nil {
-				return fail(err)
-			}
+			initData, _, err = rundir.ReadInitPolicy(cfg.InitPolicy, cfg.InitPolicySHA256)
+		} else {
+			_, err = rundir.CheckInitPolicy(initData, cfg.InitPolicySHA256)
 		}
-		if sum := rundir.SHA256Hex(initData); cfg.InitPolicySHA256 != "" && sum != cfg.InitPolicySHA256 {
-			return fail(fmt.Errorf("the policy being fine-tuned has SHA-256 %s, config.json records %s", sum, cfg.InitPolicySHA256))
+		if err != nil {
+			return fail(err)
 		}
 	}
 	out, err := json.MarshalIndent(asked, "", "  ")

@@ -17,7 +17,6 @@ import (
 	"github.com/towerrl/towerrl/engine/ddppo"
 	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/internal/bounded"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/onnx"
 )
@@ -112,18 +111,14 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 	}
 	var initData []byte
 	if cfg.InitPolicy != "" {
-		if initData, err = bounded.ReadFile("InitPolicy", cfg.InitPolicy, bounded.ModelLimit); err != nil {
-			return Result{}, fmt.Errorf("engine: %w", err)
-		}
 		if cfg.InitPolicy, err = filepath.Abs(cfg.InitPolicy); err != nil {
 			return Result{}, fmt.Errorf("engine: InitPolicy: %w", err)
 		}
-		sum := rundir.SHA256Hex(initData)
-		if cfg.InitPolicySHA256 != "" && cfg.InitPolicySHA256 != sum {
-			return Result{}, fmt.Errorf("%w: InitPolicy %s has SHA-256 %s, the config's init_policy_sha256 is %s (the file changed?)",
-				ErrConfig, cfg.InitPolicy, sum, cfg.InitPolicySHA256)
+		if initData, cfg.InitPolicySHA256, err = rundir.ReadInitPolicy(cfg.InitPolicy, cfg.InitPolicySHA256); errors.Is(err, rundir.ErrInitPolicyChanged) {
+			return Result{}, fmt.Errorf("%w: %w", ErrConfig, err)
+		} else if err != nil {
+			return Result{}, fmt.Errorf("engine: %w", err)
 		}
-		cfg.InitPolicySHA256 = sum
 	}
 	cfg.RunID = rundir.NewRunID()
 	b, err := json.MarshalIndent(cfg, "", "  ")

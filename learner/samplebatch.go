@@ -2,7 +2,10 @@ package learner
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+
+	"github.com/towerrl/towerrl/internal/bounded"
 )
 
 // SampleBatch is a columnar batch of transitions in preallocated float32 (and int64) arrays.
@@ -272,4 +275,34 @@ func (s *Shuffler) Shuffle(rng *rand.Rand, b *SampleBatch) error {
 	copy(b.SeqLens, s.scratch.SeqLens)
 	copy(b.State, s.scratch.State[:units*sd])
 	return nil
+}
+
+// Footprint is the least memory a training run's rollouts and learner take: Copies rollouts of
+// Workers·Envs·Steps rows (the batchers' columns and the learner's batch, and an asynchronous
+// ring's) at 8 bytes per observation and action value and 64 per row, and, for each row of
+// one of the Minibatches, the hidden activations of actor and critic with their gradients
+// (16 bytes per unit of HiddenUnits).
+type Footprint struct {
+	Workers, Envs, Steps int64
+	ObsDim, ActDim       int64
+	Copies               int64 // rollouts held at once: 1, plus a ring's
+	Minibatches          int64
+	HiddenUnits          int64 // the hidden layers' widths, summed
+}
+
+// Bytes is the footprint in bytes, −1 when it overflows an int64 (bounded.Check refuses it).
+func (f Footprint) Bytes() int64 {
+	rows := bounded.Product(f.Workers, f.Envs, f.Steps)
+	need := bounded.Product(rows, 8*(f.ObsDim+f.ActDim)+64, f.Copies)
+	act := bounded.Product(rows/max(f.Minibatches, 1), 16, f.HiddenUnits)
+	if rows < 0 || need < 0 || act < 0 || need > math.MaxInt64-act {
+		return -1
+	}
+	return need + act
+}
+
+// Check returns nil when the footprint fits in the memory available, else an error naming
+// what (the sizes that make it) with advice (internal/bounded's Check).
+func (f Footprint) Check(what, advice string) error {
+	return bounded.Check(what, f.Bytes(), advice)
 }

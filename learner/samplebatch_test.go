@@ -3,6 +3,7 @@ package learner
 import (
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -159,5 +160,26 @@ func TestSampleBatchNextValuesMove(t *testing.T) {
 		if c.NextValues[r] != 10*c.Obs[r] || c.Obs[r] != b.Obs[r+2] {
 			t.Fatalf("row %d: obs %v next value %v (source row obs %v)", r, c.Obs[r], c.NextValues[r], b.Obs[r+2])
 		}
+	}
+}
+
+// TestFootprint: the bytes worked by hand for 2 workers × 4 envs × 8 steps (64 rows) of
+// CartPole (4 observation values, 1 action) with a ring of 3 rollouts and 2 minibatches of a
+// 64+64-unit network: 64·(8·5+64)·4 + 32·16·128 = 26,624 + 65,536; an overflowing product is
+// −1, which Check refuses.
+func TestFootprint(t *testing.T) {
+	f := Footprint{Workers: 2, Envs: 4, Steps: 8, ObsDim: 4, ActDim: 1, Copies: 4, Minibatches: 2, HiddenUnits: 128}
+	if got, want := f.Bytes(), int64(26_624+65_536); got != want {
+		t.Fatalf("Bytes = %d, want %d", got, want)
+	}
+	if err := f.Check("small", "none"); err != nil {
+		t.Fatal(err)
+	}
+	f.Envs = 1 << 62
+	if got := f.Bytes(); got != -1 {
+		t.Fatalf("overflowing Bytes = %d, want -1", got)
+	}
+	if err := f.Check("huge", "use fewer"); err == nil || !strings.Contains(err.Error(), "huge") {
+		t.Fatalf("Check of an overflow: %v", err)
 	}
 }

@@ -1,8 +1,11 @@
 package rundir
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +56,35 @@ func TestDiscardLeavesNothing(t *testing.T) {
 			t.Fatalf("the same folder again: %v", err)
 		}
 		r.Close()
+	}
+}
+
+// TestReadInitPolicy: the policy's SHA-256 is the one sha256sum prints for its bytes (worked
+// here for "abc", FIPS 180-2's example), a recorded SHA-256 that differs is
+// ErrInitPolicyChanged naming both, and a folder is refused before reading.
+func TestReadInitPolicy(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "p.onnx")
+	if err := os.WriteFile(path, []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+	data, sum, err := ReadInitPolicy(path, "")
+	if err != nil || string(data) != "abc" || sum != abc {
+		t.Fatalf("ReadInitPolicy = %q, %s, %v; want abc, %s", data, sum, err, abc)
+	}
+	if _, _, err := ReadInitPolicy(path, abc); err != nil {
+		t.Fatalf("with the recorded SHA-256: %v", err)
+	}
+	other := strings.Repeat("0", 64)
+	_, _, err = ReadInitPolicy(path, other)
+	if !errors.Is(err, ErrInitPolicyChanged) || !strings.Contains(err.Error(), abc) || !strings.Contains(err.Error(), other) {
+		t.Fatalf("changed file: %v, want ErrInitPolicyChanged naming both sums", err)
+	}
+	if _, _, err := ReadInitPolicy(dir, ""); err == nil {
+		t.Fatal("a folder was read as a policy")
+	}
+	if _, err := ReadConfig(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("ReadConfig of a folder without config.json: %v, want fs.ErrNotExist", err)
 	}
 }
