@@ -96,13 +96,31 @@ func (n *obsNorm) published(params []float32) []float32 {
 
 // record keeps the current map as the one version is collected with.
 func (n *obsNorm) record(version int64) {
+	if n == nil {
+		return
+	}
 	f := &normalize.Frozen{Mean: slices.Clone(n.cur.Mean), Scale: slices.Clone(n.cur.Scale), Clip: n.cur.Clip}
 	n.hist[version] = f
 }
 
-// apply returns r's observations normalised, each row with the map of its version, and adds
-// the raw ones to the statistics' pending batch. It returns the oldest version among the rows.
-func (n *obsNorm) apply(r *batcher.Rollout) ([]float32, int64, error) {
+// apply returns r's observations normalised, each row with the map of its version, adds the
+// raw ones to the statistics' pending batch, and forgets the maps of the versions before
+// keep(oldest) (oldest: the oldest version among the rows; keep: collector.keep's window).
+// Without normalisation they are r's own.
+func (n *obsNorm) apply(r *batcher.Rollout, keep func(oldest int64) int64) ([]float32, error) {
+	if n == nil {
+		return r.Obs, nil
+	}
+	obs, oldest, err := n.normalize(r)
+	if err != nil {
+		return nil, err
+	}
+	n.prune(keep(oldest))
+	return obs, nil
+}
+
+// normalize is apply's work: r's observations normalised, and the oldest version of its rows.
+func (n *obsNorm) normalize(r *batcher.Rollout) ([]float32, int64, error) {
 	rows, od := r.T*r.N, r.ObsDim
 	if n.obs == nil || len(n.obs) < rows*od {
 		n.obs = make([]float32, rows*od)
@@ -184,7 +202,8 @@ func (n *obsNorm) restore(b []byte) error {
 	return nil
 }
 
-// rewardNorm is the run's reward scaling; a nil *rewardNorm is none.
+// rewardNorm is the run's reward scaling; a nil *rewardNorm is none, and its methods then
+// leave everything as it is.
 type rewardNorm struct {
 	scale *normalize.Reward
 	buf   []float32
@@ -199,8 +218,11 @@ func newRewardNorm(cfg Config, envs int) *rewardNorm {
 }
 
 // apply returns r's rewards scaled (the per-step statistics summed over every rank of a
-// DD-PPO job).
+// DD-PPO job); without scaling, r's own.
 func (n *rewardNorm) apply(ctx context.Context, r *batcher.Rollout, red reducer) ([]float32, error) {
+	if n == nil {
+		return r.Rewards, nil
+	}
 	rows := r.T * r.N
 	if len(n.buf) < rows {
 		n.buf = make([]float32, rows)
@@ -223,23 +245,14 @@ func (n *rewardNorm) apply(ctx context.Context, r *batcher.Rollout, red reducer)
 // observations and rewards are the normalised ones (the rollout's own buffers, the batchers'
 // raw values, are left as they are).
 func (t *trainer) normalized(ctx context.Context, r *batcher.Rollout) (*batcher.Rollout, error) {
-	if t.obsNorm == nil && t.rewNorm == nil {
-		return r, nil
-	}
 	c := *r
 	var err error
-	if t.obsNorm != nil {
-		var oldest int64
-		if c.Obs, oldest, err = t.obsNorm.apply(r); err != nil {
-			return nil, err
-		}
-		// The maps later rollouts may need (collector.keep).
-		t.obsNorm.prune(t.col.keep(oldest, t.version))
+	// The maps later rollouts may need: collector.keep's.
+	if c.Obs, err = t.obsNorm.apply(r, func(oldest int64) int64 { return t.col.keep(oldest, t.version) }); err != nil {
+		return nil, err
 	}
-	if t.rewNorm != nil {
-		if c.Rewards, err = t.rewNorm.apply(ctx, r, t.red); err != nil {
-			return nil, err
-		}
+	if c.Rewards, err = t.rewNorm.apply(ctx, r, t.red); err != nil {
+		return nil, err
 	}
 	return &c, nil
 }
@@ -253,15 +266,26 @@ const (
 // snapshotNorm puts the normalisation state into checkpoint c (rank 0's; nil on the other
 // ranks of a DD-PPO job, which send rank 0 their envs' returns).
 func (t *trainer) snapshotNorm(ctx context.Context, c *models.Checkpoint) error {
-	if t.obsNorm != nil && c != nil {
-		b, _ := t.obsNorm.stats.MarshalBinary()
+	t.obsNorm.snapshot(c)
+	return t.rewNorm.snapshot(ctx, c, t.red)
+}
+
+// snapshot puts the observation statistics into c (nil: none to keep).
+func (n *obsNorm) snapshot(c *models.Checkpoint) {
+	if n != nil && c != nil {
+		b, _ := n.stats.MarshalBinary()
 		c.Bytes[ckptObsNorm] = b
 	}
-	if t.rewNorm == nil {
+}
+
+// snapshot puts every rank's envs' running returns into c (rank 0's; nil on the other ranks,
+// which take part in gathering them).
+func (n *rewardNorm) snapshot(ctx context.Context, c *models.Checkpoint, red reducer) error {
+	if n == nil {
 		return nil
 	}
-	b, _ := t.rewNorm.scale.MarshalBinary()
-	all, err := t.red.gather(ctx, b) // every rank's envs' returns
+	b, _ := n.scale.MarshalBinary()
+	all, err := red.gather(ctx, b) // every rank's envs' returns
 	if err != nil {
 		return err
 	}
@@ -279,18 +303,23 @@ func (t *trainer) restoreNorm(c *models.Checkpoint) error {
 	if err := t.obsNorm.restore(c.Bytes[ckptObsNorm]); err != nil {
 		return err
 	}
-	if t.rewNorm == nil {
+	return t.rewNorm.restore(c, t.red.rank())
+}
+
+// restore sets this rank's envs' running returns from checkpoint c.
+func (n *rewardNorm) restore(c *models.Checkpoint, rank int) error {
+	if n == nil {
 		return nil
 	}
 	key := ckptRewardNorm
-	if rank := t.red.rank(); rank > 0 {
+	if rank > 0 {
 		key = fmt.Sprintf("%s.rank%d", ckptRewardNorm, rank)
 	}
 	b, ok := c.Bytes[key]
 	if !ok {
 		return fmt.Errorf("engine: the checkpoint holds no reward statistics (%s), and the run scales rewards", key)
 	}
-	if err := t.rewNorm.scale.UnmarshalBinary(b); err != nil {
+	if err := n.scale.UnmarshalBinary(b); err != nil {
 		return fmt.Errorf("engine: the checkpoint's reward statistics: %w", err)
 	}
 	return nil

@@ -147,151 +147,199 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte, saving bool) (res Result, err error) {
 	start := time.Now()
 	defer func() { err = errors.Join(err, run.Close()) }()
-	if err := openTensorBoard(run, cfg, opts.NoTensorBoard); err != nil {
-		return res, err
-	}
-	hb, err := cfg.binding(spec)
-	if err != nil {
-		return res, err
-	}
-	pm, err := newPolicyModel(ctx, cfg, hb, initData, opts.Session)
-	if err != nil {
-		return res, err
-	}
-	t, err := newTrainer(cfg, spec, pm, opts)
+	t, err := openTrainer(ctx, cfg, spec, opts, run, initData)
 	if err != nil {
 		return res, err
 	}
 	defer func() { err = errors.Join(err, t.close()) }()
-	first := 0
-	if ckpt != nil {
-		first = int(ckpt.Ints["iteration"])
-	}
-	if err := t.start(ctx, first); err != nil {
+	l := &loop{t: t, run: run, opts: opts, saving: saving, start: start}
+	if err := l.begin(ctx, ckpt); err != nil {
 		return res, err
 	}
-	ckptPath := ""
-	if run.Path() != "" {
-		ckptPath = filepath.Join(run.Path(), checkpointFile)
-	}
-	if ckpt != nil {
-		if err := t.restore(ctx, ckpt); err != nil {
-			return res, err
-		}
-	} else if saving {
-		// Iteration 0's checkpoint: a run stopped at any moment from here on can be resumed.
-		if err := t.checkpoint(ctx, ckptPath, 0); err != nil {
-			return res, err
-		}
-		if err := t.waitCheckpoint(); err != nil {
-			return res, err
-		}
-		run.Resumable()
-	}
-	iters, err := t.red.iterations(cfg) // TotalSteps counts every rank's steps
-	if err != nil {
-		return res, err
-	}
-	complete := ckpt != nil && first >= iters
-	if complete && t.red.root() {
-		// Nothing left to train: policy.onnx must be the checkpoint's policy.
-		if err := t.repairPolicy(run); err != nil {
-			return res, err
-		}
-	}
-	for it := first; it < iters; it++ {
-		m, err := t.iterate(ctx, it, iters)
+	for it := l.first; it < l.iters; it++ {
+		m, err := t.iterate(ctx, it, l.iters)
 		if errors.Is(err, ErrNonFinite) {
 			err = fmt.Errorf("%w; %s", err, kept(run))
 		}
 		if errors.Is(err, errStopWaiting) { // remote collection: a stop must not wait for batchers
-			return res, t.stopWaiting(ctx, run, ckptPath, it, iters, saving)
+			return res, t.stopWaiting(ctx, run, l.ckptPath, it, l.iters, saving)
 		}
 		if err != nil {
 			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
 		}
-		// policy.onnx every CheckpointEvery iterations, at the end and at a stop (the
-		// batchers have every version in place meanwhile).
-		saved := saving && ((it+1)%cfg.CheckpointEvery == 0 || it+1 == iters)
-		if saved || it+1 == iters {
-			if err := t.red.checkSame(ctx, t.obsNorm.published(t.pm.Flat())); err != nil { // with the normaliser's map
-				return res, err
-			}
-		}
-		wrote := (saved || it+1 == iters || stopped(opts.Stop)) && t.red.root()
-		if wrote {
-			p0 := time.Now()
-			if err := t.writePolicy(run); err != nil {
-				return res, err
-			}
-			m.PublishSeconds += Float(time.Since(p0).Seconds())
-		}
-		c0 := time.Now()
-		var snap *models.Checkpoint
-		if saved {
-			if snap, err = t.snapshot(ctx, it+1); err != nil {
-				return res, err
-			}
-		}
-		m.CheckpointSeconds = Float(time.Since(c0).Seconds())
-		m.WallSeconds = Float(time.Since(start).Seconds())
-		// The metrics line goes first: a checkpoint on disk is never ahead of metrics.jsonl.
-		if err := run.Metrics(m); err != nil {
+		if err := l.end(ctx, it, m); err != nil {
 			return res, err
-		}
-		if snap != nil {
-			if err := t.save(ctx, ckptPath, snap); err != nil {
-				return res, err
-			}
-		}
-		if opts.Progress != nil {
-			opts.Progress(m)
-		}
-		// A stop asked of one rank stops every rank after this iteration.
-		stop, err := t.red.agree(ctx, stopped(opts.Stop))
-		if err != nil {
-			return res, err
-		}
-		if stop && it+1 < iters {
-			if !saving {
-				return res, fmt.Errorf("%w after iteration %d of %d", ErrStopped, it+1, iters)
-			}
-			if !wrote && t.red.root() {
-				if err := t.writePolicy(run); err != nil {
-					return res, err
-				}
-			}
-			if !saved {
-				if err := t.checkpoint(ctx, ckptPath, it+1); err != nil {
-					return res, err
-				}
-			}
-			if err := t.waitWrites(); err != nil {
-				return res, err
-			}
-			return res, fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, iters, run.Path())
 		}
 	}
+	return l.finish(ctx)
+}
+
+// openTrainer opens the run's TensorBoard files and makes its policy model and trainer,
+// started (its batchers collecting).
+func openTrainer(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir, initData []byte) (*trainer, error) {
+	if err := openTensorBoard(run, cfg, opts.NoTensorBoard); err != nil {
+		return nil, err
+	}
+	hb, err := cfg.binding(spec)
+	if err != nil {
+		return nil, err
+	}
+	pm, err := newPolicyModel(ctx, cfg, hb, initData, opts.Session)
+	if err != nil {
+		return nil, err
+	}
+	return newTrainer(cfg, spec, pm, opts)
+}
+
+// loop is trainRun's iteration loop: what every iteration ends with (policy.onnx, the
+// checkpoint, metrics, a stop), and the run's end.
+type loop struct {
+	t            *trainer
+	run          *runDir
+	opts         Options
+	saving       bool
+	start        time.Time
+	ckptPath     string // the checkpoint's path; empty without a run directory
+	first, iters int    // the first iteration to run, and the run's iterations
+	complete     bool   // resumed from a checkpoint with nothing left to train
+}
+
+// begin starts the trainer at the checkpoint's iteration, restores it (or writes iteration
+// 0's checkpoint: a run stopped at any moment from then on can be resumed), and works out the
+// iterations left.
+func (l *loop) begin(ctx context.Context, ckpt *models.Checkpoint) error {
+	t := l.t
+	if ckpt != nil {
+		l.first = int(ckpt.Ints["iteration"])
+	}
+	if err := t.start(ctx, l.first); err != nil {
+		return err
+	}
+	if l.run.Path() != "" {
+		l.ckptPath = filepath.Join(l.run.Path(), checkpointFile)
+	}
+	if ckpt != nil {
+		if err := t.restore(ctx, ckpt); err != nil {
+			return err
+		}
+	} else if l.saving {
+		if err := t.checkpoint(ctx, l.ckptPath, 0); err != nil {
+			return err
+		}
+		if err := t.waitCheckpoint(); err != nil {
+			return err
+		}
+		l.run.Resumable()
+	}
+	var err error
+	if l.iters, err = t.red.iterations(t.cfg); err != nil { // TotalSteps counts every rank's steps
+		return err
+	}
+	l.complete = ckpt != nil && l.first >= l.iters
+	if l.complete && t.red.root() {
+		// Nothing left to train: policy.onnx must be the checkpoint's policy.
+		return t.repairPolicy(l.run)
+	}
+	return nil
+}
+
+// end ends iteration it, whose metrics are m: policy.onnx every CheckpointEvery iterations,
+// at the end and at a stop (the batchers have every version in place meanwhile), the
+// checkpoint, the metrics line and the progress callback; a stop asked of one rank stops
+// every rank here, with an error wrapping ErrStopped.
+func (l *loop) end(ctx context.Context, it int, m Metrics) error {
+	t, last := l.t, it+1 == l.iters
+	saved := l.saving && ((it+1)%t.cfg.CheckpointEvery == 0 || last)
+	if saved || last {
+		if err := t.red.checkSame(ctx, t.obsNorm.published(t.pm.Flat())); err != nil { // with the normaliser's map
+			return err
+		}
+	}
+	wrote := (saved || last || stopped(l.opts.Stop)) && t.red.root()
+	if wrote {
+		p0 := time.Now()
+		if err := t.writePolicy(l.run); err != nil {
+			return err
+		}
+		m.PublishSeconds += Float(time.Since(p0).Seconds())
+	}
+	c0 := time.Now()
+	var snap *models.Checkpoint
+	if saved {
+		var err error
+		if snap, err = t.snapshot(ctx, it+1); err != nil {
+			return err
+		}
+	}
+	m.CheckpointSeconds = Float(time.Since(c0).Seconds())
+	m.WallSeconds = Float(time.Since(l.start).Seconds())
+	// The metrics line goes first: a checkpoint on disk is never ahead of metrics.jsonl.
+	if err := l.run.Metrics(m); err != nil {
+		return err
+	}
+	if snap != nil {
+		if err := t.save(ctx, l.ckptPath, snap); err != nil {
+			return err
+		}
+	}
+	if l.opts.Progress != nil {
+		l.opts.Progress(m)
+	}
+	stop, err := t.red.agree(ctx, stopped(l.opts.Stop))
+	if err != nil || !stop || last {
+		return err
+	}
+	return l.stop(ctx, it, wrote, saved)
+}
+
+// stop ends the run after iteration it at a stop: policy.onnx and a checkpoint of where it
+// stands, unless this iteration wrote them (wrote, saved), then an error wrapping ErrStopped
+// that says how to continue.
+func (l *loop) stop(ctx context.Context, it int, wrote, saved bool) error {
+	t := l.t
+	if !l.saving {
+		return fmt.Errorf("%w after iteration %d of %d", ErrStopped, it+1, l.iters)
+	}
+	if !wrote && t.red.root() {
+		if err := t.writePolicy(l.run); err != nil {
+			return err
+		}
+	}
+	if !saved {
+		if err := t.checkpoint(ctx, l.ckptPath, it+1); err != nil {
+			return err
+		}
+	}
+	if err := t.waitWrites(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, l.iters, l.run.Path())
+}
+
+// finish waits for the run's files and makes its Result: the parameters' hash, the learning
+// curve, and the final evaluation of Config.EvalEpisodes episodes.
+func (l *loop) finish(ctx context.Context) (res Result, err error) {
+	t := l.t
 	if err := t.waitWrites(); err != nil {
 		return res, err
 	}
 	h := paramsHash(t.pm.Flat())
-	res = Result{EnvSteps: t.steps, Iterations: max(first, iters), TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(), Dir: run.Path(),
-		ParamsSHA256: hex.EncodeToString(h[:]), Complete: complete}
+	res = Result{EnvSteps: t.steps, Iterations: max(l.first, l.iters), TrainSeconds: time.Since(l.start).Seconds(), Policy: l.run.PolicyPath(), Dir: l.run.Path(),
+		ParamsSHA256: hex.EncodeToString(h[:]), Complete: l.complete}
 	t.red.result(&res)
 	t.col.result(&res)
-	if res.Curve, err = run.Curve(opts.Plot, curveTitle(cfg)); err != nil {
+	if res.Curve, err = l.run.Curve(l.opts.Plot, curveTitle(t.cfg)); err != nil {
 		return res, err
 	}
-	if cfg.EvalEpisodes > 0 && t.red.root() {
-		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: t.spec, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
+	if t.cfg.EvalEpisodes > 0 && t.red.root() {
+		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: t.spec, Episodes: t.cfg.EvalEpisodes, Seed: t.cfg.Seed + 1_000_003,
 			Deterministic: true}, t.pol.WithModel(t.model, t.version)) // t.model: the last export
 		if err != nil {
 			return res, err
 		}
 		res.EvalReturnMean, res.EvalReturnStd, res.EvalEpisodes = ev.ReturnMean, ev.ReturnStd, len(ev.Returns)
 	}
-	res.WallSeconds = time.Since(start).Seconds()
+	res.WallSeconds = time.Since(l.start).Seconds()
 	return res, nil
 }
 

@@ -43,7 +43,8 @@ type trainer struct {
 	publishEvery int64
 	model        []byte // current policy's ONNX bytes (with the observation normaliser, if any)
 	raw          []byte // the policy model's own export of it (without the normaliser)
-	// Observation normalisation and reward scaling (normalization.go); nil when off.
+	// Observation normalisation and reward scaling (normalization.go); nil when off, whose
+	// methods then leave everything as it is: no caller checks.
 	obsNorm *obsNorm
 	rewNorm *rewardNorm
 	version int64
@@ -152,9 +153,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if err := t.export(); err != nil {
 		return err
 	}
-	if t.obsNorm != nil {
-		t.obsNorm.record(t.version) // the first rollouts' map
-	}
+	t.obsNorm.record(t.version) // the first rollouts' map
 	// The weights reach the batchers in place (Batcher.Publish), not by a new export and new
 	// sessions per iteration; the observation normaliser's mean and scale with them.
 	// The batchers bind the policy as the model was bound: a foreign policy's names and head
@@ -293,9 +292,7 @@ func (t *trainer) export() (err error) {
 // carrying the version. t.model, the exported bytes, is left as it was: export makes it
 // when policy.onnx is written.
 func (t *trainer) publish(ctx context.Context) error {
-	if t.obsNorm != nil {
-		t.obsNorm.record(t.version) // the map the version's rows are collected with
-	}
+	t.obsNorm.record(t.version) // the map the version's rows are collected with
 	return t.col.publish(ctx, t.version, t.obsNorm.published(t.pm.Flat()), func() ([]byte, error) {
 		err := t.export()
 		return t.model, err
