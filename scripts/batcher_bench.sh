@@ -9,6 +9,8 @@
 #   batcher w1     `batcher --workers 1 --envs 1024`
 #   batcher ×2     two `batcher --workers 1 --envs 1024` processes at once, summed: what two
 #                  workers reach without sharing a process (w2 against it is the in-process loss)
+#   w2 procs=cores batcher w2 with GOMAXPROCS set to the cores, as before batcher.ReserveProcs
+#                  gave the workers a spare P: the A/B of that change
 #
 # and prints the ratios the issue sets targets for: batcher w2 / ort ×2 procs and batcher w1 /
 # ort ×1 proc, each against 85%. Each process's CPU time (user + system, /usr/bin/time) is
@@ -19,7 +21,8 @@
 #
 #   scripts/batcher_bench.sh [ROUNDS]       default 3 rounds; make bench-batcher runs it
 #
-# Environment: RUNS (infer's timed runs, default 16000: about 3 s a process on a quiet core),
+# Environment: SHAPES (the shapes to run, default "ort2 ort1 w2 w1 x2 w2p"; the ratios need
+# the first five), RUNS (infer's timed runs, default 16000: about 3 s a process on a quiet core),
 # STEPS (batcher env steps, default 33554432: 32 rollouts of 128 steps × 2 workers × 1024
 # envs), ENVS (default 1024: the batch), ENV (CartPole-v1), MODEL (testdata/mlp_tanh.onnx),
 # GO, KEEP=1 keeps the runs' output.
@@ -98,12 +101,15 @@ ort() {
 	done | awk -v rows="$((envs * (runs + 1)))" '{ r += $1; c += $2 } END { printf "%.0f %.1f", r, c * 1e9 / (rows * NR) }'
 }
 
-# batch NAME PROCS WORKERS: PROCS batcher processes of WORKERS workers at once; prints their
-# summed steps/s and CPU ns per step.
+# batch NAME PROCS WORKERS [GOMAXPROCS]: PROCS batcher processes of WORKERS workers at once
+# (under that GOMAXPROCS when given); prints their summed steps/s and CPU ns per step.
 batch() {
-	local i
+	local i pre=()
+	if [[ -n "${4:-}" ]]; then
+		pre=(env GOMAXPROCS="$4")
+	fi
 	for ((i = 0; i < $2; i++)); do
-		launch "$1-$i" "${batcher[@]}" --workers "$3" --seed "$i"
+		launch "$1-$i" "${pre[@]}" "${batcher[@]}" --workers "$3" --seed "$i"
 	done
 	finish
 	for ((i = 0; i < $2; i++)); do
@@ -114,8 +120,15 @@ batch() {
 }
 
 declare -A rate cost
-shapes=(ort2 ort1 w2 w1 x2)
-declare -A label=([ort2]="ort ×2 procs" [ort1]="ort ×1 proc" [w2]="batcher w2" [w1]="batcher w1" [x2]="batcher ×2 procs")
+read -r -a shapes <<<"${SHAPES:-ort2 ort1 w2 w1 x2 w2p}"
+declare -A label=([ort2]="ort ×2 procs" [ort1]="ort ×1 proc" [w2]="batcher w2" [w1]="batcher w1" [x2]="batcher ×2 procs"
+	[w2p]="w2 procs=$(nproc)")
+for s in "${shapes[@]}"; do
+	if [[ -z "${label[$s]:-}" ]]; then
+		echo "batcher_bench: SHAPES names $s; want some of ${!label[*]}" >&2
+		exit 2
+	fi
+done
 
 # shape NAME: runs one shape and appends its rate and CPU cost to the lists.
 shape() {
@@ -126,6 +139,7 @@ shape() {
 	w2) out="$(batch w2 1 2)" ;;
 	w1) out="$(batch w1 1 1)" ;;
 	x2) out="$(batch x2 2 1)" ;;
+	w2p) out="$(batch w2p 1 2 "$(nproc)")" ;;
 	esac
 	rate[$1]+="${out% *} "
 	cost[$1]+="${out#* } "
@@ -138,7 +152,10 @@ for ((n = 1; n <= rounds; n++)); do
 	echo "round $n"
 	order=("${shapes[@]}")
 	if ((n % 2 == 0)); then
-		order=(x2 w1 w2 ort1 ort2)
+		order=()
+		for ((i = ${#shapes[@]} - 1; i >= 0; i--)); do
+			order+=("${shapes[i]}")
+		done
 	fi
 	for s in "${order[@]}"; do
 		shape "$s"
@@ -159,8 +176,13 @@ echo "medians over $rounds rounds:"
 for s in "${shapes[@]}"; do
 	printf '  %-17s %12.0f rows|steps/s  %7.1f CPU ns per row|step\n' "${label[$s]}" "$(med "$s")" "$(medc "$s")"
 done
-awk -v w2="$(med w2)" -v o2="$(med ort2)" -v w1="$(med w1)" -v o1="$(med ort1)" -v x2="$(med x2)" 'BEGIN {
-	printf "batcher w2 / ort ×2 procs: %.1f%% (target 85%%)\n", 100 * w2 / o2
-	printf "batcher w1 / ort ×1 proc:  %.1f%% (target 85%%)\n", 100 * w1 / o1
-	printf "batcher w2 / batcher ×2 procs (the in-process loss): %.1f%%\n", 100 * w2 / x2
-}'
+# ratio A B TEXT: prints TEXT with 100·A/B when both shapes ran.
+ratio() {
+	if [[ -n "${rate[$1]:-}" && -n "${rate[$2]:-}" ]]; then
+		awk -v a="$(med "$1")" -v b="$(med "$2")" -v t="$3" 'BEGIN { printf "%s: %.1f%%\n", t, 100 * a / b }'
+	fi
+}
+ratio w2 ort2 "batcher w2 / ort ×2 procs (target 85%)"
+ratio w1 ort1 "batcher w1 / ort ×1 proc (target 85%)"
+ratio w2 x2 "batcher w2 / batcher ×2 procs (the in-process loss)"
+ratio w2 w2p "batcher w2 / w2 procs=$(nproc) (batcher.ReserveProcs)"

@@ -1,0 +1,41 @@
+package batcher
+
+import (
+	"os"
+	"runtime"
+	"testing"
+)
+
+// TestReserveProcs: GOMAXPROCS rises to workers + 1 only when it leaves no spare P and the
+// GOMAXPROCS environment variable does not set it; the previous value comes back.
+func TestReserveProcs(t *testing.T) {
+	orig := runtime.GOMAXPROCS(0)
+	t.Cleanup(func() { runtime.GOMAXPROCS(orig) })
+	if v, ok := os.LookupEnv("GOMAXPROCS"); ok { // restored after the test
+		t.Setenv("GOMAXPROCS", v)
+	}
+	os.Unsetenv("GOMAXPROCS")
+	for _, c := range []struct {
+		procs, workers, want int
+		changed              bool
+	}{
+		{2, 1, 2, false}, // one worker on two Ps: the spare P is there
+		{2, 2, 3, true},
+		{1, 1, 2, true},
+		{2, 4, 5, true},
+		{8, 2, 8, false},
+		{2, 0, 2, false}, // no workers: nothing to reserve for
+	} {
+		runtime.GOMAXPROCS(c.procs)
+		was, changed := ReserveProcs(c.workers)
+		if got := runtime.GOMAXPROCS(0); got != c.want || was != c.procs || changed != c.changed {
+			t.Errorf("GOMAXPROCS %d, %d workers: now %d, returned (%d, %v); want %d, (%d, %v)",
+				c.procs, c.workers, got, was, changed, c.want, c.procs, c.changed)
+		}
+	}
+	t.Setenv("GOMAXPROCS", "2")
+	runtime.GOMAXPROCS(2)
+	if _, changed := ReserveProcs(2); changed || runtime.GOMAXPROCS(0) != 2 {
+		t.Errorf("GOMAXPROCS=2 in the environment: ReserveProcs(2) changed it to %d", runtime.GOMAXPROCS(0))
+	}
+}
