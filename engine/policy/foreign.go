@@ -116,8 +116,7 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		return nil, err
 	}
 	notes := strings.Join(b.Notes, "; ")
-	switch {
-	case b.DeterministicOnly:
+	if b.DeterministicOnly {
 		return nil, fmt.Errorf("%w: no action distribution could be found in the graph (%s); it runs in eval and batcher with --deterministic. Name the logits or the mean and log_std with --logits-output and --logstd-output if the graph computes them",
 			ErrFineTune, notes)
 	}
@@ -128,42 +127,9 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 	m, train := orig, data
 	critic := b.Value == ""
 	if critic {
-		// No value in the graph (RLlib's export, actor-only policies): PPO gets a new critic,
-		// an MLP on the observations added to a copy of the graph, trained from scratch (with a
-		// value warm-up before the actor moves). policy.onnx stays the original graph.
-		aug := proto.Clone(&mp).(*onnxpb.ModelProto)
-		in, width, reads := []string{b.Observation}, obsSize(spec), "the observations"
-		if len(b.State) > 0 {
-			// A recurrent policy's observations miss what its memory holds: the critic reads
-			// the features its action layer reads as well, the value loss not flowing back
-			// into them. (When it did, as RLlib's shared value branch does, the value loss's
-			// gradient swamped the policy's: the RLlib LSTM and Sample Factory GRU fixtures
-			// fell from 65 and 164 to 41–75 on CartPoleNoVel-v1.) The observations beside
-			// them tell the critic what the actor's features may leave out — on
-			// CartPoleNoVel, where the cart is, and so how near the episode is to its end:
-			// the GRU fixture reached 461–494 on seeds 0–4 where the features alone gave
-			// 299–492.
-			if feat, w, ok := criticFeatures(&mp, b.Params); ok {
-				reads = "the recurrent features " + feat + " (the value loss not flowing back into them)"
-				if b.Observation != "" {
-					in, width, reads = []string{feat, b.Observation}, w+width, reads+" and the observations"
-				} else {
-					in, width = []string{feat}, w
-				}
-			}
-		}
-		if err := models.AddCritic(aug, in, width, []int{64, 64}, rng); err != nil {
-			return nil, fmt.Errorf("%w: adding a critic: %v", ErrFineTune, err)
-		}
-		if train, err = proto.Marshal(aug); err != nil {
+		if m, train, err = withCritic(&mp, &b, spec, session.Logger, rng); err != nil {
 			return nil, err
 		}
-		if m, err = graph.New(aug); err != nil {
-			return nil, err
-		}
-		b.Value = models.CriticOutput
-		b.Notes = append(b.Notes, "value: "+models.CriticOutput+", a new critic")
-		session.Logger.Info("fine-tuning: the policy has no value output; training a new critic (64×64 tanh MLP on " + reads + ")")
 	}
 	// A batch fixed at export is made dynamic for training; a dynamic model comes back as it is.
 	dyn, rep, err := edit.DynamicBatch(ctx, train, edit.Options{Config: session})
@@ -188,20 +154,65 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 	if f.spec.Head == head.GaussianKind && f.outs.logStd == "" {
 		return nil, fmt.Errorf("%w: the Gaussian head has no log_std in the graph (%s); name it with --logstd-output", ErrFineTune, notes)
 	}
-	// A SAC actor's log_std is a layer of its own, tuned by SAC's entropy-regularised
-	// objective. PPO has no such term (no entropy bonus for Box actions), and its ratio's
-	// gradient collapses that layer's σ through the wide trunk in tens of iterations (the SB3
-	// SAC Pendulum fixture: σ 0.23 → 0.02 within 70 iterations, even at a third of the
-	// learning rate); each step of the mean then moves the policy by (Δμ/σ)², and the
-	// deterministic policy degrades (−194 → −515…−900). So PPO trains the mean and the trunk
-	// only: the gradient does not flow back through the log_std tensor, and the parameters that
-	// only it reads stay frozen. The batchers sample with SAC's σ as the trunk moves it.
-	trainOuts := f.outputs()
-	if b.Head == head.TanhGaussianKind && f.outs.logStd != "" && !f.outs.split {
-		f.stop = append(f.stop, f.outs.logStd)
-		trainOuts = []string{f.outs.params, f.outs.value}
+	if err := f.bindInputs(); err != nil {
+		return nil, err
 	}
-	for _, in := range m.Inputs() {
+	if err := f.trainables(); err != nil {
+		return nil, err
+	}
+	session.Logger.Info("fine-tuning a foreign policy", zap.String("binding", notes),
+		zap.Int("trainable", len(f.flat)), zap.Strings("frozen", f.params.Frozen()))
+	return f, nil
+}
+
+// withCritic adds a new critic to a copy of mp, a graph with no value output (RLlib's export,
+// actor-only policies), and binds b's value to it: PPO trains it from scratch (with a value
+// warm-up before the actor moves), and policy.onnx stays the original graph. It returns the
+// augmented graph and its bytes.
+func withCritic(mp *onnxpb.ModelProto, b *layout.Binding, spec head.Spec, log *zap.Logger, rng *rand.Rand) (*graph.Model, []byte, error) {
+	aug := proto.Clone(mp).(*onnxpb.ModelProto)
+	in, width, reads := []string{b.Observation}, obsSize(spec), "the observations"
+	if len(b.State) > 0 {
+		// A recurrent policy's observations miss what its memory holds: the critic reads
+		// the features its action layer reads as well, the value loss not flowing back
+		// into them. (When it did, as RLlib's shared value branch does, the value loss's
+		// gradient swamped the policy's: the RLlib LSTM and Sample Factory GRU fixtures
+		// fell from 65 and 164 to 41–75 on CartPoleNoVel-v1.) The observations beside
+		// them tell the critic what the actor's features may leave out — on
+		// CartPoleNoVel, where the cart is, and so how near the episode is to its end:
+		// the GRU fixture reached 461–494 on seeds 0–4 where the features alone gave
+		// 299–492.
+		if feat, w, ok := criticFeatures(mp, b.Params); ok {
+			reads = "the recurrent features " + feat + " (the value loss not flowing back into them)"
+			if b.Observation != "" {
+				in, width, reads = []string{feat, b.Observation}, w+width, reads+" and the observations"
+			} else {
+				in, width = []string{feat}, w
+			}
+		}
+	}
+	if err := models.AddCritic(aug, in, width, []int{64, 64}, rng); err != nil {
+		return nil, nil, fmt.Errorf("%w: adding a critic: %v", ErrFineTune, err)
+	}
+	train, err := proto.Marshal(aug)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := graph.New(aug)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.Value = models.CriticOutput
+	b.Notes = append(b.Notes, "value: "+models.CriticOutput+", a new critic")
+	log.Info("fine-tuning: the policy has no value output; training a new critic (64×64 tanh MLP on " + reads + ")")
+	return m, train, nil
+}
+
+// bindInputs says what each graph input is fed: the observations, the recurrent states and
+// episode starts, one step per sequence, and zeros for the rest.
+func (f *Foreign) bindInputs() error {
+	b := f.bind
+	for _, in := range f.model.Inputs() {
 		switch {
 		case in.Name == f.input, in.Name == b.EpisodeStarts && b.EpisodeStarts != "",
 			slices.ContainsFunc(b.State, func(s layout.State) bool { return s.Input == in.Name }):
@@ -212,38 +223,56 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		}
 	}
 	if f.input == "" {
-		if ins := m.Inputs(); len(ins) == 1 {
-			f.input = ins[0].Name
-		} else {
-			return nil, fmt.Errorf("%w: which of its %d inputs takes the observations was not recognised", ErrFineTune, len(ins))
+		ins := f.model.Inputs()
+		if len(ins) != 1 {
+			return fmt.Errorf("%w: which of its %d inputs takes the observations was not recognised", ErrFineTune, len(ins))
 		}
+		f.input = ins[0].Name
 	}
-	if f.params, err = m.NewParamsFor(graph.TrainOptions{Outputs: trainOuts}); err != nil {
-		return nil, err
+	return nil
+}
+
+// trainables makes the parameters PPO trains and their flat vector, and, with a new critic,
+// where the actor's and the critic's lie in it.
+func (f *Foreign) trainables() (err error) {
+	// A SAC actor's log_std is a layer of its own, tuned by SAC's entropy-regularised
+	// objective. PPO has no such term (no entropy bonus for Box actions), and its ratio's
+	// gradient collapses that layer's σ through the wide trunk in tens of iterations (the SB3
+	// SAC Pendulum fixture: σ 0.23 → 0.02 within 70 iterations, even at a third of the
+	// learning rate); each step of the mean then moves the policy by (Δμ/σ)², and the
+	// deterministic policy degrades (−194 → −515…−900). So PPO trains the mean and the trunk
+	// only: the gradient does not flow back through the log_std tensor, and the parameters that
+	// only it reads stay frozen. The batchers sample with SAC's σ as the trunk moves it.
+	trainOuts := f.outputs()
+	if f.bind.Head == head.TanhGaussianKind && f.outs.logStd != "" && !f.outs.split {
+		f.stop = append(f.stop, f.outs.logStd)
+		trainOuts = []string{f.outs.params, f.outs.value}
+	}
+	if f.params, err = f.model.NewParamsFor(graph.TrainOptions{Outputs: trainOuts}); err != nil {
+		return err
 	}
 	if f.flat, err = f.params.Flat(); err != nil {
-		return nil, err
+		return err
 	}
-	if critic {
-		// The flat ranges of every trainable parameter but the critic's.
-		off := 0
-		for _, name := range f.params.TrainableNames() {
-			v, _ := f.params.Value(name)
-			n := v.Shape().TotalSize()
-			switch {
-			case !strings.HasPrefix(name, models.CriticPrefix+"."):
-				f.actorRanges = append(f.actorRanges, [2]int{off, off + n})
-			case name == models.CriticBias:
-				f.criticBias = off
-			case name == models.CriticPrefix+".2.weight":
-				f.criticOut = [2]int{off, off + n}
-			}
-			off += n
+	if !f.critic {
+		return nil
+	}
+	// The flat ranges of every trainable parameter but the critic's.
+	off := 0
+	for _, name := range f.params.TrainableNames() {
+		v, _ := f.params.Value(name)
+		n := v.Shape().TotalSize()
+		switch {
+		case !strings.HasPrefix(name, models.CriticPrefix+"."):
+			f.actorRanges = append(f.actorRanges, [2]int{off, off + n})
+		case name == models.CriticBias:
+			f.criticBias = off
+		case name == models.CriticPrefix+".2.weight":
+			f.criticOut = [2]int{off, off + n}
 		}
+		off += n
 	}
-	session.Logger.Info("fine-tuning a foreign policy", zap.String("binding", notes),
-		zap.Int("trainable", len(f.flat)), zap.Strings("frozen", f.params.Frozen()))
-	return f, nil
+	return nil
 }
 
 // recurrent reports whether the policy carries a state from one step to the next.

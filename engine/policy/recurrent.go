@@ -78,31 +78,76 @@ func newRecurrentTower(f *Foreign, seqs, steps int, a algo.Algorithm) (t *recurr
 	if steps < 1 {
 		return nil, fmt.Errorf("engine: a recurrent tower needs the rollout length, got %d", steps)
 	}
-	g := G.NewGraph()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("engine: building the %s loss on the imported recurrent graph: %v", a.Name(), r)
 		}
 	}()
 	t = &recurrentTower{f: f, seqs: seqs, steps: steps}
-	od := obsSize(f.spec)
-	node := func(name string, shape []int) (*G.Node, []float32) {
-		data := make([]float32, tensor.Shape(shape).TotalSize())
-		v := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(data))
-		return G.NewTensor(g, tensor.Float32, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(v)), data
+	u := &unroll{t: t, g: G.NewGraph(), shapes: map[string][]int{}, fixed: map[string]*G.Node{}}
+	if err := u.initialStates(); err != nil {
+		return nil, err
 	}
-	shapes := map[string][]int{}
-	state := make([]*G.Node, len(f.bind.State))
-	for k, s := range f.bind.State {
-		shape, err := f.stateShape(k, seqs)
+	if err := u.constants(); err != nil {
+		return nil, err
+	}
+	u.outs = f.outputs()
+	for _, s := range f.bind.State {
+		u.outs = append(u.outs, s.Output)
+	}
+	for step := range steps {
+		gr, err := u.step(step)
 		if err != nil {
 			return nil, err
 		}
-		shapes[s.Input] = shape
+		if step < steps-1 {
+			if err := u.carry(gr, step); err != nil {
+				return nil, err
+			}
+		}
+	}
+	params, logStd, values := u.heads()
+	if t.loss, err = f.newHeadLoss(a, seqs*steps, params, logStd, values, t.first.Learnables()); err != nil {
+		return nil, err
+	}
+	t.vm = tape.New(u.g, G.BindDualValues(t.loss.learn...))
+	return t, nil
+}
+
+// unroll builds a recurrent tower's graph: the policy's graph once per step, every step
+// sharing step 0's parameter nodes, each step's state the last one's output.
+type unroll struct {
+	t                       *recurrentTower
+	g                       *G.ExprGraph
+	shapes                  map[string][]int   // each state input's shape for the tower's sequences
+	state                   []*G.Node          // each state's input node for the step being built
+	fixed                   map[string]*G.Node // constant inputs (seq_lens ones, zeros), one node for every step
+	outs                    []string           // the outputs each step builds: the head's, then the states'
+	params, values, logStds []*G.Node          // each step's head outputs
+}
+
+// node is a new input node of the graph with its own backing, which the tower fills.
+func (u *unroll) node(name string, shape []int) (*G.Node, []float32) {
+	data := make([]float32, tensor.Shape(shape).TotalSize())
+	v := tensor.New(tensor.WithShape(shape...), tensor.WithBacking(data))
+	return G.NewTensor(u.g, tensor.Float32, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(v)), data
+}
+
+// initialStates makes step 0's state inputs, which a minibatch fills with the recorded
+// states, and each state's rows of ones and zeros for the masks.
+func (u *unroll) initialStates() error {
+	t, f := u.t, u.t.f
+	u.state = make([]*G.Node, len(f.bind.State))
+	for k, s := range f.bind.State {
+		shape, err := f.stateShape(k, t.seqs)
+		if err != nil {
+			return err
+		}
+		u.shapes[s.Input] = shape
 		var data []float32
-		state[k], data = node("towerrl.state0."+s.Input, shape)
+		u.state[k], data = u.node("towerrl.state0."+s.Input, shape)
 		t.state0 = append(t.state0, data)
-		size := len(data) / seqs
+		size := len(data) / t.seqs
 		ones := make([]float32, size)
 		for i := range ones {
 			ones[i] = 1
@@ -110,117 +155,123 @@ func newRecurrentTower(f *Foreign, seqs, steps int, a algo.Algorithm) (t *recurr
 		t.shapes, t.keep, t.reset = append(t.shapes, shape), append(t.keep, ones), append(t.reset, make([]float32, size))
 		t.stateDim += size
 	}
-	fixed := map[string]*G.Node{} // constant inputs (seq_lens ones, zeros), one node for every step
+	return nil
+}
+
+// constants makes the nodes of the graph's constant inputs (Foreign.consts).
+func (u *unroll) constants() error {
+	f := u.t.f
 	for _, in := range f.model.Inputs() {
 		v, ok := f.consts[in.Name]
 		if !ok {
 			continue
 		}
-		shape := []int{seqs}
+		shape := []int{u.t.seqs}
 		for _, d := range in.Shape[1:] {
 			if d <= 0 {
-				return nil, fmt.Errorf("%w: input %q has a dynamic dimension besides the batch (shape %v)", ErrFineTune, in.Name, in.Shape)
+				return fmt.Errorf("%w: input %q has a dynamic dimension besides the batch (shape %v)", ErrFineTune, in.Name, in.Shape)
 			}
 			shape = append(shape, int(d))
 		}
-		n, data := node("towerrl.const."+in.Name, shape)
+		n, data := u.node("towerrl.const."+in.Name, shape)
 		for i := range data {
 			data[i] = v
 		}
-		fixed[in.Name] = n
+		u.fixed[in.Name] = n
 	}
-	outs := f.outputs()
-	for _, s := range f.bind.State {
-		outs = append(outs, s.Output)
+	return nil
+}
+
+// step builds the policy's graph for one step on its own observation (and episode-start)
+// inputs and the step's state, keeping its head outputs.
+func (u *unroll) step(step int) (*graph.Graph, error) {
+	t, f, seqs := u.t, u.t.f, u.t.seqs
+	ins := map[string]*G.Node{}
+	for name, n := range u.fixed {
+		ins[name] = n
 	}
-	var params, values, logStds []*G.Node
-	for step := range steps {
-		ins := map[string]*G.Node{}
-		for name, n := range fixed {
-			ins[name] = n
-		}
-		obs, data := node("towerrl.obs."+strconv.Itoa(step), append([]int{seqs}, f.spec.ObsShape...))
-		if len(data) != seqs*od {
-			return nil, fmt.Errorf("engine: observation node of %d values for %d sequences of %d", len(data), seqs, od)
-		}
-		t.obs = append(t.obs, data)
-		ins[f.input] = obs
-		if f.bind.EpisodeStarts != "" {
-			n, data := node("towerrl.starts."+strconv.Itoa(step), []int{seqs})
-			ins[f.bind.EpisodeStarts] = n
-			t.starts = append(t.starts, data) // step 0's stays 0: its state is the recorded one
-		}
-		for k, s := range f.bind.State {
-			ins[s.Input] = state[k]
-		}
-		gr, err := f.model.BuildWith(g, f.params, graph.BuildOptions{Batch: seqs, Outputs: outs, Shapes: shapes, Inputs: ins, Share: t.first, StopGradient: f.stop})
+	obs, data := u.node("towerrl.obs."+strconv.Itoa(step), append([]int{seqs}, f.spec.ObsShape...))
+	if od := obsSize(f.spec); len(data) != seqs*od {
+		return nil, fmt.Errorf("engine: observation node of %d values for %d sequences of %d", len(data), seqs, od)
+	}
+	t.obs = append(t.obs, data)
+	ins[f.input] = obs
+	if f.bind.EpisodeStarts != "" {
+		n, data := u.node("towerrl.starts."+strconv.Itoa(step), []int{seqs})
+		ins[f.bind.EpisodeStarts] = n
+		t.starts = append(t.starts, data) // step 0's stays 0: its state is the recorded one
+	}
+	for k, s := range f.bind.State {
+		ins[s.Input] = u.state[k]
+	}
+	gr, err := f.model.BuildWith(u.g, f.params, graph.BuildOptions{Batch: seqs, Outputs: u.outs, Shapes: u.shapes, Inputs: ins, Share: t.first, StopGradient: f.stop})
+	if err != nil {
+		return nil, err
+	}
+	if t.first == nil {
+		t.first = gr
+	}
+	p, err := gr.Output(f.outs.params)
+	if err != nil {
+		return nil, err
+	}
+	v, err := gr.Output(f.outs.value)
+	if err != nil {
+		return nil, err
+	}
+	// One row per sequence: an exporter's [batch, time = 1, width] (RLlib's inner tensors)
+	// is taken as [batch, width].
+	if p.Dims() > 2 && p.Shape()[0] == seqs {
+		p = G.Must(G.Reshape(p, tensor.Shape{seqs, p.Shape().TotalSize() / seqs}))
+	}
+	u.params, u.values = append(u.params, p), append(u.values, v)
+	if f.outs.logStd != "" && !f.outs.split {
+		ls, err := gr.Output(f.outs.logStd)
 		if err != nil {
 			return nil, err
 		}
-		if t.first == nil {
-			t.first = gr
-		}
-		p, err := gr.Output(f.outs.params)
-		if err != nil {
-			return nil, err
-		}
-		v, err := gr.Output(f.outs.value)
-		if err != nil {
-			return nil, err
-		}
-		// One row per sequence: an exporter's [batch, time = 1, width] (RLlib's inner
-		// tensors) is taken as [batch, width].
-		if p.Dims() > 2 && p.Shape()[0] == seqs {
-			p = G.Must(G.Reshape(p, tensor.Shape{seqs, p.Shape().TotalSize() / seqs}))
-		}
-		params, values = append(params, p), append(values, v)
-		if f.outs.logStd != "" && !f.outs.split {
-			ls, err := gr.Output(f.outs.logStd)
-			if err != nil {
-				return nil, err
-			}
-			logStds = append(logStds, ls)
-		}
-		if step == steps-1 {
-			break
-		}
-		// The next step's state: this step's output, zeroed for the sequences whose episode
-		// ended here (the batchers zero an env's state when its next episode starts).
-		var masks [][]float32
-		for k, s := range f.bind.State {
-			out, err := gr.Output(s.Output)
-			if err != nil {
-				return nil, err
-			}
-			if !out.Shape().Eq(tensor.Shape(shapes[s.Input])) {
-				return nil, fmt.Errorf("%w: recurrent state output %q has shape %v, its input %q %v", ErrFineTune, s.Output, out.Shape(), s.Input, shapes[s.Input])
-			}
-			m, data := node(fmt.Sprintf("towerrl.mask.%d.%d", step+1, k), shapes[s.Input])
-			masks = append(masks, data)
-			state[k] = G.Must(G.HadamardProd(out, m))
-		}
-		t.masks = append(t.masks, masks)
+		u.logStds = append(u.logStds, ls)
 	}
-	rows := seqs * steps
+	return gr, nil
+}
+
+// carry makes the next step's state: step's output gr, zeroed for the sequences whose
+// episode ended at step (the batchers zero an env's state when its next episode starts).
+func (u *unroll) carry(gr *graph.Graph, step int) error {
+	var masks [][]float32
+	for k, s := range u.t.f.bind.State {
+		out, err := gr.Output(s.Output)
+		if err != nil {
+			return err
+		}
+		if !out.Shape().Eq(tensor.Shape(u.shapes[s.Input])) {
+			return fmt.Errorf("%w: recurrent state output %q has shape %v, its input %q %v", ErrFineTune, s.Output, out.Shape(), s.Input, u.shapes[s.Input])
+		}
+		m, data := u.node(fmt.Sprintf("towerrl.mask.%d.%d", step+1, k), u.shapes[s.Input])
+		masks = append(masks, data)
+		u.state[k] = G.Must(G.HadamardProd(out, m))
+	}
+	u.t.masks = append(u.t.masks, masks)
+	return nil
+}
+
+// heads joins the steps' head outputs, time-major: the means or logits, the log std (nil
+// without one) and the values.
+func (u *unroll) heads() (params, logStd, values *G.Node) {
 	cat := func(nodes []*G.Node) *G.Node {
 		if len(nodes) == 1 {
 			return nodes[0]
 		}
 		return G.Must(G.Concat(0, nodes...))
 	}
-	var ls *G.Node
-	if logStds != nil {
+	if u.logStds != nil {
 		// One row per sequence (it may depend on the observation) is joined like the means; a
 		// shared [D] stays one (the same at every step).
-		if ls = logStds[0]; ls.Dims() == 2 && ls.Shape()[0] == seqs {
-			ls = cat(logStds)
+		if logStd = u.logStds[0]; logStd.Dims() == 2 && logStd.Shape()[0] == u.t.seqs {
+			logStd = cat(u.logStds)
 		}
 	}
-	if t.loss, err = f.newHeadLoss(a, rows, cat(params), ls, cat(values), t.first.Learnables()); err != nil {
-		return nil, err
-	}
-	t.vm = tape.New(g, G.BindDualValues(t.loss.learn...))
-	return t, nil
+	return cat(u.params), logStd, cat(u.values)
 }
 
 func (t *recurrentTower) StatNames() []string { return t.loss.names }
