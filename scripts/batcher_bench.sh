@@ -5,12 +5,17 @@
 #   ort ×2 procs   two `infer --batch 1024 --repeat R` processes started together (one per
 #                  core), their rows/s summed: ONNX Runtime's bound for two workers
 #   ort ×1 proc    one such process: the bound for one worker
+#   ort 2 sessions `infer --sessions 2`: two sessions in one process, one goroutine each, as a
+#                  batcher's two workers run them (against ort ×2 procs: ONNX Runtime's own
+#                  in-process loss, if any)
 #   batcher w2     `batcher --workers 2 --envs 1024` (sampled): two workers in one process
 #   batcher w1     `batcher --workers 1 --envs 1024`
 #   batcher ×2     two `batcher --workers 1 --envs 1024` processes at once, summed: what two
 #                  workers reach without sharing a process (w2 against it is the in-process loss)
-#   w2 procs=cores batcher w2 with GOMAXPROCS set to the cores, as before batcher.ReserveProcs
+#   w2 procs=cores batcher w2 with GOMAXPROCS set to the cores, as before onnx.ReserveProcs
 #                  gave the workers a spare P: the A/B of that change
+#   ort 2s procs=cores  ort 2 sessions with GOMAXPROCS set to the cores: the same A/B for
+#                  ONNX Runtime alone
 #
 # and prints the ratios the issue sets targets for: batcher w2 / ort ×2 procs and batcher w1 /
 # ort ×1 proc, each against 85%. Each process's CPU time (user + system, /usr/bin/time) is
@@ -21,8 +26,8 @@
 #
 #   scripts/batcher_bench.sh [ROUNDS]       default 3 rounds; make bench-batcher runs it
 #
-# Environment: SHAPES (the shapes to run, default "ort2 ort1 w2 w1 x2 w2p"; the ratios need
-# the first five), RUNS (infer's timed runs, default 16000: about 3 s a process on a quiet core),
+# Environment: SHAPES (the shapes to run, default "ort2 ort1 ort2s w2 w1 x2 w2p ort2sp"; each
+# ratio is printed when both its shapes ran), RUNS (infer's timed runs, default 16000: about 3 s a process on a quiet core),
 # STEPS (batcher env steps, default 33554432: 32 rollouts of 128 steps × 2 workers × 1024
 # envs), ENVS (default 1024: the batch), ENV (CartPole-v1), MODEL (testdata/mlp_tanh.onnx),
 # GO, KEEP=1 keeps the runs' output.
@@ -89,16 +94,20 @@ cpu() { awk '{ print $1 + $2 }' "$tmp/$1.cpu"; }
 infer=("$tmp/bin/infer" --model "$model" --input "$input" --batch "$envs" --repeat "$runs" --threads 1)
 batcher=("$tmp/bin/batcher" --policy "$model" --env "$env" --envs "$envs" --steps "$steps" --log-json)
 
-# ort K: K infer processes at once; prints their summed rows/s and CPU ns per row.
+# ort NAME PROCS SESSIONS [GOMAXPROCS]: PROCS infer processes of SESSIONS sessions at once
+# (under that GOMAXPROCS when given); prints their summed rows/s and CPU ns per row.
 ort() {
-	local k i
-	for ((i = 0; i < $1; i++)); do
-		launch "ort$1-$i" "${infer[@]}" --out "$tmp/out$i"
+	local i pre=()
+	if [[ -n "${4:-}" ]]; then
+		pre=(env GOMAXPROCS="$4")
+	fi
+	for ((i = 0; i < $2; i++)); do
+		launch "$1-$i" "${pre[@]}" "${infer[@]}" --sessions "$3" --out "$tmp/out$i"
 	done
 	finish
-	for ((i = 0; i < $1; i++)); do
-		echo "$(field "$(cat "$tmp/ort$1-$i.json")" samples_per_sec) $(cpu "ort$1-$i")"
-	done | awk -v rows="$((envs * (runs + 1)))" '{ r += $1; c += $2 } END { printf "%.0f %.1f", r, c * 1e9 / (rows * NR) }'
+	for ((i = 0; i < $2; i++)); do
+		echo "$(field "$(cat "$tmp/$1-$i.json")" samples_per_sec) $(cpu "$1-$i")"
+	done | awk -v rows="$((envs * (runs + 1) * $3))" '{ r += $1; c += $2 } END { printf "%.0f %.1f", r, c * 1e9 / (rows * NR) }'
 }
 
 # batch NAME PROCS WORKERS [GOMAXPROCS]: PROCS batcher processes of WORKERS workers at once
@@ -120,9 +129,9 @@ batch() {
 }
 
 declare -A rate cost
-read -r -a shapes <<<"${SHAPES:-ort2 ort1 w2 w1 x2 w2p}"
-declare -A label=([ort2]="ort ×2 procs" [ort1]="ort ×1 proc" [w2]="batcher w2" [w1]="batcher w1" [x2]="batcher ×2 procs"
-	[w2p]="w2 procs=$(nproc)")
+read -r -a shapes <<<"${SHAPES:-ort2 ort1 ort2s w2 w1 x2 w2p ort2sp}"
+declare -A label=([ort2]="ort ×2 procs" [ort1]="ort ×1 proc" [ort2s]="ort 2 sessions" [w2]="batcher w2" [w1]="batcher w1"
+	[x2]="batcher ×2 procs" [w2p]="w2 procs=$(nproc)" [ort2sp]="ort 2s procs=$(nproc)")
 for s in "${shapes[@]}"; do
 	if [[ -z "${label[$s]:-}" ]]; then
 		echo "batcher_bench: SHAPES names $s; want some of ${!label[*]}" >&2
@@ -134,8 +143,10 @@ done
 shape() {
 	local out
 	case "$1" in
-	ort2) out="$(ort 2)" ;;
-	ort1) out="$(ort 1)" ;;
+	ort2) out="$(ort ort2 2 1)" ;;
+	ort1) out="$(ort ort1 1 1)" ;;
+	ort2s) out="$(ort ort2s 1 2)" ;;
+	ort2sp) out="$(ort ort2sp 1 2 "$(nproc)")" ;;
 	w2) out="$(batch w2 1 2)" ;;
 	w1) out="$(batch w1 1 1)" ;;
 	x2) out="$(batch x2 2 1)" ;;
@@ -143,7 +154,7 @@ shape() {
 	esac
 	rate[$1]+="${out% *} "
 	cost[$1]+="${out#* } "
-	printf '  %-17s %12.0f rows|steps/s  %7.1f CPU ns per row|step\n' "${label[$1]}" "${out% *}" "${out#* }"
+	printf '  %-20s %12.0f rows|steps/s  %7.1f CPU ns per row|step\n' "${label[$1]}" "${out% *}" "${out#* }"
 }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
@@ -174,7 +185,7 @@ medc() {
 }
 echo "medians over $rounds rounds:"
 for s in "${shapes[@]}"; do
-	printf '  %-17s %12.0f rows|steps/s  %7.1f CPU ns per row|step\n' "${label[$s]}" "$(med "$s")" "$(medc "$s")"
+	printf '  %-20s %12.0f rows|steps/s  %7.1f CPU ns per row|step\n' "${label[$s]}" "$(med "$s")" "$(medc "$s")"
 done
 # ratio A B TEXT: prints TEXT with 100·A/B when both shapes ran.
 ratio() {
@@ -185,4 +196,6 @@ ratio() {
 ratio w2 ort2 "batcher w2 / ort ×2 procs (target 85%)"
 ratio w1 ort1 "batcher w1 / ort ×1 proc (target 85%)"
 ratio w2 x2 "batcher w2 / batcher ×2 procs (the in-process loss)"
-ratio w2 w2p "batcher w2 / w2 procs=$(nproc) (batcher.ReserveProcs)"
+ratio ort2s ort2 "ort 2 sessions / ort ×2 procs (ONNX Runtime's in-process loss)"
+ratio w2 w2p "batcher w2 / w2 procs=$(nproc) (onnx.ReserveProcs)"
+ratio ort2s ort2sp "ort 2 sessions / ort 2s procs=$(nproc) (onnx.ReserveProcs)"

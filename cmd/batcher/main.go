@@ -122,6 +122,7 @@ import (
 	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"github.com/towerrl/towerrl/dataset"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/zap"
 )
 
@@ -392,9 +393,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	return cli.Summary(stdout, sum)
 }
 
-// reserveProcs gives the workers' process a spare P (batcher.ReserveProcs) and logs it.
+// reserveProcs gives the workers' process a spare P (onnx.ReserveProcs) and logs it.
 func reserveProcs(log *zap.Logger, workers int) {
-	if was, changed := batcher.ReserveProcs(workers); changed {
+	if was, changed := onnx.ReserveProcs(workers); changed {
 		log.Info("GOMAXPROCS raised for the workers' inference calls (set GOMAXPROCS to keep it)",
 			zap.Int("from", was), zap.Int("to", workers+1))
 	}

@@ -27,6 +27,12 @@
 //	infer --model testdata/nature_cnn.onnx --input testdata/nature_cnn.input.npy --out /tmp/o \
 //	      --batch 1024 --repeat 100 --provider cuda [--cuda-option use_tf32=0]
 //
+// --sessions K (with --repeat; 1 to the number of CPUs) times K sessions of the model in this
+// one process at once, each on its own goroutine with its own copy of the inputs, as K batcher
+// workers run theirs: samples_per_sec is then all K sessions' rows over the wall time, and
+// ms_per_run and ms_per_run_median are per session run. GOMAXPROCS is raised to K + 1 unless
+// the GOMAXPROCS variable sets it (onnx.ReserveProcs). The outputs are the first session's.
+//
 // A recurrent state whose batch is on another axis than 0 (torch's [layers, batch, hidden],
 // SB3-contrib RecurrentPPO's [1, batch, 256]: dimension 0 fixed, one other dynamic) is given
 // and written in the model's layout; infer runs the graph with such inputs and outputs made
@@ -56,6 +62,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/towerrl/towerrl/cmd/internal/cli"
@@ -153,6 +160,7 @@ type summary struct {
 	// With --repeat: the timed runs after the first, their mean time and throughput, and
 	// the median run's time.
 	Repeat        int     `json:"repeat,omitempty"`
+	Sessions      int     `json:"sessions,omitempty"` // --sessions, when more than 1
 	MSPerRun      float64 `json:"ms_per_run,omitempty"`
 	SamplesPerSec float64 `json:"samples_per_sec,omitempty"`
 	MSMedian      float64 `json:"ms_per_run_median,omitempty"`
@@ -176,6 +184,7 @@ type options struct {
 	cast, allowNaN     bool
 	pageable           bool
 	batch, repeat      int // --batch and --repeat: the benchmark
+	sessions           int // --sessions: sessions timed at once
 	log                cli.LogFlags
 }
 
@@ -197,6 +206,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.allowNaN, "allow-nan", false, "pass NaN observations to the model instead of refusing them")
 	fs.IntVar(&o.batch, "batch", 0, fmt.Sprintf("repeat the input rows cyclically up to this batch, at most %d (0: the input's own)", maxBatch))
 	fs.IntVar(&o.repeat, "repeat", 0, "time this many more runs after the first and report their throughput")
+	fs.IntVar(&o.sessions, "sessions", 1, fmt.Sprintf("with --repeat: time this many sessions at once in this process, one goroutine each (1 to %d, the CPUs)", maxThreads))
 	fs.Var(&o.inputs, "input", "observations as .npy: PATH, or NAME=PATH (repeatable)")
 	fs.Var(o.shapes, "input-shape", "fix an input's dynamic dimensions other than the batch: NAME=DIMS, e.g. state=-1x2x256 with the batch as -1 (repeatable)")
 	fs.BoolVar(&o.pageable, "pageable", false, "with --provider cuda, keep the host buffers pageable instead of page-locking them")
@@ -238,6 +248,10 @@ func (o options) check() (onnx.Config, error) {
 		return onnx.Config{}, fmt.Errorf("--batch %d: want 0 (the input's own) to %d", o.batch, maxBatch)
 	case o.repeat < 0:
 		return onnx.Config{}, fmt.Errorf("--repeat %d: want 0 or more", o.repeat)
+	case o.sessions < 1 || o.sessions > maxThreads:
+		return onnx.Config{}, fmt.Errorf("--sessions %d: want 1 to %d (this machine's CPUs)", o.sessions, maxThreads)
+	case o.sessions > 1 && o.repeat == 0:
+		return onnx.Config{}, fmt.Errorf("--sessions %d times runs: it needs --repeat N", o.sessions)
 	case o.threads != -1 && (o.threads < 1 || o.threads > maxThreads):
 		return onnx.Config{}, fmt.Errorf("--threads %d: want 1 to %d (this machine's CPUs), or -1 to let ONNX Runtime choose", o.threads, maxThreads)
 	}
@@ -347,25 +361,18 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 		sum.CUDAOptions = cfg.CUDAOptions
 	}
 	if o.repeat > 0 {
-		runs := make([]time.Duration, o.repeat)
-		start := time.Now()
-		for k := range o.repeat {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("after %d of %d timed runs: %w", k, o.repeat, err)
+		if err := timeRuns(ctx, &sum, s, n, o, func() (*onnx.Session, error) {
+			s, err := onnx.NewSession(ctx, model, cfg)
+			if err != nil {
+				return nil, err
 			}
-			t := time.Now()
-			if err := s.Run(n); err != nil {
-				return err
+			if _, err := feedAll(s, arrays, o.cast, o.batch); err != nil {
+				return nil, errors.Join(err, s.Close())
 			}
-			runs[k] = time.Since(t)
+			return s, nil
+		}, log); err != nil {
+			return err
 		}
-		el := time.Since(start)
-		sum.Repeat, sum.MSPerRun = o.repeat, el.Seconds()*1000/float64(o.repeat)
-		sum.SamplesPerSec = float64(n*o.repeat) / el.Seconds()
-		slices.Sort(runs)
-		sum.MSMedian = float64(runs[len(runs)/2].Nanoseconds()) / 1e6
-		log.Info("timed", zap.Int("runs", o.repeat), zap.Float64("ms_per_run", sum.MSPerRun),
-			zap.Float64("ms_per_run_median", sum.MSMedian), zap.Float64("samples_per_sec", sum.SamplesPerSec))
 	}
 	outs := s.Outputs()
 	names := make([]string, len(outs))
@@ -392,6 +399,67 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, o options) (err
 		sum.Outputs = append(sum.Outputs, outputSummary{Name: names[i], Shape: shape, DType: info.DType.String(), File: file})
 	}
 	return cli.Summary(stdout, sum)
+}
+
+// timeRuns times o.repeat runs of batch n in o.sessions sessions at once — s and o.sessions
+// − 1 more that open makes — and writes the figures into sum.
+func timeRuns(ctx context.Context, sum *summary, s *onnx.Session, n int, o options, open func() (*onnx.Session, error), log *zap.Logger) error {
+	sessions := []*onnx.Session{s}
+	defer func() {
+		for _, x := range sessions[1:] {
+			x.Close()
+		}
+	}()
+	for len(sessions) < o.sessions {
+		x, err := open()
+		if err != nil {
+			return fmt.Errorf("--sessions %d: session %d: %w", o.sessions, len(sessions)+1, err)
+		}
+		if err := x.Run(n); err != nil { // its warm-up run
+			return errors.Join(err, x.Close())
+		}
+		sessions = append(sessions, x)
+	}
+	if o.sessions > 1 {
+		if was, changed := onnx.ReserveProcs(o.sessions); changed {
+			log.Info("GOMAXPROCS raised for the sessions' runs (set GOMAXPROCS to keep it)", zap.Int("from", was), zap.Int("to", o.sessions+1))
+		}
+		sum.Sessions = o.sessions
+	}
+	runs := make([][]time.Duration, len(sessions))
+	errs := make([]error, len(sessions))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, x := range sessions {
+		runs[i] = make([]time.Duration, o.repeat)
+		wg.Go(func() {
+			for k := range o.repeat {
+				if err := ctx.Err(); err != nil {
+					errs[i] = fmt.Errorf("after %d of %d timed runs: %w", k, o.repeat, err)
+					return
+				}
+				t := time.Now()
+				if err := x.Run(n); err != nil {
+					errs[i] = err
+					return
+				}
+				runs[i][k] = time.Since(t)
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	all := slices.Concat(runs...)
+	sum.Repeat, sum.MSPerRun = o.repeat, el.Seconds()*1000/float64(o.repeat) // each session's runs span el
+	sum.SamplesPerSec = float64(n*len(all)) / el.Seconds()
+	slices.Sort(all)
+	sum.MSMedian = float64(all[len(all)/2].Nanoseconds()) / 1e6
+	log.Info("timed", zap.Int("runs", o.repeat), zap.Int("sessions", len(sessions)), zap.Float64("ms_per_run", sum.MSPerRun),
+		zap.Float64("ms_per_run_median", sum.MSMedian), zap.Float64("samples_per_sec", sum.SamplesPerSec))
+	return nil
 }
 
 // feedAll feeds every model input its array and returns the batch to run: the rows of the

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -28,7 +29,7 @@ const fixtures = "../../testdata"
 
 // opts are the options for running model on inputs into out, as the flags' defaults give.
 func opts(model string, inputs []string, out string) options {
-	return options{model: model, inputs: inputs, out: out, provider: "cpu", threads: 1}
+	return options{model: model, inputs: inputs, out: out, provider: "cpu", threads: 1, sessions: 1}
 }
 
 func readNPY(t *testing.T, path string) *npy.Array {
@@ -189,6 +190,56 @@ func TestInferBench(t *testing.T) {
 		err := run(context.Background(), io.Discard, zap.NewNop(), o)
 		if err == nil || !strings.Contains(err.Error(), "want 0") {
 			t.Errorf("--batch %d --repeat %d: %v", b[0], b[1], err)
+		}
+	}
+}
+
+// TestInferSessions: --sessions 2 times two sessions at once (their runs all counted), writes
+// the first session's outputs as one session does, and is refused without --repeat or past
+// the CPUs.
+func TestInferSessions(t *testing.T) {
+	procs := runtime.GOMAXPROCS(0) // onnx.ReserveProcs raises it for the sessions
+	t.Cleanup(func() { runtime.GOMAXPROCS(procs) })
+	out := filepath.Join(t.TempDir(), "out")
+	var stdout bytes.Buffer
+	o := opts(filepath.Join(fixtures, "mlp_tanh.onnx"), []string{filepath.Join(fixtures, "mlp_tanh.input.npy")}, out)
+	o.repeat, o.sessions = 5, 2
+	if err := run(context.Background(), &stdout, zap.NewNop(), o); err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Batch         int     `json:"batch"`
+		Repeat        int     `json:"repeat"`
+		Sessions      int     `json:"sessions"`
+		MSPerRun      float64 `json:"ms_per_run"`
+		SamplesPerSec float64 `json:"samples_per_sec"`
+		MSMedian      float64 `json:"ms_per_run_median"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Batch != 16 || sum.Repeat != 5 || sum.Sessions != 2 || sum.MSPerRun <= 0 || sum.MSMedian <= 0 ||
+		sum.SamplesPerSec <= 0 || sum.SamplesPerSec*sum.MSPerRun/1000 < 1.5*16 { // two sessions' rows in each run's time
+		t.Fatalf("summary %s", stdout.String())
+	}
+	want := readNPY(t, filepath.Join(fixtures, "mlp_tanh.logits.npy"))
+	got := readNPY(t, filepath.Join(out, "logits.npy"))
+	for i := range want.F32 {
+		if d := math.Abs(float64(got.F32[i] - want.F32[i])); d > 1e-5 {
+			t.Fatalf("logits[%d] = %v, PyTorch's %v", i, got.F32[i], want.F32[i])
+		}
+	}
+	for _, c := range []struct {
+		sessions, repeat int
+		want             string
+	}{
+		{2, 0, "needs --repeat"},
+		{0, 5, "want 1 to"},
+		{runtime.NumCPU() + 1, 5, "want 1 to"},
+	} {
+		o.sessions, o.repeat = c.sessions, c.repeat
+		if err := run(context.Background(), io.Discard, zap.NewNop(), o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--sessions %d --repeat %d: %v, want an error saying %q", c.sessions, c.repeat, err, c.want)
 		}
 	}
 }

@@ -1,14 +1,15 @@
-package batcher
+package onnx
 
 import (
 	"os"
-	"runtime"
+	goruntime "runtime"
 )
 
-// ReserveProcs raises GOMAXPROCS to workers + 1 when it is lower and the GOMAXPROCS
+// ReserveProcs raises GOMAXPROCS to callers + 1 when it is lower and the GOMAXPROCS
 // environment variable does not set it, and returns the value it had and whether it changed
-// it. A process whose batchers run workers policy workers in all calls it once, before the
-// batchers start (cmd/batcher does); a random policy makes no inference calls and needs none.
+// it. callers is how many goroutines of the process run sessions at once, each most of its
+// time inside [Session.Run]: a batcher's workers (cmd/batcher calls it with --workers), or
+// infer's --sessions. Call it once, before they start.
 //
 // Why: a worker spends most of a step inside ONNX Runtime, a cgo call that keeps its P. While
 // no P is idle, Go's sysmon thread takes the P back from a call after one 20 µs tick, finds
@@ -21,12 +22,13 @@ import (
 // 0.7–3.1 (each a worker preempted on cores the workers fill), and 10–37 ns of system time
 // per env step against 6–24. The spare P costs nothing while idle: ONNX Runtime makes no
 // threads of its own at one intra-op thread, and the workers never need more Ps than there
-// are workers. scripts/batcher_bench.sh's "w2 procs=cores" shape is the A/B.
-func ReserveProcs(workers int) (previous int, changed bool) {
-	previous = runtime.GOMAXPROCS(0)
-	if _, set := os.LookupEnv("GOMAXPROCS"); set || workers < 1 || previous > workers {
+// are workers. scripts/batcher_bench.sh's "w2 procs=cores" and "ort 2 sessions procs=cores"
+// shapes are the A/B.
+func ReserveProcs(callers int) (previous int, changed bool) {
+	previous = goruntime.GOMAXPROCS(0)
+	if _, set := os.LookupEnv("GOMAXPROCS"); set || callers < 1 || previous > callers {
 		return previous, false
 	}
-	runtime.GOMAXPROCS(workers + 1)
+	goruntime.GOMAXPROCS(callers + 1)
 	return previous, true
 }
