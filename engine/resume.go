@@ -14,6 +14,7 @@ import (
 
 	"github.com/towerrl/towerrl/engine/ddppo"
 	"github.com/towerrl/towerrl/engine/rundir"
+	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models"
 )
 
@@ -37,13 +38,8 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 		if g.Rank() > 0 {
 			return follow(ctx, Config{}, opts, true)
 		}
-		sent := false
-		defer func() {
-			if !sent {
-				err = ddppo.Send(ctx, g, ddppo.Shared{}, err)
-			}
-		}()
-		opts.ready = func(s ddppo.Shared) error { sent = true; return ddppo.Send(ctx, g, s, nil) }
+		done := lead(ctx, g, &opts)
+		defer func() { err = done(err) }()
 	} else {
 		opts.Ranks = nil
 	}
@@ -65,87 +61,26 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	if err := rundir.RemoveTemps(dir); err != nil {
 		return fail(err)
 	}
-	b, err := rundir.ReadConfig(dir)
+	r, err := readRun(ctx, dir, opts.Change)
 	if err != nil {
 		return fail(err)
 	}
-	stored, err := ParseConfig(b)
-	if err != nil {
-		return fail(fmt.Errorf("config.json: %w", err))
-	}
-	cfg := stored
-	if opts.Change != nil {
-		opts.Change(&cfg)
-	}
-	// A run that has not finished an iteration has trained nothing: it may take other
-	// settings (fewer envs after --envs 100000 did not fit) and starts again from the
-	// beginning with them; only its identity stays.
-	fresh := noMetrics(dir)
-	changeable := ResumeChangeable
-	if fresh {
-		changeable = freshChangeable(stored, cfg)
-	}
-	if err := resumeChanges(stored, cfg, changeable); err != nil {
-		return fail(err)
-	}
-	restart := fresh && !reflect.DeepEqual(cfg, stored)
-	asked := cfg // stored, with at most the changeable fields changed: config.json from now on
-	cfg, spec, err := cfg.resolve()
-	if err != nil {
-		return fail(err)
-	}
-	ckpt, err := models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
-	switch {
-	case errors.Is(err, os.ErrNotExist) && fresh:
-		ckpt = nil // stopped before the first checkpoint: nothing was trained, start again
-	case restart:
-		ckpt = nil // nothing trained, other settings: start again with them
-	case err != nil:
-		return fail(err)
-	default:
-		if err := checkCheckpoint(ckpt, stored); err != nil {
-			if !fresh || string(ckpt.Bytes["run_id"]) != stored.RunID {
-				return fail(err)
-			}
-			// Nothing trained, and a resume that changed the settings was cut before its
-			// first checkpoint: start again with config.json's.
-			ckpt = nil
-		}
-	}
-	var initData []byte
-	if cfg.InitPolicy != "" {
-		if ckpt != nil {
-			initData = ckpt.Bytes["init_policy"]
-		}
-		if initData == nil {
-			initData, _, err = rundir.ReadInitPolicy(cfg.InitPolicy, cfg.InitPolicySHA256)
-		} else {
-			_, err = rundir.CheckInitPolicy(initData, cfg.InitPolicySHA256)
-		}
-		if err != nil {
-			return fail(err)
-		}
-	}
-	out, err := json.MarshalIndent(asked, "", "  ")
-	if err != nil {
-		return fail(err)
-	}
-	if !reflect.DeepEqual(asked, stored) {
-		if err := rundir.WriteFile(filepath.Join(dir, configFile), append(out, '\n')); err != nil {
+	if r.changed {
+		if err := rundir.WriteFile(filepath.Join(dir, configFile), append(r.config, '\n')); err != nil {
 			return fail(err)
 		}
 	}
 	first := 0
-	if ckpt != nil {
-		first = int(ckpt.Ints["iteration"])
+	if r.ckpt != nil {
+		first = int(r.ckpt.Ints["iteration"])
 	}
-	if opts.Ranks, err = ranksOf(cfg, opts.Ranks); err != nil {
+	if opts.Ranks, err = ranksOf(r.cfg, opts.Ranks); err != nil {
 		return fail(err)
 	}
 	if opts.ready != nil {
-		s := ddppo.Shared{Config: out, InitPolicy: initData, Saving: true}
-		if ckpt != nil {
-			if s.Checkpoint, err = ckpt.MarshalBinary(); err != nil {
+		s := ddppo.Shared{Config: r.config, InitPolicy: r.initData, Saving: true}
+		if r.ckpt != nil {
+			if s.Checkpoint, err = r.ckpt.MarshalBinary(); err != nil {
 				return fail(err)
 			}
 		}
@@ -159,7 +94,95 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	}
 	lock = nil
 	opts.Out = dir
-	return trainRun(ctx, cfg, spec, opts, run, ckpt, initData, true)
+	return trainRun(ctx, r.cfg, r.spec, opts, run, r.ckpt, r.initData, true)
+}
+
+// resumed is what a run directory resumes with.
+type resumed struct {
+	cfg      Config    // resolved: what the run trains with
+	spec     envs.Spec // its env
+	config   []byte    // config.json from now on: the stored config with the changes asked
+	changed  bool      // config differs from the stored config.json
+	ckpt     *models.Checkpoint
+	initData []byte // the policy being fine-tuned, if any
+}
+
+// readRun reads the run in dir: config.json with change's edits (checked against
+// ResumeChangeable), its checkpoint (none when nothing was trained), and the policy it
+// fine-tunes (the checkpoint's copy, else the file, checked against its SHA-256).
+func readRun(ctx context.Context, dir string, change func(*Config)) (r resumed, err error) {
+	b, err := rundir.ReadConfig(dir)
+	if err != nil {
+		return r, err
+	}
+	stored, err := ParseConfig(b)
+	if err != nil {
+		return r, fmt.Errorf("config.json: %w", err)
+	}
+	cfg := stored
+	if change != nil {
+		change(&cfg)
+	}
+	// A run that has not finished an iteration has trained nothing: it may take other
+	// settings (fewer envs after --envs 100000 did not fit) and starts again from the
+	// beginning with them; only its identity stays.
+	fresh := noMetrics(dir)
+	changeable := ResumeChangeable
+	if fresh {
+		changeable = freshChangeable(stored, cfg)
+	}
+	if err := resumeChanges(stored, cfg, changeable); err != nil {
+		return r, err
+	}
+	restart := fresh && !reflect.DeepEqual(cfg, stored)
+	asked := cfg // stored, with at most the changeable fields changed: config.json from now on
+	if r.cfg, r.spec, err = cfg.resolve(); err != nil {
+		return r, err
+	}
+	r.ckpt, err = models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
+	switch {
+	case errors.Is(err, os.ErrNotExist) && fresh:
+		r.ckpt = nil // stopped before the first checkpoint: nothing was trained, start again
+	case restart:
+		r.ckpt = nil // nothing trained, other settings: start again with them
+	case err != nil:
+		return r, err
+	default:
+		if err := checkCheckpoint(r.ckpt, stored); err != nil {
+			if !fresh || string(r.ckpt.Bytes["run_id"]) != stored.RunID {
+				return r, err
+			}
+			// Nothing trained, and a resume that changed the settings was cut before its
+			// first checkpoint: start again with config.json's.
+			r.ckpt = nil
+		}
+	}
+	if r.initData, err = initPolicyOf(r.cfg, r.ckpt); err != nil {
+		return r, err
+	}
+	if r.config, err = json.MarshalIndent(asked, "", "  "); err != nil {
+		return r, err
+	}
+	r.changed = !reflect.DeepEqual(asked, stored)
+	return r, nil
+}
+
+// initPolicyOf is the policy a resumed fine-tune trains: the copy in its checkpoint, else the
+// InitPolicy file, either checked against the SHA-256 config.json records. Nil for a run
+// from scratch.
+func initPolicyOf(cfg Config, ckpt *models.Checkpoint) (data []byte, err error) {
+	if cfg.InitPolicy == "" {
+		return nil, nil
+	}
+	if ckpt != nil {
+		data = ckpt.Bytes["init_policy"]
+	}
+	if data == nil {
+		data, _, err = rundir.ReadInitPolicy(cfg.InitPolicy, cfg.InitPolicySHA256)
+		return data, err
+	}
+	_, err = rundir.CheckInitPolicy(data, cfg.InitPolicySHA256)
+	return data, err
 }
 
 // noMetrics reports whether the run in dir has not finished an iteration yet.

@@ -96,14 +96,8 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 		if g.Rank() > 0 {
 			return follow(ctx, cfg, opts, false)
 		}
-		// Rank 0 sends the run to the others before training, or its error if it fails first.
-		sent := false
-		defer func() {
-			if !sent {
-				err = ddppo.Send(ctx, g, ddppo.Shared{}, err)
-			}
-		}()
-		opts.ready = func(s ddppo.Shared) error { sent = true; return ddppo.Send(ctx, g, s, nil) }
+		done := lead(ctx, g, &opts)
+		defer func() { err = done(err) }()
 	}
 	cfg, spec, err := cfg.resolve()
 	if err != nil {
@@ -139,6 +133,20 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 		err = errors.Join(err, run.Discard())
 	}
 	return res, err
+}
+
+// lead makes rank 0 of a DD-PPO job send the run to the other ranks just before training
+// (opts.ready), and returns what the run's end must do with its error: send it to the other
+// ranks if it came before the run was sent.
+func lead(ctx context.Context, g ddppo.Group, opts *Options) func(error) error {
+	sent := false
+	opts.ready = func(s ddppo.Shared) error { sent = true; return ddppo.Send(ctx, g, s, nil) }
+	return func(err error) error {
+		if sent {
+			return err
+		}
+		return ddppo.Send(ctx, g, ddppo.Shared{}, err)
+	}
 }
 
 // trainRun trains cfg (resolved, on the env of spec) from checkpoint ckpt (nil: from the

@@ -101,6 +101,29 @@ func newTrainer(cfg Config, spec envs.Spec, pm policy.Model, opts Options) (*tra
 // start builds the run's buffers, towers and learner, and starts the collection, for a run
 // starting at firstIteration.
 func (t *trainer) start(ctx context.Context, firstIteration int) error {
+	t.obsNorm = newObsNorm(t.cfg, t.spec.Observation.Dim(), t.pm.Binding().Input)
+	t.rewNorm = newRewardNorm(t.cfg, t.cfg.Workers*t.cfg.Envs)
+	minibatch, bySeqs, err := t.newBatch()
+	if err != nil {
+		return err
+	}
+	if err := t.export(); err != nil {
+		return err
+	}
+	t.obsNorm.record(t.version) // the first rollouts' map
+	if err := t.bindPolicy(ctx); err != nil {
+		return err
+	}
+	if err := t.col.start(ctx, t.pol, firstIteration, t.version, t.model); err != nil {
+		return err
+	}
+	return t.newLearner(minibatch, bySeqs, firstIteration)
+}
+
+// newBatch makes the learner's batch and chooses how a rollout fills it (t.fill): row by
+// row, or as whole sequences for V-trace (bySeqs: the learner splits minibatches by
+// sequences) or a recurrent policy. It returns a minibatch's rows, or sequences.
+func (t *trainer) newBatch() (minibatch int, bySeqs bool, err error) {
 	cfg := t.cfg
 	n := cfg.Workers * cfg.Envs
 	rows := n * cfg.RolloutSteps
@@ -108,35 +131,35 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if _, ok := t.spec.Action.(envs.Discrete); ok {
 		actDim = 1
 	}
-	minibatch := rows / cfg.Minibatches
-	t.obsNorm, t.rewNorm = newObsNorm(cfg, obsDim, t.pm.Binding().Input), newRewardNorm(cfg, n)
 	states := t.pm.States()
-	seqAlg := false
-	if s, ok := t.alg.(algo.Sequential); ok && s.Sequences() {
+	s, ok := t.alg.(algo.Sequential)
+	switch {
+	case ok && s.Sequences():
 		// V-trace runs over whole time-ordered sequences of each env's rollout, which the
 		// batchers keep collecting while the learner trains.
 		if len(states) > 0 {
-			return fmt.Errorf("%w: %s does not train recurrent policies yet; use --algo ppo", ErrConfig, cfg.Algo)
+			return 0, false, fmt.Errorf("%w: %s does not train recurrent policies yet; use --algo ppo", ErrConfig, cfg.Algo)
 		}
 		L := cfg.seqLen()
 		seqs := n * (cfg.RolloutSteps / L)
 		if minibatch = seqs / cfg.Minibatches; minibatch < cfg.Towers {
-			return fmt.Errorf("%w: %s trains on whole sequences: %d envs × %d sequences of %d steps in %d minibatches leave %d per minibatch for %d towers; use more envs, a shorter seq_len or fewer minibatches",
+			return 0, false, fmt.Errorf("%w: %s trains on whole sequences: %d envs × %d sequences of %d steps in %d minibatches leave %d per minibatch for %d towers; use more envs, a shorter seq_len or fewer minibatches",
 				ErrConfig, cfg.Algo, n, cfg.RolloutSteps/L, L, cfg.Minibatches, minibatch, cfg.Towers)
 		}
-		t.seqLen, seqAlg = L, true
+		t.seqLen = L
 		t.alg = seqAlgo{Algorithm: t.alg, seqLen: L}
 		t.adv, t.ret = make([]float32, rows), make([]float32, rows)
 		t.batch = learner.NewSequenceBatch(rows, obsDim, actDim, 0)
 		t.fill = t.fillVTrace
-	} else if len(states) > 0 {
+		return minibatch, true, nil
+	case len(states) > 0:
 		// Minibatches of whole sequences: each env's rollout cut into RolloutSteps/seqLen,
 		// each replayed by the towers from the state the batcher fed at its first step
 		// (backpropagation through time over seqLen steps).
 		t.seqLen = cfg.seqLen()
 		seqs := n * (cfg.RolloutSteps / t.seqLen)
 		if minibatch = seqs / cfg.Minibatches; minibatch < cfg.Towers {
-			return fmt.Errorf("%w: a recurrent policy trains on whole sequences: %d envs × %d sequences of %d steps in %d minibatches leave %d per minibatch for %d towers; use more envs, a shorter seq_len or fewer minibatches",
+			return 0, false, fmt.Errorf("%w: a recurrent policy trains on whole sequences: %d envs × %d sequences of %d steps in %d minibatches leave %d per minibatch for %d towers; use more envs, a shorter seq_len or fewer minibatches",
 				ErrConfig, n, cfg.RolloutSteps/t.seqLen, t.seqLen, cfg.Minibatches, minibatch, cfg.Towers)
 		}
 		stateDim := 0
@@ -146,22 +169,24 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		t.adv, t.ret = make([]float32, rows), make([]float32, rows)
 		t.batch = learner.NewSampleBatch(rows, obsDim, actDim, stateDim)
 		t.fill = t.fillRecurrent
-	} else {
+		return minibatch, false, nil
+	default:
 		t.batch = learner.NewSampleBatch(rows, obsDim, actDim, 0)
 		t.fill = t.fillRows
+		return rows / cfg.Minibatches, false, nil
 	}
-	if err := t.export(); err != nil {
-		return err
-	}
-	t.obsNorm.record(t.version) // the first rollouts' map
-	// The weights reach the batchers in place (Batcher.Publish), not by a new export and new
-	// sessions per iteration; the observation normaliser's mean and scale with them.
-	// The batchers bind the policy as the model was bound: a foreign policy's names and head
-	// as the user gave them, else recognition (and a new critic's value).
+}
+
+// bindPolicy binds the exported policy (t.model) for the batchers. The weights reach them in
+// place (Batcher.Publish), not by a new export and new sessions per iteration; the
+// observation normaliser's mean and scale with them. The batchers bind the policy as the
+// model was bound: a foreign policy's names and head as the user gave them, else
+// recognition (and a new critic's value).
+func (t *trainer) bindPolicy(ctx context.Context) error {
 	pc := bind.Config{Session: t.session, Publish: t.obsNorm.layout(t.pm.PublishLayout(), len(t.pm.Flat())),
 		Names: t.pm.Binding().Names}
-	if cfg.Head != "" {
-		h, err := cfg.binding(t.spec)
+	if t.cfg.Head != "" {
+		h, err := t.cfg.binding(t.spec)
 		if err != nil {
 			return err
 		}
@@ -174,9 +199,13 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	if !t.pol.HasValue() {
 		return errors.New("engine: PPO needs a policy with a value output to bootstrap from")
 	}
-	if err := t.col.start(ctx, t.pol, firstIteration, t.version, t.model); err != nil {
-		return err
-	}
+	return nil
+}
+
+// newLearner makes the optimiser, the towers (minibatch rows or sequences each, split by
+// sequences when bySeqs) and the learner, whose minibatches continue from firstIteration.
+func (t *trainer) newLearner(minibatch int, bySeqs bool, firstIteration int) error {
+	cfg := t.cfg
 	updates := cfg.Epochs * cfg.Minibatches
 	var sched learner.Schedule = learner.Constant(cfg.LR)
 	if !cfg.ConstantLR {
@@ -189,7 +218,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 	tc := learner.TowersConfig{N: cfg.Towers, Minibatch: minibatch, MaxGradNorm: cfg.MaxGradNorm,
 		NormalizeAdvantages: !cfg.NoNormAdv, NoSpin: cfg.NoSpin, Collective: t.red.collective()}
 	factory := t.pm.Towers(t.alg, t.seqLen)
-	if seqAlg {
+	if bySeqs {
 		// The learner splits the batch by sequences; a feed-forward tower takes their rows.
 		factory = policy.SequenceRows(factory, t.seqLen)
 	}
@@ -198,7 +227,7 @@ func (t *trainer) start(ctx context.Context, firstIteration int) error {
 		return err
 	}
 	t.red.prepare(towers, t.batch, minibatch)
-	t.l, err = learner.New(learner.Config{TrainBatch: rows, SGDIters: cfg.Epochs, Seed: cfg.Seed,
+	t.l, err = learner.New(learner.Config{TrainBatch: cfg.Workers * cfg.Envs * cfg.RolloutSteps, SGDIters: cfg.Epochs, Seed: cfg.Seed,
 		FirstBatch: uint64(firstIteration)}, towers, t.batch)
 	return err
 }
