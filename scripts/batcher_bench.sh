@@ -3,32 +3,35 @@
 # (testdata/mlp_tanh.onnx) at batch 1024, one intra-op thread, measured in one run as
 #
 #   ort ×2 procs   two `infer --batch 1024 --repeat R` processes started together (one per
-#                  core), their rows/s summed: ONNX Runtime's bound for two workers
+#                  core): ONNX Runtime's bound for two workers
 #   ort ×1 proc    one such process: the bound for one worker
 #   ort 2 sessions `infer --sessions 2`: two sessions in one process, one goroutine each, as a
 #                  batcher's two workers run them (against ort ×2 procs: ONNX Runtime's own
 #                  in-process loss, if any)
 #   batcher w2     `batcher --workers 2 --envs 1024` (sampled): two workers in one process
 #   batcher w1     `batcher --workers 1 --envs 1024`
-#   batcher ×2     two `batcher --workers 1 --envs 1024` processes at once, summed: what two
+#   batcher ×2     two `batcher --workers 1 --envs 1024` processes at once: what two
 #                  workers reach without sharing a process (w2 against it is the in-process loss)
 #   w2 procs=cores batcher w2 with GOMAXPROCS set to the cores, as before onnx.ReserveProcs
 #                  gave the workers a spare P: the A/B of that change
 #   ort 2s procs=cores  ort 2 sessions with GOMAXPROCS set to the cores: the same A/B for
 #                  ONNX Runtime alone
 #
-# and prints the ratios the issue sets targets for: batcher w2 / ort ×2 procs and batcher w1 /
-# ort ×1 proc, each against 85%. Each process's CPU time (user + system, /usr/bin/time) is
-# printed as ns per row or step: it depends far less on other load than the rates do, so it
-# tells the shapes apart on a busy machine. The shapes run in turn, ROUNDS times, the order
-# reversed every other round so that load from elsewhere falls on all alike; the medians are
-# the figures. Not part of make test.
+# Processes run at once are measured over the union of their timed spans (timed_start_unix and
+# timed_end_unix, start_unix and end_unix in their summaries): summing each one's own rate
+# counts twice the time one runs while the other waits for a core. The script prints the
+# ratios the issue sets targets for, batcher w2 / ort ×2 procs and batcher w1 / ort ×1 proc,
+# each against 85%, and the ratios that separate the causes. Each process's CPU time (user +
+# system, /usr/bin/time) is printed as ns per row or step: it depends far less on other load
+# than the rates do, so it tells the shapes apart on a busy machine. The shapes run in turn,
+# ROUNDS times, the order reversed every other round so that load from elsewhere falls on all
+# alike; the medians are the figures. Not part of make test.
 #
 #   scripts/batcher_bench.sh [ROUNDS]       default 3 rounds; make bench-batcher runs it
 #
 # Environment: SHAPES (the shapes to run, default "ort2 ort1 ort2s w2 w1 x2 w2p ort2sp"; each
-# ratio is printed when both its shapes ran), RUNS (infer's timed runs, default 16000: about 3 s a process on a quiet core),
-# STEPS (batcher env steps, default 33554432: 32 rollouts of 128 steps × 2 workers × 1024
+# ratio is printed when both its shapes ran), RUNS (infer's timed runs, default 16000: about
+# 3 s a process on a quiet core), STEPS (batcher env steps, default 33554432: 32 rollouts of 128 steps × 2 workers × 1024
 # envs), ENVS (default 1024: the batch), ENV (CartPole-v1), MODEL (testdata/mlp_tanh.onnx),
 # GO, KEEP=1 keeps the runs' output.
 set -euo pipefail
@@ -94,10 +97,19 @@ cpu() { awk '{ print $1 + $2 }' "$tmp/$1.cpu"; }
 infer=("$tmp/bin/infer" --model "$model" --input "$input" --batch "$envs" --repeat "$runs" --threads 1)
 batcher=("$tmp/bin/batcher" --policy "$model" --env "$env" --envs "$envs" --steps "$steps" --log-json)
 
+# span TIMED ALL: reads lines "start end cpu" of processes run at once, TIMED rows timed and
+# ALL rows run by each, and prints their rows/s over the union of their timed spans (not the
+# sum of each one's own rate, which counts the time one ran alone twice when they do not
+# overlap) and their CPU ns per row.
+span() {
+	awk -v timed="$1" -v all="$2" 'NR == 1 || $1 < s { s = $1 } NR == 1 || $2 > e { e = $2 }
+		{ c += $3 } END { printf "%.0f %.1f", (e > s ? timed * NR / (e - s) : 0), c * 1e9 / (all * NR) }'
+}
+
 # ort NAME PROCS SESSIONS [GOMAXPROCS]: PROCS infer processes of SESSIONS sessions at once
-# (under that GOMAXPROCS when given); prints their summed rows/s and CPU ns per row.
+# (under that GOMAXPROCS when given); prints their rows/s (span) and CPU ns per row.
 ort() {
-	local i pre=()
+	local i j pre=()
 	if [[ -n "${4:-}" ]]; then
 		pre=(env GOMAXPROCS="$4")
 	fi
@@ -106,12 +118,13 @@ ort() {
 	done
 	finish
 	for ((i = 0; i < $2; i++)); do
-		echo "$(field "$(cat "$tmp/$1-$i.json")" samples_per_sec) $(cpu "$1-$i")"
-	done | awk -v rows="$((envs * (runs + 1) * $3))" '{ r += $1; c += $2 } END { printf "%.0f %.1f", r, c * 1e9 / (rows * NR) }'
+		j="$(cat "$tmp/$1-$i.json")"
+		echo "$(field "$j" timed_start_unix) $(field "$j" timed_end_unix) $(cpu "$1-$i")"
+	done | span "$((envs * runs * $3))" "$((envs * (runs + 1) * $3))"
 }
 
 # batch NAME PROCS WORKERS [GOMAXPROCS]: PROCS batcher processes of WORKERS workers at once
-# (under that GOMAXPROCS when given); prints their summed steps/s and CPU ns per step.
+# (under that GOMAXPROCS when given); prints their steps/s (span) and CPU ns per step.
 batch() {
 	local i pre=()
 	if [[ -n "${4:-}" ]]; then
@@ -121,14 +134,16 @@ batch() {
 		launch "$1-$i" "${pre[@]}" "${batcher[@]}" --workers "$3" --seed "$i"
 	done
 	finish
+	local j n
+	n="$(field "$(cat "$tmp/$1-0.json")" steps)" # each process's: the same --steps
 	for ((i = 0; i < $2; i++)); do
-		local j
 		j="$(cat "$tmp/$1-$i.json")"
-		echo "$(field "$j" steps_per_sec) $(cpu "$1-$i") $(field "$j" steps)"
-	done | awk '{ r += $1; c += $2; s += $3 } END { printf "%.0f %.1f", r, c * 1e9 / s }'
+		echo "$(field "$j" start_unix) $(field "$j" end_unix) $(cpu "$1-$i")"
+	done | span "$n" "$n"
 }
 
 declare -A rate cost
+
 read -r -a shapes <<<"${SHAPES:-ort2 ort1 ort2s w2 w1 x2 w2p ort2sp}"
 declare -A label=([ort2]="ort ×2 procs" [ort1]="ort ×1 proc" [ort2s]="ort 2 sessions" [w2]="batcher w2" [w1]="batcher w1"
 	[x2]="batcher ×2 procs" [w2p]="w2 procs=$(nproc)" [ort2sp]="ort 2s procs=$(nproc)")

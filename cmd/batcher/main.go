@@ -61,7 +61,8 @@
 // run that writes no shard into a folder it made removes the folder.
 //
 // A progress bar goes to stderr; one JSON object to stdout: steps, episodes, return_mean,
-// return_std, steps_per_sec, policy, env, device, the shards, the manifest and the time split.
+// return_std, steps_per_sec, start_unix and end_unix (the collection's span), policy, env,
+// device, the shards, the manifest and the time split.
 //
 // # Remote batchers
 //
@@ -148,15 +149,19 @@ type summary struct {
 	ReturnMean  *float64 `json:"return_mean"` // null when no episode ended, as train writes
 	ReturnStd   *float64 `json:"return_std"`
 	StepsPerSec float64  `json:"steps_per_sec"`
-	Policy      string   `json:"policy"`
-	Env         string   `json:"env"`
-	Device      string   `json:"device"`
-	Workers     int      `json:"workers"`
-	Envs        int      `json:"envs_per_worker"`
-	EnvThreads  int      `json:"env_threads"`
-	Shards      []string `json:"shards,omitempty"`
-	Manifest    string   `json:"manifest,omitempty"`
-	Split       split    `json:"time_split"`
+	// The collection's span (after set-up) as Unix times in seconds: batchers run at once are
+	// compared over the union of their spans (scripts/batcher_bench.sh).
+	Start      float64  `json:"start_unix"`
+	End        float64  `json:"end_unix"`
+	Policy     string   `json:"policy"`
+	Env        string   `json:"env"`
+	Device     string   `json:"device"`
+	Workers    int      `json:"workers"`
+	Envs       int      `json:"envs_per_worker"`
+	EnvThreads int      `json:"env_threads"`
+	Shards     []string `json:"shards,omitempty"`
+	Manifest   string   `json:"manifest,omitempty"`
+	Split      split    `json:"time_split"`
 }
 
 type split struct {
@@ -368,7 +373,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		default:
 		}
 	}
-	elapsed := time.Since(start)
+	end := time.Now()
+	elapsed := end.Sub(start)
+	sum.Start, sum.End = float64(start.UnixNano())/1e9, float64(end.UnixNano())/1e9
 	bar.Finish()
 	if data != nil {
 		if err := data.Finish(); err != nil {

@@ -22,7 +22,8 @@
 // As a throughput benchmark: --batch B (at most 2147483647, and only when the session's
 // buffers fit in the memory available) repeats the input rows cyclically up to B rows, and
 // --repeat N runs the model N more times after the first (warm-up) run and adds ms_per_run and
-// samples_per_sec (their mean) and ms_per_run_median to the summary:
+// samples_per_sec (their mean), ms_per_run_median, and timed_start_unix and timed_end_unix
+// (the timed runs' span, to compare processes timed at once over their union) to the summary:
 //
 //	infer --model testdata/nature_cnn.onnx --input testdata/nature_cnn.input.npy --out /tmp/o \
 //	      --batch 1024 --repeat 100 --provider cuda [--cuda-option use_tf32=0]
@@ -159,8 +160,12 @@ type summary struct {
 	MS          float64           `json:"ms"`
 	// With --repeat: the timed runs after the first, their mean time and throughput, and
 	// the median run's time.
-	Repeat        int     `json:"repeat,omitempty"`
-	Sessions      int     `json:"sessions,omitempty"` // --sessions, when more than 1
+	Repeat   int `json:"repeat,omitempty"`
+	Sessions int `json:"sessions,omitempty"` // --sessions, when more than 1
+	// The timed runs' span as Unix times in seconds: several processes timed at once are
+	// compared over the union of their spans, not by summing their own rates.
+	TimedStart    float64 `json:"timed_start_unix,omitempty"`
+	TimedEnd      float64 `json:"timed_end_unix,omitempty"`
 	MSPerRun      float64 `json:"ms_per_run,omitempty"`
 	SamplesPerSec float64 `json:"samples_per_sec,omitempty"`
 	MSMedian      float64 `json:"ms_per_run_median,omitempty"`
@@ -448,7 +453,9 @@ func timeRuns(ctx context.Context, sum *summary, s *onnx.Session, n int, o optio
 		})
 	}
 	wg.Wait()
-	el := time.Since(start)
+	end := time.Now()
+	el := end.Sub(start)
+	sum.TimedStart, sum.TimedEnd = unixSeconds(start), unixSeconds(end)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -461,6 +468,9 @@ func timeRuns(ctx context.Context, sum *summary, s *onnx.Session, n int, o optio
 		zap.Float64("ms_per_run_median", sum.MSMedian), zap.Float64("samples_per_sec", sum.SamplesPerSec))
 	return nil
 }
+
+// unixSeconds is t as Unix time in seconds.
+func unixSeconds(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
 
 // feedAll feeds every model input its array and returns the batch to run: the rows of the
 // inputs that follow the model's batch (--batch when given), which must all have the same
