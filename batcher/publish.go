@@ -35,6 +35,22 @@ func nonFinite(xs []float32) int {
 // every worker as it was. Publish calls are serialised; it may be called during Collect, from
 // any goroutine. After Close it returns ErrClosed.
 func (b *Batcher) Publish(ctx context.Context, version int64, flat []float32) error {
+	return b.publish(ctx, version, flat, func(r *bind.Runner) { r.Stage(version, flat) })
+}
+
+// PublishExplore is Publish with an exploration rate ε in [0, 1] that every worker takes with
+// the weights (bind.Runner.StageExplore): a qvalues head then acts ε-greedily with it, a
+// tanh-gaussian head takes a uniformly random action with probability ε. An off-policy
+// trainer publishes its schedule's ε this way, with no new export.
+func (b *Batcher) PublishExplore(ctx context.Context, version int64, flat []float32, explore float64) error {
+	if !(explore >= 0 && explore <= 1) {
+		return fmt.Errorf("%w: exploration rate %v, want [0, 1]", bind.ErrPublish, explore)
+	}
+	return b.publish(ctx, version, flat, func(r *bind.Runner) { r.StageExplore(version, flat, explore) })
+}
+
+// publish is Publish, each worker's weights staged by stage.
+func (b *Batcher) publish(ctx context.Context, version int64, flat []float32, stage func(*bind.Runner)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -77,7 +93,7 @@ func (b *Batcher) Publish(ctx context.Context, version int64, flat []float32) er
 		}
 	}
 	for _, r := range targets {
-		r.Stage(version, flat)
+		stage(r)
 	}
 	b.newest.Store(version)
 	return nil

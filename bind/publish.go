@@ -183,7 +183,11 @@ type fed struct {
 	mu      sync.Mutex // guards front, version and the back set's contents
 	front   int        // the set the session reads
 	version int64      // the version staged in the back set
-	staged  atomic.Bool
+	// explore is the exploration rate staged with the weights (see Runner.StageExplore), when
+	// hasExplore.
+	explore    float64
+	hasExplore bool
+	staged     atomic.Bool
 }
 
 // newFed makes the two sets of s's fed weights, both holding the model's values, and uses the
@@ -205,9 +209,12 @@ func newFed(s *onnx.Session, pub *publishing) (*fed, error) {
 
 // stage copies flat's weights into the back set, for the worker to take before its next step.
 // The session may be running on the front set meanwhile.
-func (f *fed) stage(version int64, flat []float32) {
+func (f *fed) stage(version int64, flat []float32, explore float64, hasExplore bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if hasExplore {
+		f.explore, f.hasExplore = explore, true
+	}
 	back := f.sets[1-f.front].Buffers()
 	for i, p := range f.pub.params {
 		copy(back[i], flat[p.Offset:p.Offset+p.Len])
@@ -217,13 +224,13 @@ func (f *fed) stage(version int64, flat []float32) {
 }
 
 // take makes the staged set the one s reads, between two steps (the worker's goroutine), and
-// returns its version.
-func (f *fed) take(s *onnx.Session) (int64, error) {
+// returns its version and the exploration rate staged last (ok false when none was).
+func (f *fed) take(s *onnx.Session) (version int64, explore float64, ok bool, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.front = 1 - f.front
 	f.staged.Store(false)
-	return f.version, s.UseWeights(f.sets[f.front])
+	return f.version, f.explore, f.hasExplore, s.UseWeights(f.sets[f.front])
 }
 
 // TakeWeights installs the weights a Stage left, between two steps (the worker's goroutine):
@@ -237,11 +244,14 @@ func (a *Runner) TakeWeights() error {
 
 // takeWeights is TakeWeights once weights are staged.
 func (a *Runner) takeWeights() error {
-	v, err := a.fed.take(a.sess)
+	v, explore, ok, err := a.fed.take(a.sess)
 	if err != nil {
 		return err
 	}
 	a.version = v
+	if ok {
+		a.explore, a.hasExplore = explore, true
+	}
 	return nil
 }
 
@@ -258,4 +268,14 @@ func (a *Runner) Layout() ([]Param, int) {
 // Stage copies flat, laid out as Layout says, into the set of weight buffers the session does
 // not read, as version, for TakeWeights to install before the next step. It may be called from
 // any goroutine, while the session runs on the other set. The caller checks flat's length.
-func (a *Runner) Stage(version int64, flat []float32) { a.fed.stage(version, flat) }
+func (a *Runner) Stage(version int64, flat []float32) { a.fed.stage(version, flat, 0, false) }
+
+// StageExplore is Stage with an exploration rate ε in [0, 1] that the Runner takes with the
+// weights, for an off-policy trainer's schedule: a qvalues head acts ε-greedily with it
+// instead of its metadata's towerrl.epsilon, and a tanh-gaussian head takes, with probability
+// ε, an action drawn uniformly from the env's bounds instead of its sample (SB3's random
+// actions before learning_starts). It stays until the next StageExplore. A deterministic
+// Runner ignores it. The caller checks ε.
+func (a *Runner) StageExplore(version int64, flat []float32, explore float64) {
+	a.fed.stage(version, flat, explore, true)
+}

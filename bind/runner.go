@@ -29,8 +29,11 @@ type Runner struct {
 	rngs          []*rand.Rand // one per env, owned by the worker
 	deterministic bool
 	version       int64 // the policy version of the weights the session reads
-	inference     time.Duration
-	fed           *fed // the published weights' buffers; nil when the policy is not published in place
+	// explore is the exploration rate StageExplore gave, when hasExplore (see there).
+	explore    float64
+	hasExplore bool
+	inference  time.Duration
+	fed        *fed // the published weights' buffers; nil when the policy is not published in place
 
 	chunk  int  // rows per call
 	fixed  bool // static batch: every call runs exactly chunk rows
@@ -353,7 +356,11 @@ func (a *Runner) sample(n int, acts, envActs, logp []float32) error {
 		}
 		return nil
 	case head.QValuesKind:
-		q, act := head.QValues{N: a.spec.N, Epsilon: a.spec.Epsilon}, a.act[:n]
+		eps := a.spec.Epsilon
+		if a.hasExplore {
+			eps = a.explore
+		}
+		q, act := head.QValues{N: a.spec.N, Epsilon: eps}, a.act[:n]
 		var err error
 		if a.deterministic {
 			err = q.Mode(a.params.dst[:n*d], act, logp[:n])
@@ -419,6 +426,9 @@ func (a *Runner) sample(n int, acts, envActs, logp []float32) error {
 			return fmt.Errorf("bind: %w", err)
 		}
 	}
+	if tanh && a.hasExplore && a.explore > 0 && !a.deterministic {
+		a.uniform(n, d, raw, logp)
+	}
 	if tanh {
 		for k, u := range raw {
 			env[k] = float32(math.Tanh(float64(u)))
@@ -429,6 +439,25 @@ func (a *Runner) sample(n int, acts, envActs, logp []float32) error {
 		}
 	}
 	return nil
+}
+
+// uniform replaces, with probability a.explore, row i's tanh-gaussian sample by an action
+// drawn uniformly from [−1, 1]^d (env i's stream: one number to choose, unless the rate is 1,
+// then d): raw gets its u = atanh(a), logp the log-density of that u, Σ log((1 − a²)/2).
+func (a *Runner) uniform(n, d int, raw, logp []float32) {
+	for i := range n {
+		rng := a.rngs[i]
+		if a.explore < 1 && rng.Float64() >= a.explore {
+			continue
+		}
+		lp := 0.0
+		for j := range d {
+			x := min(max(2*rng.Float64()-1, -atanhLimit), atanhLimit)
+			raw[i*d+j] = float32(math.Atanh(x))
+			lp += math.Log((1 - x*x) / 2)
+		}
+		logp[i] = float32(lp)
+	}
 }
 
 // logStdRow is row i's log_std: shared, per row, or the second half of a Split row.

@@ -20,8 +20,8 @@ var ErrConfig = errors.New("engine: invalid config")
 // Booleans are phrased so that false is the default.
 type Config struct {
 	Env string `json:"env"` // Gymnasium id (required)
-	// Algo is a registered algorithm (engine/algo): "ppo" (default), "appo", "impala" or
-	// "ddppo". An algorithm may have its own defaults for TotalSteps, Epochs, Minibatches,
+	// Algo is a registered algorithm (engine/algo): "ppo" (default), "appo", "impala",
+	// "ddppo", or the off-policy "dqn" and "sac" (SB3's defaults, below). An algorithm may have its own defaults for TotalSteps, Epochs, Minibatches,
 	// LR, Lambda and SeqLen (algo.Defaulter: appo, discrete actions, 3 passes over sequences
 	// of 4 steps for 600k steps, Box 4 passes; impala 2 passes at 1e-4 with λ = 1 for 1M).
 	Algo string `json:"algo"`
@@ -130,6 +130,34 @@ type Config struct {
 	// paper's); 1 turns preemption off, as does any value with ceil(SyncFrac·N) = N (the
 	// default on 2 ranks: use 0.5 there). Unused by the other algorithms.
 	SyncFrac float64 `json:"sync_frac,omitempty"`
+
+	// Off-policy algorithms (dqn, sac: those that learn from a replay buffer), with SB3's
+	// names and defaults unless said; unused by the others (see config_replay.go and
+	// docs/offpolicy.md). Each collection of TrainFreq steps of every env goes into a buffer
+	// of BufferSize transitions, then GradientSteps updates on BatchSize rows sampled from it
+	// (none before LearningStarts env steps, when the actions are uniformly random). An
+	// iteration (a metrics line) is RolloutSteps steps of each env, whole collections.
+
+	BufferSize     int   `json:"buffer_size,omitempty"`     // dqn, sac: transitions the replay buffer keeps; default 1,000,000 (or total_steps when fewer)
+	LearningStarts int64 `json:"learning_starts,omitempty"` // dqn, sac: env steps of uniformly random actions before learning; default 100
+	TrainFreq      int   `json:"train_freq,omitempty"`      // dqn, sac: steps of each env per collection; default 4 (dqn), 1 (sac)
+	GradientSteps  int   `json:"gradient_steps,omitempty"`  // dqn, sac: updates per collection; default 1; -1: as many as transitions collected
+	BatchSize      int   `json:"batch_size,omitempty"`      // dqn, sac: rows per update; default 32 (dqn), 256 (sac)
+	// TargetUpdateInterval: the target networks move every so many env steps (dqn, as SB3
+	// counts it; default 10,000) or gradient steps (sac; default 1), by Polyak averaging with
+	// Tau (default 1 for dqn, a hard copy; 0.005 for sac).
+	TargetUpdateInterval int     `json:"target_update_interval,omitempty"`
+	Tau                  float64 `json:"tau,omitempty"`
+	// DQN's ε-greedy exploration: ε goes linearly from ExplorationInitialEps (default 1) to
+	// ExplorationFinalEps (default 0.05) over the first ExplorationFraction (default 0.1) of
+	// TotalSteps, then stays; it is 1 before LearningStarts. ε is set at each collection.
+	ExplorationFraction   float64 `json:"exploration_fraction,omitempty"`
+	ExplorationInitialEps float64 `json:"exploration_initial_eps,omitempty"`
+	ExplorationFinalEps   float64 `json:"exploration_final_eps,omitempty"`
+	// NoBufferCheckpoint leaves the replay buffer out of the checkpoints (its size is logged
+	// when they hold it): smaller and faster checkpoints, but a resume starts with an empty
+	// buffer and so is not the run an uninterrupted one would have been.
+	NoBufferCheckpoint bool `json:"no_buffer_checkpoint,omitempty"`
 }
 
 // WithDefaults fills zero fields and validates the result; errors name the field.
@@ -177,6 +205,9 @@ func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 	}
 	if err := c.checkAlgoFields(); err != nil {
 		return c, err
+	}
+	if capabilities(c.Algo).Replay {
+		return c.replayDefaults(spec)
 	}
 	switch {
 	case c.EvalEpisodes < -1 || c.EvalEpisodes > maxEvalEpisodes:
@@ -343,10 +374,13 @@ func (c Config) checkAlgoFields() error {
 	if !capabilities(c.Algo).Ranks && c.SyncFrac != 0 {
 		bad = append(bad, fmt.Sprintf("sync_frac %g", c.SyncFrac))
 	}
+	if !capabilities(c.Algo).Replay {
+		bad = append(bad, c.replayFieldsSet()...)
+	}
 	if len(bad) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: not used by --algo %s (queue_size, broadcast_interval and max_policy_lag are impala's and appo's, sync_frac ddppo's); drop them or choose the algorithm they belong to",
+	return fmt.Errorf("%w: %s: not used by --algo %s (queue_size, broadcast_interval and max_policy_lag are impala's and appo's, sync_frac ddppo's, the replay buffer's fields dqn's and sac's); drop them or choose the algorithm they belong to",
 		ErrConfig, strings.Join(bad, ", "), c.Algo)
 }
 

@@ -106,14 +106,27 @@ func clip(s string) string {
 }
 
 // explicitZeros applies to c, decoded from data, what a zero written in the JSON means where
-// it differs from "the default": an "ent_coef" of 0 is no entropy bonus (-1). Every config
+// it differs from "the default": an "ent_coef" of 0 is no entropy bonus (-1), an
+// "exploration_final_eps" of 0 a greedy end to DQN's schedule (-1), a "learning_starts" of 0
+// learning from the first collection on (-1). Every config
 // read back (config.json, a checkpoint's) goes through it, so a run and its resume agree.
 func explicitZeros(data []byte, c *Config) {
 	var given struct {
-		EntCoef *float64 `json:"ent_coef"`
+		EntCoef  *float64 `json:"ent_coef"`
+		FinalEps *float64 `json:"exploration_final_eps"`
+		Starts   *int64   `json:"learning_starts"`
 	}
-	if err := json.Unmarshal(data, &given); err == nil && given.EntCoef != nil && *given.EntCoef == 0 {
+	if json.Unmarshal(data, &given) != nil {
+		return
+	}
+	if given.EntCoef != nil && *given.EntCoef == 0 {
 		c.EntCoef = -1
+	}
+	if given.FinalEps != nil && *given.FinalEps == 0 {
+		c.ExplorationFinalEps = -1 // DQN's greedy end (a 0 would take the default)
+	}
+	if given.Starts != nil && *given.Starts == 0 {
+		c.LearningStarts = -1 // learning from the first collection on (SB3's learning_starts 0)
 	}
 }
 
@@ -122,7 +135,6 @@ var configAliases = map[string]string{
 	"learning_rate": "lr", "n_steps": "rollout_steps", "num_steps": "rollout_steps", "num_envs": "envs",
 	"n_envs": "envs", "n_epochs": "epochs", "update_epochs": "epochs", "num_minibatches": "minibatches",
 	"clip_range": "clip_coef", "total_timesteps": "total_steps", "seed_": "seed", "env_id": "env",
-	"batch_size": "minibatches (a count: rows per minibatch = workers·envs·rollout_steps / minibatches)",
 }
 
 // configFields lists Config's JSON field names.

@@ -13,11 +13,16 @@ import (
 	"time"
 )
 
-// killRun is the run the kill test interrupts: long enough (24 iterations, a checkpoint every
-// 3) that random kill times land before the first iteration, between checkpoints, during a
-// checkpoint or a resume, and near the end.
-func killRun() Config {
-	return Config{Env: "CartPole-v1", TotalSteps: 512 * 24, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1}
+// killRuns are the runs the kill test interrupts, by name: long enough (24 iterations, a
+// checkpoint every 3) that random kill times land before the first iteration, between
+// checkpoints, during a checkpoint or a resume, and near the end. PPO's, and the off-policy
+// loop's with DQN and SAC (their checkpoints hold the replay buffer and the sampling stream).
+var killRuns = map[string]Config{
+	"ppo": {Env: "CartPole-v1", TotalSteps: 512 * 24, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
+	"dqn": {Env: "CartPole-v1", Algo: "dqn", TotalSteps: 200 * 24, Envs: 2, TrainFreq: 4, RolloutSteps: 100, LearningStarts: 300,
+		TargetUpdateInterval: 100, Hidden: []int{32, 32}, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
+	"sac": {Env: "Pendulum-v1", Algo: "sac", TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, GradientSteps: 2, LearningStarts: 200,
+		BatchSize: 32, Hidden: []int{32, 32}, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
 }
 
 // TestMain lets the kill test run Train or Resume in a child process (this test binary, with
@@ -28,7 +33,7 @@ func TestMain(m *testing.M) {
 		if _, serr := os.Stat(filepath.Join(dir, configFile)); serr == nil {
 			_, err = Resume(context.Background(), dir, Options{})
 		} else {
-			_, err = Train(context.Background(), killRun(), Options{Out: dir})
+			_, err = Train(context.Background(), killRuns[os.Getenv("TOWERRL_KILL_RUN")], Options{Out: dir})
 		}
 		if err != nil {
 			os.Stderr.WriteString(err.Error() + "\n")
@@ -42,15 +47,29 @@ func TestMain(m *testing.M) {
 // TestKillAndResume SIGKILLs a training process at random moments — before its first
 // iteration, mid-iteration, while writing a checkpoint, during a resume — and resumes it each
 // time; the run must end with the policy.onnx of an uninterrupted run, byte for byte. The
-// short version kills 5 times; -short=false with TOWERRL_KILLS=20 runs the 20.
+// short version kills 5 times (3 for each off-policy run); -short=false with TOWERRL_KILLS=20
+// runs the 20.
 func TestKillAndResume(t *testing.T) {
-	kills := 5
-	if n := os.Getenv("TOWERRL_KILLS"); n != "" {
-		kills = atoi(t, n)
+	for _, name := range []string{"ppo", "dqn", "sac"} {
+		t.Run(name, func(t *testing.T) {
+			kills := 5
+			if name != "ppo" {
+				kills = 3
+			}
+			if n := os.Getenv("TOWERRL_KILLS"); n != "" {
+				kills = atoi(t, n)
+			}
+			killAndResume(t, name, kills)
+		})
 	}
+}
+
+// killAndResume kills the run killRuns[name] kills times and checks it ends as an
+// uninterrupted one.
+func killAndResume(t *testing.T, name string, kills int) {
 	full := filepath.Join(t.TempDir(), "full")
 	start := time.Now()
-	if _, err := Train(context.Background(), killRun(), Options{Out: full}); err != nil {
+	if _, err := Train(context.Background(), killRuns[name], Options{Out: full}); err != nil {
 		t.Fatal(err)
 	}
 	span := time.Since(start) + 300*time.Millisecond // the child also loads ONNX Runtime
@@ -68,7 +87,7 @@ func TestKillAndResume(t *testing.T) {
 		runs++
 		for finished := false; !finished; {
 			cmd := exec.Command(os.Args[0], "-test.run", "^$")
-			cmd.Env = append(os.Environ(), "TOWERRL_KILL_CHILD="+dir)
+			cmd.Env = append(os.Environ(), "TOWERRL_KILL_CHILD="+dir, "TOWERRL_KILL_RUN="+name)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			if err := cmd.Start(); err != nil {

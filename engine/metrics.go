@@ -54,6 +54,9 @@ type Metrics struct {
 	Transport *TransportMetrics `json:"transport,omitempty"`
 	// Preemption describes a DD-PPO iteration's straggler preemption (nil when it is off).
 	Preemption *PreemptMetrics `json:"preemption,omitempty"`
+	// Replay describes an off-policy iteration (dqn, sac): the replay buffer's fill, the
+	// updates and their rate, the exploration rate (nil for the other algorithms).
+	Replay *ReplayMetrics `json:"replay,omitempty"`
 	// Stats holds every statistic the algorithm reports, by name (algo.Algorithm.StatNames,
 	// means over the iteration's updates): those of the fields above and the algorithm's own,
 	// such as the total loss and V-trace's rho_mean and rho_clip_frac. TensorBoard shows each

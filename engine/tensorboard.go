@@ -99,6 +99,11 @@ func (b *tensorBoard) figures(m Metrics) (int64, []rundir.Scalar) {
 		f("async/batcher_idle", a.BatcherIdle)
 		f("async/learner_idle", a.LearnerIdle)
 	}
+	if r := m.Replay; r != nil {
+		f("replay/buffer_fill", Float(r.BufferFill))
+		f("replay/updates", Float(r.Updates))
+		f("replay/updates_per_sec", r.UpdatesPerSec)
+	}
 	if t := m.Transport; t != nil {
 		f("transport/rollouts", Float(t.Rollouts))
 		f("transport/bytes", Float(t.Bytes))

@@ -95,7 +95,7 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{Config{}, ErrConfig},
 		{Config{Env: "Nope-v0"}, envs.ErrUnknownEnv},
-		{Config{Env: "CartPole-v1", Algo: "dqn"}, ErrConfig},
+		{Config{Env: "CartPole-v1", Algo: "nope"}, ErrConfig},
 		{Config{Env: "CartPole-v1", Gamma: 2}, ErrConfig},
 		{Config{Env: "CartPole-v1", TotalSteps: 100}, ErrConfig},
 		{Config{Env: "CartPole-v1", Towers: 200}, ErrConfig},

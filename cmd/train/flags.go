@@ -27,6 +27,10 @@ type configFlags struct {
 	noSpin, normObs, normReward, constantLR           bool
 	syncFrac, lr, gamma, lambda, clip, ent, logStd    float64
 	head                                              cli.HeadFlags
+	// Off-policy algorithms (dqn, sac).
+	bufferSize, trainFreq, gradSteps, batchSize int
+	learningStarts                              int64
+	noBufferCkpt                                bool
 }
 
 func (f *configFlags) register(fs *flag.FlagSet) {
@@ -60,6 +64,12 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.ckptEvery, "checkpoint-every", 0, "iterations between checkpoints (default 10; may change on --resume)")
 	fs.BoolVar(&f.normObs, "norm-obs", false, "normalise observations by their running mean and variance, the map frozen into policy.onnx (--norm-obs=false turns a preset's off)")
 	fs.BoolVar(&f.normReward, "norm-reward", false, "scale rewards by the running std of the discounted return (--norm-reward=false turns a preset's off)")
+	fs.IntVar(&f.bufferSize, "buffer-size", 0, "dqn/sac: transitions the replay buffer keeps (default 1000000, or total-steps when fewer)")
+	fs.Int64Var(&f.learningStarts, "learning-starts", 0, "dqn/sac: env steps of uniformly random actions before the first update (default 100; 0 given here: learn from the first collection)")
+	fs.IntVar(&f.trainFreq, "train-freq", 0, "dqn/sac: steps of each env per collection (default 4 dqn, 1 sac)")
+	fs.IntVar(&f.gradSteps, "gradient-steps", 0, "dqn/sac: updates after each collection (default 1; -1: as many as the transitions collected)")
+	fs.IntVar(&f.batchSize, "batch-size", 0, "dqn/sac: rows per update (default 32 dqn, 256 sac)")
+	fs.BoolVar(&f.noBufferCkpt, "no-buffer-checkpoint", false, "dqn/sac: leave the replay buffer out of the checkpoints (smaller, faster; a resume starts with an empty buffer and is then approximate)")
 	f.head.Register(fs)
 }
 
@@ -111,6 +121,17 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 		"queue-size":         func(c *engine.Config) { c.QueueSize = f.queue },
 		"broadcast-interval": func(c *engine.Config) { c.BroadcastInterval = f.broadcast },
 		"max-policy-lag":     func(c *engine.Config) { c.MaxPolicyLag = f.maxLag },
+		// Off-policy algorithms (dqn, sac).
+		"buffer-size": func(c *engine.Config) { c.BufferSize = f.bufferSize },
+		"learning-starts": func(c *engine.Config) {
+			if c.LearningStarts = f.learningStarts; f.learningStarts == 0 {
+				c.LearningStarts = -1 // an explicit 0 (engine.ParseConfig's convention)
+			}
+		},
+		"train-freq":           func(c *engine.Config) { c.TrainFreq = f.trainFreq },
+		"gradient-steps":       func(c *engine.Config) { c.GradientSteps = f.gradSteps },
+		"batch-size":           func(c *engine.Config) { c.BatchSize = f.batchSize },
+		"no-buffer-checkpoint": func(c *engine.Config) { c.NoBufferCheckpoint = f.noBufferCkpt },
 		// How a foreign --init-policy is bound (as batcher's and eval's flags).
 		"head":          func(c *engine.Config) { c.Head = f.head.Head },
 		"action-space":  func(c *engine.Config) { c.ActionSpace = f.head.ActionSpace },

@@ -26,8 +26,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
+	"slices"
 
 	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"github.com/towerrl/towerrl/engine"
@@ -152,6 +154,15 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 		line := fmt.Sprintf("iter %d  steps %d  return %s  pg %.4f  v %.4f  ent %.3f  kl %.4f  clip %.3f  ev %.2f  collect %.0f/s  learn %.0f/s",
 			m.Iteration, m.EnvSteps, ret, float64(m.PolicyLoss), float64(m.ValueLoss), float64(m.Entropy), float64(m.ApproxKL),
 			float64(m.ClipFrac), float64(m.ExplainedVar), float64(m.CollectSPS), float64(m.LearnSPS))
+		if r := m.Replay; r != nil { // an off-policy run: its own figures
+			line = fmt.Sprintf("iter %d  steps %d  return %s  buffer %d  updates %d (%.0f/s)  ε %.3f  collect %.0f/s", m.Iteration, m.EnvSteps, ret,
+				r.BufferFill, r.Updates, float64(r.UpdatesPerSec), float64(r.Epsilon), float64(m.CollectSPS))
+			for _, k := range slices.Sorted(maps.Keys(m.Stats)) {
+				if k != "epsilon" {
+					line += fmt.Sprintf("  %s %.4g", k, float64(m.Stats[k]))
+				}
+			}
+		}
 		if a := m.Async; a != nil {
 			line += fmt.Sprintf("  lag %.1f (max %d)  queue %d  idle batchers %.0f%% learner %.0f%%",
 				float64(a.PolicyLagMean), a.PolicyLagMax, a.Queue, 100*float64(a.BatcherIdle), 100*float64(a.LearnerIdle))

@@ -151,11 +151,9 @@ type Factory func(Settings) (Algorithm, error)
 // for an algorithm that trains across ranks, feeds an on-policy one a single rollout per
 // version), never from the algorithm's name.
 //
-// An off-policy algorithm (engine/dqn, engine/sac over engine/replay) would register the
-// capabilities of its own collection here, say a replay buffer and its number of updates per
-// collection, and the trainer would choose its collection and update strategies from them at
-// its construction (see engine's collector and reducer interfaces), as it chooses the
-// asynchronous ring from [Sequential] today.
+// An off-policy algorithm (engine/dqn, engine/sac over engine/replay) registers with
+// [RegisterReplay], which sets Replay: the engine then runs its own off-policy loop, chosen
+// once when the run starts, as it chooses the asynchronous ring from [Sequential].
 type Capabilities struct {
 	// OnPolicy: the algorithm trains only on rows of the policy version being trained (ppo,
 	// ddppo); a rollout of an older version is dropped, and the collectors get every
@@ -165,6 +163,11 @@ type Capabilities struct {
 	// collects with its own batchers and the gradients are averaged across the ranks.
 	// Only such an algorithm takes Options.Ranks of more than one rank.
 	Ranks bool
+	// Replay: the algorithm learns from a replay buffer (dqn, sac: registered with
+	// [RegisterReplay], made with [NewReplay]). The engine runs it with its off-policy loop,
+	// chosen once when a run starts: collections of train_freq env steps into the buffer, each
+	// followed by gradient_steps updates on minibatches sampled from it.
+	Replay bool
 }
 
 type registration struct {

@@ -70,3 +70,26 @@ func TestStatsByName(t *testing.T) {
 		t.Fatal("a statistic the algorithm does not report is not NaN")
 	}
 }
+
+// TestRegisterReplay: an off-policy algorithm's registration says Replay (and not OnPolicy),
+// NewReplay makes its learner, and New — the on-policy loss — answers with an error saying how
+// it is run; NewReplay of an on-policy or unknown name lists the off-policy ones.
+func TestRegisterReplay(t *testing.T) {
+	made := 0
+	algo.RegisterReplay("fake-replay", func(s algo.ReplaySettings) (algo.ReplayLearner, error) {
+		made++
+		return nil, errors.New("made")
+	}, algo.Capabilities{OnPolicy: true})
+	if c, ok := algo.CapabilitiesOf("fake-replay"); !ok || !c.Replay || c.OnPolicy {
+		t.Fatalf("CapabilitiesOf(fake-replay) = %+v, %v; want Replay only", c, ok)
+	}
+	if _, err := algo.NewReplay("fake-replay", algo.ReplaySettings{}); err == nil || err.Error() != "made" || made != 1 {
+		t.Fatalf("NewReplay: %v after %d calls", err, made)
+	}
+	if _, err := algo.New("fake-replay", algo.Settings{}); err == nil || !strings.Contains(err.Error(), "replay buffer") {
+		t.Fatalf("New(fake-replay) = %v, want an error saying it learns from a replay buffer", err)
+	}
+	if _, err := algo.NewReplay(ppo.Name, algo.ReplaySettings{}); !errors.Is(err, algo.ErrUnknown) || !strings.Contains(err.Error(), "fake-replay") {
+		t.Fatalf("NewReplay(ppo) = %v, want ErrUnknown listing fake-replay", err)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/models"
 )
@@ -259,4 +260,17 @@ func (n Net) Export(g *models.DenseGraph, p []float32, x, scope string) (string,
 		}
 	}
 	return x, nil
+}
+
+// PublishLayout places parameters p's layers in the graph Export builds with scope scope
+// (scope.l.weight, scope.l.bias), for publishing them in place (bind.Config.Publish): offsets
+// into the flat vector, in layer order.
+func (n Net) PublishLayout(scope string) []bind.Param {
+	ps := make([]bind.Param, 0, 2*len(n.Sizes))
+	for l, out := range n.Sizes {
+		w, b := n.Layer(l)
+		ps = append(ps, bind.Param{Name: fmt.Sprintf("%s.%d.weight", scope, l), Offset: w, Len: b - w},
+			bind.Param{Name: fmt.Sprintf("%s.%d.bias", scope, l), Offset: b, Len: out})
+	}
+	return ps
 }

@@ -1,0 +1,111 @@
+package algo
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/engine/replay"
+	"github.com/towerrl/towerrl/models"
+	"github.com/towerrl/towerrl/models/head"
+)
+
+// An off-policy algorithm (engine/dqn, engine/sac) learns from a replay buffer: the engine's
+// off-policy loop collects a few env steps with the batchers, adds them to the buffer and
+// runs several gradient steps on minibatches sampled from it. Its package registers a
+// [ReplayFactory] with [RegisterReplay]; the registration's capabilities say Replay, and the
+// engine chooses its off-policy loop from that, once, when a run starts.
+
+// ReplaySettings are what an off-policy learner is made from: the env's sizes and the run's
+// hyper-parameters (after the config's defaults).
+type ReplaySettings struct {
+	// ObsDim is the observation's values; Actions the number of a Discrete space's actions
+	// (0 for a Box), ActDim a Box's dimensions (0 for a Discrete space).
+	ObsDim, Actions, ActDim int
+	Hidden                  []int
+	Activation              string // "relu" or "tanh"
+	Gamma, LR, AdamEps      float64
+	// MaxGradNorm clips each step's gradient by global norm; 0 or negative: none.
+	MaxGradNorm float64
+	// Tau is the Polyak coefficient of the target networks; TargetEvery the interval of
+	// their updates, in the algorithm's unit (env steps for dqn, as SB3 counts them; gradient
+	// steps for sac).
+	Tau         float64
+	TargetEvery int
+	Minibatch   int
+	Towers      int
+	NoSpin      bool
+	// EntCoef fixes SAC's α when positive; 0 tunes it automatically from 1 (SB3's "auto").
+	EntCoef float64
+	// Rng draws the initial weights.
+	Rng *rand.Rand
+}
+
+// ReplayLearner is an off-policy algorithm's networks, optimisers and update as the engine's
+// loop drives it. It belongs to the loop's goroutine.
+type ReplayLearner interface {
+	// StatNames names the statistics Update reports, in order; the loop writes their means
+	// over an iteration's updates into the metrics (TensorBoard: losses/<name>).
+	StatNames() []string
+	// Update takes one gradient step on b, drawing any noise from rng, and writes its
+	// statistics into stats (len(StatNames()) values).
+	Update(ctx context.Context, b *replay.Batch, rng *rand.Rand, stats []float64) error
+	// Collected tells the learner the env steps collected so far, after each collection
+	// (DQN moves its target network every TargetEvery env steps, as SB3 does).
+	Collected(steps int64)
+	// Acting is the parameters of the network the batchers act with, laid out as
+	// PublishLayout places them in Export's graph; the loop publishes them in place.
+	Acting() []float32
+	PublishLayout() []bind.Param
+	// Head is the head the acting network's export carries: qvalues or tanh-gaussian.
+	Head() head.Kind
+	// Export is the acting network (policy.onnx) as policy version version, with spec's env,
+	// observation shape and action space.
+	Export(spec head.Spec, version int64) ([]byte, error)
+	// Store puts the networks, optimisers and counters into a checkpoint; Load restores
+	// them, so that a resumed learner takes the same steps bit for bit.
+	Store(c *models.Checkpoint) error
+	Load(c *models.Checkpoint) error
+	// Close stops the learner's towers.
+	Close() error
+}
+
+// ReplayFactory makes an off-policy learner.
+type ReplayFactory func(ReplaySettings) (ReplayLearner, error)
+
+var replayRegistry = map[string]ReplayFactory{}
+
+// RegisterReplay makes an off-policy algorithm available under name: its Capabilities get
+// Replay, and its on-policy Factory (New) answers with an error saying how it is run. It
+// panics as Register does.
+func RegisterReplay(name string, f ReplayFactory, caps Capabilities) {
+	if f == nil {
+		panic("algo: RegisterReplay with a nil factory")
+	}
+	caps.Replay, caps.OnPolicy = true, false
+	Register(name, func(Settings) (Algorithm, error) {
+		return nil, fmt.Errorf("algo: %s learns from a replay buffer; the engine runs it with its off-policy loop (NewReplay), not as an on-policy loss", name)
+	}, caps)
+	mu.Lock()
+	defer mu.Unlock()
+	replayRegistry[name] = f
+}
+
+// NewReplay makes the off-policy learner registered under name.
+func NewReplay(name string, s ReplaySettings) (ReplayLearner, error) {
+	mu.RLock()
+	f, ok := replayRegistry[name]
+	mu.RUnlock()
+	if !ok {
+		var names []string
+		for _, n := range Names() {
+			if c, _ := CapabilitiesOf(n); c.Replay {
+				names = append(names, n)
+			}
+		}
+		return nil, fmt.Errorf("%w %q among the off-policy algorithms; registered: %s", ErrUnknown, name, strings.Join(names, ", "))
+	}
+	return f(s)
+}

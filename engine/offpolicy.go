@@ -1,0 +1,477 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/towerrl/towerrl/batcher"
+	"github.com/towerrl/towerrl/bind"
+	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/replay"
+	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/models"
+	"github.com/towerrl/towerrl/models/head"
+)
+
+// The off-policy loop: the run of an algorithm that learns from a replay buffer (its
+// registration's capabilities say Replay: dqn, sac). trainRun hands such a run here once, at
+// its start; nothing of the on-policy trainer is asked about it afterwards. It shares the run
+// directory (config.json, metrics.jsonl, TensorBoard, policy.onnx, checkpoint/), Options.Stop
+// and the end-of-run evaluation with the on-policy runs.
+//
+// Each iteration is RolloutSteps/TrainFreq collections. A collection publishes the learner's
+// acting network into the batchers in place with the exploration rate of the moment
+// (Batcher.PublishExplore: DQN's ε from its linear schedule, SAC's uniformly random actions
+// before LearningStarts), steps every env TrainFreq times, adds the transitions to the replay
+// buffer (the final observation as the next one where an episode ended), and, once more than
+// LearningStarts env steps are collected, runs GradientSteps updates on minibatches sampled
+// uniformly from the buffer with the run's sampling stream.
+
+// ReplayMetrics are what an off-policy iteration adds to its metrics.
+type ReplayMetrics struct {
+	// BufferFill is the transitions in the replay buffer, of BufferSize.
+	BufferFill int `json:"buffer_fill"`
+	BufferSize int `json:"buffer_size"`
+	// Updates is the gradient steps since the run began; UpdatesPerSec this iteration's rate
+	// over its learning time.
+	Updates       int64 `json:"updates"`
+	UpdatesPerSec Float `json:"updates_per_sec"`
+	// Epsilon is DQN's exploration rate at the iteration's last collection (the probability
+	// of a random action; 1 before learning_starts); for SAC, 1 before learning_starts (random
+	// actions) and 0 after.
+	Epsilon Float `json:"epsilon"`
+}
+
+// replayRun is one off-policy run's state.
+type replayRun struct {
+	cfg    Config
+	spec   envs.Spec
+	hspec  head.Spec
+	opts   Options
+	run    *runDir
+	l      algo.ReplayLearner
+	buf    *replay.Buffer
+	batch  *replay.Batch
+	pcg    *rand.PCG // the sampling stream (minibatches, SAC's noise)
+	rng    *rand.Rand
+	pol    *bind.Policy
+	b      *batcher.Batcher
+	stats  []float64 // one update's statistics
+	sums   []float64 // their sums over an iteration
+	actBuf []float32 // a step's actions as the buffer stores them (SAC: tanh of the raw ones)
+
+	steps, eps, version, updates int64
+	explore                      float64 // the exploration rate last published
+	logged                       bool    // logBuffer said its piece
+}
+
+// trainReplay is trainRun for an off-policy algorithm: from checkpoint ckpt (nil: from the
+// start) into run.
+func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir, ckpt *models.Checkpoint, saving bool) (res Result, err error) {
+	start := time.Now()
+	defer func() { err = errors.Join(err, run.Close()) }()
+	if opts.Source != nil {
+		return res, fmt.Errorf("%w: --algo %s collects with its own batchers; remote collection (--serve) is for the on-policy and asynchronous algorithms", ErrConfig, cfg.Algo)
+	}
+	if err := openTensorBoard(run, cfg, opts.NoTensorBoard); err != nil {
+		return res, err
+	}
+	r, err := newReplayRun(ctx, cfg, spec, opts, run)
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, r.close()) }()
+	first := 0
+	ckptPath := ""
+	if run.Path() != "" {
+		ckptPath = filepath.Join(run.Path(), checkpointFile)
+	}
+	if ckpt != nil {
+		first = int(ckpt.Ints["iteration"])
+		if err := r.restore(ckpt); err != nil {
+			return res, err
+		}
+	} else if saving {
+		if err := r.checkpoint(ctx, ckptPath, 0); err != nil {
+			return res, err
+		}
+		run.Resumable()
+	}
+	iters := cfg.Iterations()
+	complete := ckpt != nil && first >= iters
+	if complete {
+		if err := r.writePolicy(true); err != nil { // policy.onnx must be the checkpoint's
+			return res, err
+		}
+	}
+	for it := first; it < iters; it++ {
+		m, err := r.iterate(ctx, it)
+		if errors.Is(err, ErrNonFinite) {
+			err = fmt.Errorf("%w; %s", err, kept(run))
+		}
+		if err != nil {
+			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
+		}
+		last, stop := it+1 == iters, stopped(opts.Stop)
+		saved := saving && ((it+1)%cfg.CheckpointEvery == 0 || last || stop)
+		c0 := time.Now()
+		if saved || last {
+			if err := r.writePolicy(false); err != nil {
+				return res, err
+			}
+		}
+		m.WallSeconds = Float(time.Since(start).Seconds())
+		// The metrics line goes first: a checkpoint on disk is never ahead of metrics.jsonl.
+		if err := run.Metrics(m); err != nil {
+			return res, err
+		}
+		if saved {
+			if err := r.checkpoint(ctx, ckptPath, it+1); err != nil {
+				return res, err
+			}
+		}
+		m.CheckpointSeconds = Float(time.Since(c0).Seconds())
+		if opts.Progress != nil {
+			opts.Progress(m)
+		}
+		if stop && !last {
+			if !saving {
+				return res, fmt.Errorf("%w after iteration %d of %d", ErrStopped, it+1, iters)
+			}
+			return res, fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, iters, run.Path())
+		}
+	}
+	h := paramsHash(r.l.Acting())
+	res = Result{EnvSteps: r.steps, Iterations: max(first, iters), TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(),
+		Dir: run.Path(), ParamsSHA256: hex.EncodeToString(h[:]), Complete: complete}
+	if res.Curve, err = run.Curve(opts.Plot, curveTitle(cfg)); err != nil {
+		return res, err
+	}
+	if cfg.EvalEpisodes > 0 {
+		model, err := r.l.Export(r.hspec, r.version)
+		if err != nil {
+			return res, err
+		}
+		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: spec, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
+			Deterministic: true}, r.pol.WithModel(model, r.version))
+		if err != nil {
+			return res, err
+		}
+		res.EvalReturnMean, res.EvalReturnStd, res.EvalEpisodes = ev.ReturnMean, ev.ReturnStd, len(ev.Returns)
+	}
+	res.WallSeconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// newReplayRun makes the run's learner, buffer, policy binding and batchers, as a fresh run
+// has them.
+func newReplayRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir) (*replayRun, error) {
+	hb, err := cfg.binding(spec)
+	if err != nil {
+		return nil, err
+	}
+	od := spec.Observation.Dim()
+	s := algo.ReplaySettings{ObsDim: od, Hidden: cfg.Hidden, Activation: cfg.Activation, Gamma: cfg.Gamma, LR: cfg.LR,
+		AdamEps: cfg.AdamEps, MaxGradNorm: cfg.MaxGradNorm, Tau: cfg.Tau, TargetEvery: cfg.TargetUpdateInterval,
+		Minibatch: cfg.BatchSize, Towers: cfg.Towers, NoSpin: cfg.NoSpin, EntCoef: cfg.EntCoef,
+		Rng: rand.New(rand.NewPCG(cfg.Seed, 0x6f66662d706f6c69))} // "off-poli": the weights' stream
+	actDim := 1
+	if d, ok := spec.Action.(envs.Discrete); ok {
+		s.Actions = d.N
+	} else {
+		s.ActDim, actDim = spec.Action.Dim(), spec.Action.Dim()
+	}
+	r := &replayRun{cfg: cfg, spec: spec, hspec: hb.Spec, opts: opts, run: run, pcg: rand.NewPCG(cfg.Seed, 0x7265706c6179), // "replay"
+		explore: -1}
+	r.rng = rand.New(r.pcg)
+	if r.l, err = algo.NewReplay(cfg.Algo, s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	r.stats = make([]float64, len(r.l.StatNames()))
+	r.sums = make([]float64, len(r.stats))
+	if r.buf, err = replay.New(replay.Config{Capacity: cfg.BufferSize, ObsDim: od, ActDim: actDim}); err != nil {
+		return nil, errors.Join(fmt.Errorf("%w: %w", ErrConfig, err), r.close())
+	}
+	r.batch = replay.NewBatch(cfg.BatchSize, od, actDim)
+	r.actBuf = make([]float32, cfg.Workers*cfg.Envs*actDim)
+	model, err := r.l.Export(r.hspec, 0)
+	if err == nil {
+		r.pol, err = bind.New(ctx, model, 0, spec, bind.Config{Session: opts.Session, Publish: r.l.PublishLayout()})
+	}
+	if err == nil {
+		r.b, err = batcher.New(ctx, batcher.Config{Env: spec, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs, Steps: cfg.TrainFreq,
+			Seed: cfg.Seed, NoSpin: cfg.NoSpin}, r.pol)
+	}
+	if err != nil {
+		return nil, errors.Join(err, r.close())
+	}
+	return r, nil
+}
+
+// iterate runs iteration it: its collections, each with its updates.
+func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
+	cfg := r.cfg
+	clear(r.sums)
+	var collect, learn, publish time.Duration
+	var eps []batcher.Episode
+	updates, rows := 0, 0
+	for range cfg.RolloutSteps / cfg.TrainFreq {
+		p0 := time.Now()
+		if err := r.publish(ctx); err != nil {
+			return Metrics{}, err
+		}
+		c0 := time.Now()
+		publish += c0.Sub(p0)
+		ro, err := r.b.Collect(ctx, cfg.TrainFreq)
+		if err != nil {
+			return Metrics{}, err
+		}
+		if err := r.add(ro); err != nil {
+			return Metrics{}, err
+		}
+		eps = append(eps, ro.Episodes...)
+		n := ro.T * ro.N
+		rows += n
+		r.steps += int64(n)
+		r.l.Collected(r.steps)
+		l0 := time.Now()
+		collect += l0.Sub(c0)
+		k, err := r.learn(ctx, n)
+		if err != nil {
+			return Metrics{}, err
+		}
+		updates += k
+		learn += time.Since(l0)
+	}
+	nan := Float(math.NaN())
+	m := Metrics{Iteration: it + 1, EnvSteps: r.steps, Episodes: len(eps), ReturnMean: nan, ReturnMin: nan, ReturnMax: nan,
+		LengthMean: nan, PolicyLoss: nan, ValueLoss: nan, Entropy: nan, ApproxKL: nan, ClipFrac: nan, ExplainedVar: nan,
+		LR: Float(cfg.LR), CollectSPS: Float(float64(rows) / collect.Seconds()), LearnSPS: nan, Version: r.version,
+		CollectSeconds: Float(collect.Seconds()), LearnSeconds: Float(learn.Seconds()), PublishSeconds: Float(publish.Seconds())}
+	m.Replay = &ReplayMetrics{BufferFill: r.buf.Len(), BufferSize: cfg.BufferSize, Updates: r.updates, UpdatesPerSec: nan,
+		Epsilon: Float(r.explore)}
+	if updates > 0 {
+		m.LearnSPS = Float(float64(updates*cfg.BatchSize) / learn.Seconds())
+		m.Replay.UpdatesPerSec = Float(float64(updates) / learn.Seconds())
+		for i := range r.sums {
+			r.sums[i] /= float64(updates)
+		}
+		m.Stats = statMap(algo.Stats{Names: r.l.StatNames(), Values: r.sums})
+	}
+	if r.l.Head() == head.QValuesKind {
+		if m.Stats == nil {
+			m.Stats = map[string]Float{}
+		}
+		m.Stats["epsilon"] = Float(r.explore)
+	}
+	episodeStats(&m, eps)
+	r.eps += int64(len(eps))
+	m.EpisodesAll = r.eps
+	return m, nil
+}
+
+// exploration is the exploration rate of the next collection: 1 (random actions) before
+// LearningStarts env steps; then DQN's ε, falling linearly from ExplorationInitialEps to
+// ExplorationFinalEps over the first ExplorationFraction of TotalSteps (SB3's schedule), and
+// 0 for SAC, which explores by sampling its actor.
+func (r *replayRun) exploration() float64 {
+	cfg := r.cfg
+	if r.steps < cfg.LearningStarts {
+		return 1
+	}
+	if r.l.Head() != head.QValuesKind {
+		return 0
+	}
+	progress := min(1, float64(r.steps)/(cfg.ExplorationFraction*float64(cfg.TotalSteps)))
+	return cfg.ExplorationInitialEps + progress*(cfg.finalEps()-cfg.ExplorationInitialEps)
+}
+
+// publish makes the learner's acting network the batchers' policy, with the exploration
+// rate of the moment.
+func (r *replayRun) publish(ctx context.Context) error {
+	r.explore = r.exploration()
+	return r.b.PublishExplore(ctx, r.version, r.l.Acting(), r.explore)
+}
+
+// add puts a collection's transitions into the buffer, step by step: the observation after
+// step t is the one at t+1 (the rollout's LastObs after its last step), or the final
+// observation where the episode ended. SAC's actions go in squashed, tanh of the raw draws.
+func (r *replayRun) add(ro *batcher.Rollout) error {
+	n, od, ad := ro.N, ro.ObsDim, ro.ActDim
+	tanh := r.l.Head() == head.TanhGaussianKind
+	for t := range ro.T {
+		obs := ro.Obs[t*n*od : (t+1)*n*od]
+		next := ro.LastObs[:n*od]
+		if t+1 < ro.T {
+			next = ro.Obs[(t+1)*n*od : (t+2)*n*od]
+		}
+		act := ro.Actions[t*n*ad : (t+1)*n*ad]
+		if tanh {
+			for k, u := range act {
+				r.actBuf[k] = float32(math.Tanh(float64(u)))
+			}
+			act = r.actBuf[:n*ad]
+		}
+		row := ro.Rewards[t*n : (t+1)*n]
+		if err := r.buf.Add(obs, act, row, ro.Terminated[t*n:(t+1)*n], ro.Truncated[t*n:(t+1)*n], next,
+			ro.FinalObs[t*n*od:(t+1)*n*od]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// learn runs a collection's updates, once more than LearningStarts env steps are in: the
+// configured GradientSteps, or as many as the collection's collected transitions. It returns
+// how many it ran.
+func (r *replayRun) learn(ctx context.Context, collected int) (int, error) {
+	if r.steps <= r.cfg.LearningStarts {
+		return 0, nil
+	}
+	k := r.cfg.GradientSteps
+	if k < 0 {
+		k = collected
+	}
+	for range k {
+		if err := r.buf.Sample(r.rng, r.batch); err != nil {
+			return 0, err
+		}
+		if err := r.l.Update(ctx, r.batch, r.rng, r.stats); err != nil {
+			return 0, err
+		}
+		for i, v := range r.stats {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return 0, fmt.Errorf("%w: the %s is %v (lower lr, or look for NaN in the env's observations and rewards)", ErrNonFinite, r.l.StatNames()[i], v)
+			}
+			r.sums[i] += v
+		}
+		r.updates++
+	}
+	if k > 0 {
+		r.version++
+		if err := finite(algo.Stats{}, r.l.Acting()); err != nil {
+			return 0, err
+		}
+	}
+	return k, nil
+}
+
+// writePolicy writes policy.onnx, the acting network's export (a Q-network plays greedily in
+// eval; the batchers get their ε with each publish). onlyIfDiffers leaves a matching file
+// alone.
+func (r *replayRun) writePolicy(onlyIfDiffers bool) error {
+	if r.run.Path() == "" {
+		return nil
+	}
+	model, err := r.l.Export(r.hspec, r.version)
+	if err != nil {
+		return err
+	}
+	if onlyIfDiffers && r.run.HasPolicy(model, nil) {
+		return nil
+	}
+	return r.run.Policy(model, nil)
+}
+
+// checkpoint writes what a resume needs after iteration iterations to path (nothing without
+// a run directory): the counters, the learner's networks and optimisers, the sampling
+// stream, the batchers' envs and streams, and the replay buffer unless NoBufferCheckpoint.
+func (r *replayRun) checkpoint(ctx context.Context, path string, iteration int) error {
+	if path == "" {
+		return nil
+	}
+	snap, err := r.b.Snapshot()
+	if err != nil {
+		return err
+	}
+	rng, err := r.pcg.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	c := &models.Checkpoint{
+		Ints: map[string]int64{"iteration": int64(iteration), "env_steps": r.steps, "episodes": r.eps, "version": r.version,
+			"updates": r.updates},
+		Bytes: map[string][]byte{"batcher": snap, "run_id": []byte(r.cfg.RunID), "rng/replay": rng},
+	}
+	if c.Bytes["config"], err = json.Marshal(r.cfg); err != nil {
+		return err
+	}
+	if err := r.l.Store(c); err != nil {
+		return err
+	}
+	if !r.cfg.NoBufferCheckpoint {
+		var b bytes.Buffer
+		b.Grow(int(r.buf.SnapshotSize()))
+		if _, err := r.buf.WriteTo(&b); err != nil {
+			return err
+		}
+		c.Bytes["replay"] = b.Bytes()
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("engine: checkpoint: %w", err)
+	}
+	if err := models.SaveCheckpoint(ctx, path, c); err != nil {
+		return err
+	}
+	r.logBuffer()
+	return nil
+}
+
+// logBuffer says, at the first checkpoint after the start of a process that holds
+// transitions, what the checkpoints do with the replay buffer and how large it is.
+func (r *replayRun) logBuffer() {
+	log := r.opts.Session.Logger
+	if log == nil || r.logged || r.buf.Len() == 0 {
+		return
+	}
+	r.logged = true
+	if r.cfg.NoBufferCheckpoint {
+		log.Info("the checkpoints leave the replay buffer out (no_buffer_checkpoint): a resume starts with an empty buffer, so it is not the run an uninterrupted one would be")
+		return
+	}
+	full := 4 * int64(r.cfg.BufferSize) * int64(2*r.batch.ObsDim+r.batch.ActDim+3)
+	log.Info(fmt.Sprintf("the checkpoints hold the replay buffer: %s now (%d transitions), about %s when full (buffer_size %d); no_buffer_checkpoint (--no-buffer-checkpoint) leaves it out, making a resume approximate",
+		mib(r.buf.SnapshotSize()), r.buf.Len(), mib(full), r.cfg.BufferSize))
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// restore sets the run to checkpoint c's state (after newReplayRun made it afresh) and checks
+// that the checkpoint is an off-policy one of this shape.
+func (r *replayRun) restore(c *models.Checkpoint) error {
+	if err := r.l.Load(c); err != nil {
+		return fmt.Errorf("engine: the checkpoint: %w (was it written by another algorithm or network shape? train afresh into a new --out)", err)
+	}
+	if err := r.pcg.UnmarshalBinary(c.Bytes["rng/replay"]); err != nil {
+		return fmt.Errorf("engine: the checkpoint's sampling stream (rng/replay): %w", err)
+	}
+	r.steps, r.eps, r.version, r.updates = c.Ints["env_steps"], c.Ints["episodes"], c.Ints["version"], c.Ints["updates"]
+	if snap, ok := c.Bytes["replay"]; ok {
+		if _, err := r.buf.ReadFrom(bytes.NewReader(snap)); err != nil {
+			return fmt.Errorf("engine: the checkpoint's replay buffer: %w", err)
+		}
+	} else if log := r.opts.Session.Logger; log != nil {
+		log.Info("the checkpoint holds no replay buffer (no_buffer_checkpoint): the resumed run starts with an empty one, so it is not the run an uninterrupted one would have been")
+	}
+	return r.b.Restore(c.Bytes["batcher"])
+}
+
+func (r *replayRun) close() error {
+	var errs []error
+	if r.b != nil {
+		errs = append(errs, r.b.Close())
+	}
+	if r.l != nil {
+		errs = append(errs, r.l.Close())
+	}
+	return errors.Join(errs...)
+}
