@@ -123,7 +123,6 @@ import (
 	"github.com/towerrl/towerrl/cmd/internal/cli"
 	"github.com/towerrl/towerrl/dataset"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/onnx"
 	"go.uber.org/zap"
 )
 
@@ -313,9 +312,6 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 			return err
 		}
 	}
-	if policy != nil {
-		reserveProcs(log, o.workers)
-	}
 	perRound := int64(o.envs * o.workers)
 	b, err := batcher.New(ctx, batcher.Config{Env: env, Workers: o.workers, EnvsPerWorker: o.envs, EnvThreads: o.envThreads,
 		Steps: rollout, Seed: o.seed, Deterministic: o.deterministic, Logger: log}, policy)
@@ -398,12 +394,4 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	sum.StepsPerSec = float64(total) / elapsed.Seconds()
 	log.Info("done", zap.Int64("steps", total), zap.Int("episodes", sum.Episodes), zap.Float64("steps_per_sec", sum.StepsPerSec))
 	return cli.Summary(stdout, sum)
-}
-
-// reserveProcs gives the workers' process a spare P (onnx.ReserveProcs) and logs it.
-func reserveProcs(log *zap.Logger, workers int) {
-	if was, changed := onnx.ReserveProcs(workers); changed {
-		log.Info("GOMAXPROCS raised for the workers' inference calls (set GOMAXPROCS to keep it)",
-			zap.Int("from", was), zap.Int("to", workers+1))
-	}
 }

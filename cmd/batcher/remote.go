@@ -221,7 +221,6 @@ func runRemote(ctx context.Context, stdout io.Writer, log *zap.Logger, o options
 	if o.remote.info {
 		cfg.Info = func(line []byte) { log.Info("learner", zap.ByteString("info", line)) }
 	}
-	reserveProcs(log, o.workers)
 	sum, err := remote.RunBatcher(ctx, o.remote.connect, cfg)
 	if err != nil {
 		return err

@@ -31,8 +31,7 @@
 // --sessions K (with --repeat; 1 to the number of CPUs) times K sessions of the model in this
 // one process at once, each on its own goroutine with its own copy of the inputs, as K batcher
 // workers run theirs: samples_per_sec is then all K sessions' rows over the wall time, and
-// ms_per_run and ms_per_run_median are per session run. GOMAXPROCS is raised to K + 1 unless
-// the GOMAXPROCS variable sets it (onnx.ReserveProcs). The outputs are the first session's.
+// ms_per_run and ms_per_run_median are per session run. The outputs are the first session's.
 //
 // A recurrent state whose batch is on another axis than 0 (torch's [layers, batch, hidden],
 // SB3-contrib RecurrentPPO's [1, batch, 256]: dimension 0 fixed, one other dynamic) is given
@@ -426,9 +425,6 @@ func timeRuns(ctx context.Context, sum *summary, s *onnx.Session, n int, o optio
 		sessions = append(sessions, x)
 	}
 	if o.sessions > 1 {
-		if was, changed := onnx.ReserveProcs(o.sessions); changed {
-			log.Info("GOMAXPROCS raised for the sessions' runs (set GOMAXPROCS to keep it)", zap.Int("from", was), zap.Int("to", o.sessions+1))
-		}
 		sum.Sessions = o.sessions
 	}
 	runs := make([][]time.Duration, len(sessions))

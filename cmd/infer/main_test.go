@@ -198,8 +198,6 @@ func TestInferBench(t *testing.T) {
 // the first session's outputs as one session does, and is refused without --repeat or past
 // the CPUs.
 func TestInferSessions(t *testing.T) {
-	procs := runtime.GOMAXPROCS(0) // onnx.ReserveProcs raises it for the sessions
-	t.Cleanup(func() { runtime.GOMAXPROCS(procs) })
 	out := filepath.Join(t.TempDir(), "out")
 	var stdout bytes.Buffer
 	o := opts(filepath.Join(fixtures, "mlp_tanh.onnx"), []string{filepath.Join(fixtures, "mlp_tanh.input.npy")}, out)
