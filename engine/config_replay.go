@@ -6,7 +6,6 @@ import (
 
 	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/internal/bounded"
 )
 
 // The config of an off-policy algorithm (capabilities Replay: dqn, sac): its own defaults,
@@ -162,12 +161,8 @@ func (c Config) checkReplay(spec envs.Spec, discrete bool) error {
 	if discrete {
 		actDim = 1
 	}
-	need, err := replay.Bytes(replay.Config{Capacity: c.BufferSize, ObsDim: spec.Observation.Dim(), ActDim: actDim})
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if err := bounded.Check(fmt.Sprintf("buffer_size %d", c.BufferSize), need, "use a smaller buffer_size"); err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
+	if err := replay.Check(replay.Config{Capacity: c.BufferSize, ObsDim: spec.Observation.Dim(), ActDim: actDim}); err != nil {
+		return fmt.Errorf("%w: buffer_size %d: %w; use a smaller buffer_size", ErrConfig, c.BufferSize, err)
 	}
 	return nil
 }

@@ -16,10 +16,10 @@ import (
 	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models"
-	"github.com/towerrl/towerrl/models/head"
 )
 
 // The off-policy loop: the run of an algorithm that learns from a replay buffer (its
@@ -55,7 +55,7 @@ type ReplayMetrics struct {
 type replayRun struct {
 	cfg    Config
 	spec   envs.Spec
-	hspec  head.Spec
+	hb     policy.Head // the acting network's head, as its export declares it
 	opts   Options
 	run    *runDir
 	l      algo.ReplayLearner
@@ -157,7 +157,7 @@ func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, 
 		return res, err
 	}
 	if cfg.EvalEpisodes > 0 {
-		model, err := r.l.Export(r.hspec, r.version)
+		model, err := r.l.Export(r.hb.Spec, r.version)
 		if err != nil {
 			return res, err
 		}
@@ -183,14 +183,15 @@ func newReplayRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options,
 	s := algo.ReplaySettings{ObsDim: od, Hidden: cfg.Hidden, Activation: cfg.Activation, Gamma: cfg.Gamma, LR: cfg.LR,
 		AdamEps: cfg.AdamEps, MaxGradNorm: cfg.MaxGradNorm, Tau: cfg.Tau, TargetEvery: cfg.TargetUpdateInterval,
 		Minibatch: cfg.BatchSize, Towers: cfg.Towers, NoSpin: cfg.NoSpin, EntCoef: cfg.EntCoef,
-		Rng: rand.New(rand.NewPCG(cfg.Seed, 0x6f66662d706f6c69))} // "off-poli": the weights' stream
+		Rng:     rand.New(rand.NewPCG(cfg.Seed, 0x6f66662d706f6c69)), // "off-poli": the weights' stream
+		Explore: algo.LinearSchedule{Initial: cfg.ExplorationInitialEps, Final: cfg.finalEps(), Fraction: cfg.ExplorationFraction, Total: cfg.TotalSteps}}
 	actDim := 1
 	if d, ok := spec.Action.(envs.Discrete); ok {
 		s.Actions = d.N
 	} else {
 		s.ActDim, actDim = spec.Action.Dim(), spec.Action.Dim()
 	}
-	r := &replayRun{cfg: cfg, spec: spec, hspec: hb.Spec, opts: opts, run: run, pcg: rand.NewPCG(cfg.Seed, 0x7265706c6179), // "replay"
+	r := &replayRun{cfg: cfg, spec: spec, hb: hb, opts: opts, run: run, pcg: rand.NewPCG(cfg.Seed, 0x7265706c6179), // "replay"
 		explore: -1}
 	r.rng = rand.New(r.pcg)
 	if r.l, err = algo.NewReplay(cfg.Algo, s); err != nil {
@@ -203,7 +204,7 @@ func newReplayRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options,
 	}
 	r.batch = replay.NewBatch(cfg.BatchSize, od, actDim)
 	r.actBuf = make([]float32, cfg.Workers*cfg.Envs*actDim)
-	model, err := r.l.Export(r.hspec, 0)
+	model, err := r.l.Export(r.hb.Spec, 0)
 	if err == nil {
 		r.pol, err = bind.New(ctx, model, 0, spec, bind.Config{Session: opts.Session, Publish: r.l.PublishLayout()})
 	}
@@ -267,7 +268,7 @@ func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
 		}
 		m.Stats = statMap(algo.Stats{Names: r.l.StatNames(), Values: r.sums})
 	}
-	if r.l.Head() == head.QValuesKind {
+	if _, ok := r.l.Exploration(r.steps); ok {
 		if m.Stats == nil {
 			m.Stats = map[string]Float{}
 		}
@@ -288,11 +289,8 @@ func (r *replayRun) exploration() float64 {
 	if r.steps < cfg.LearningStarts {
 		return 1
 	}
-	if r.l.Head() != head.QValuesKind {
-		return 0
-	}
-	progress := min(1, float64(r.steps)/(cfg.ExplorationFraction*float64(cfg.TotalSteps)))
-	return cfg.ExplorationInitialEps + progress*(cfg.finalEps()-cfg.ExplorationInitialEps)
+	rate, _ := r.l.Exploration(r.steps)
+	return rate
 }
 
 // publish makes the learner's acting network the batchers' policy, with the exploration
@@ -307,20 +305,13 @@ func (r *replayRun) publish(ctx context.Context) error {
 // observation where the episode ended. SAC's actions go in squashed, tanh of the raw draws.
 func (r *replayRun) add(ro *batcher.Rollout) error {
 	n, od, ad := ro.N, ro.ObsDim, ro.ActDim
-	tanh := r.l.Head() == head.TanhGaussianKind
 	for t := range ro.T {
 		obs := ro.Obs[t*n*od : (t+1)*n*od]
 		next := ro.LastObs[:n*od]
 		if t+1 < ro.T {
 			next = ro.Obs[(t+1)*n*od : (t+2)*n*od]
 		}
-		act := ro.Actions[t*n*ad : (t+1)*n*ad]
-		if tanh {
-			for k, u := range act {
-				r.actBuf[k] = float32(math.Tanh(float64(u)))
-			}
-			act = r.actBuf[:n*ad]
-		}
+		act := r.l.BufferActions(r.actBuf, ro.Actions[t*n*ad:(t+1)*n*ad])
 		row := ro.Rewards[t*n : (t+1)*n]
 		if err := r.buf.Add(obs, act, row, ro.Terminated[t*n:(t+1)*n], ro.Truncated[t*n:(t+1)*n], next,
 			ro.FinalObs[t*n*od:(t+1)*n*od]); err != nil {
@@ -372,7 +363,7 @@ func (r *replayRun) writePolicy(onlyIfDiffers bool) error {
 	if r.run.Path() == "" {
 		return nil
 	}
-	model, err := r.l.Export(r.hspec, r.version)
+	model, err := r.l.Export(r.hb.Spec, r.version)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,22 @@ type ReplaySettings struct {
 	EntCoef float64
 	// Rng draws the initial weights.
 	Rng *rand.Rand
+	// Explore is DQN's ε-greedy schedule over the env steps collected; unused by a learner
+	// that explores by sampling its policy (SAC).
+	Explore LinearSchedule
+}
+
+// LinearSchedule is a rate that goes linearly from Initial to Final over the first Fraction
+// of Total env steps, then stays at Final (SB3's linear schedule of DQN's ε).
+type LinearSchedule struct {
+	Initial, Final, Fraction float64
+	Total                    int64
+}
+
+// At is the rate after steps env steps.
+func (s LinearSchedule) At(steps int64) float64 {
+	progress := min(1, float64(steps)/(s.Fraction*float64(s.Total)))
+	return s.Initial + progress*(s.Final-s.Initial)
 }
 
 // ReplayLearner is an off-policy algorithm's networks, optimisers and update as the engine's
@@ -61,6 +77,15 @@ type ReplayLearner interface {
 	PublishLayout() []bind.Param
 	// Head is the head the acting network's export carries: qvalues or tanh-gaussian.
 	Head() head.Kind
+	// Exploration is the rate the batchers explore with once learning has started, after
+	// steps env steps: DQN's ε (ReplaySettings.Explore), with ok; ok is false for a learner
+	// that explores by sampling its own policy (SAC), whose rate is then 0. (Before
+	// LearningStarts the loop acts uniformly at random, rate 1, for every learner.)
+	Exploration(steps int64) (rate float64, ok bool)
+	// BufferActions returns the actions a collection's rows took, as the batchers report
+	// them (taken), in the form the buffer keeps and Update reads: SAC's squashed tanh(u) of
+	// its raw draws u, written into dst (len(taken) values); DQN's as they are.
+	BufferActions(dst, taken []float32) []float32
 	// Export is the acting network (policy.onnx) as policy version version, with spec's env,
 	// observation shape and action space.
 	Export(spec head.Spec, version int64) ([]byte, error)

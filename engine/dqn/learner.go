@@ -32,6 +32,7 @@ type replayLearner struct {
 	*DQN
 	every     int64 // env steps between target updates
 	collected int64 // env steps collected at the last Collected
+	explore   algo.LinearSchedule
 }
 
 // newLearner makes DQN from the engine's settings.
@@ -51,7 +52,7 @@ func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &replayLearner{DQN: d, every: int64(s.TargetEvery)}, nil
+	return &replayLearner{DQN: d, every: int64(s.TargetEvery), explore: s.Explore}, nil
 }
 
 // noClip is the engine's "no clipping" (0 or negative) as Config's (negative).
@@ -97,9 +98,15 @@ func (l *replayLearner) Collected(steps int64) {
 	}
 }
 
-func (l *replayLearner) Acting() []float32           { return l.params }
-func (l *replayLearner) PublishLayout() []bind.Param { return l.net.PublishLayout("q") }
-func (l *replayLearner) Head() head.Kind             { return head.QValuesKind }
+func (l *replayLearner) Acting() []float32 { return l.params }
+
+// Exploration is ε after steps env steps: SB3's linear schedule.
+func (l *replayLearner) Exploration(steps int64) (float64, bool) { return l.explore.At(steps), true }
+
+// BufferActions keeps the actions taken (action indices) as they are.
+func (l *replayLearner) BufferActions(_, taken []float32) []float32 { return taken }
+func (l *replayLearner) PublishLayout() []bind.Param                { return l.net.PublishLayout("q") }
+func (l *replayLearner) Head() head.Kind                            { return head.QValuesKind }
 
 // Export is the Q-network, greedy (ε = 0): what eval plays. The batchers' ε comes with
 // each publish.

@@ -70,19 +70,28 @@ type Buffer struct {
 	added      int64     // transitions added since New (or the restored snapshot's)
 }
 
-// New allocates a buffer of cfg, after checking that it fits in cfg.MaxBytes.
-func New(cfg Config) (*Buffer, error) {
+// Check returns nil when a buffer of cfg fits in cfg.MaxBytes (by default the memory
+// available), else the error New would return, before anything is allocated.
+func Check(cfg Config) error {
 	need, err := Bytes(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	limit, what := cfg.MaxBytes, "Config.MaxBytes"
 	if limit == 0 {
 		limit, what = availableMemory(), "the memory available (MemAvailable)"
 	}
 	if limit > 0 && need > limit {
-		return nil, fmt.Errorf("%w: Capacity %d × %d bytes per transition is %s, more than %s, %s",
+		return fmt.Errorf("%w: Capacity %d × %d bytes per transition is %s, more than %s, %s",
 			ErrMemory, cfg.Capacity, cfg.rowBytes(), byteSize(need), what, byteSize(limit))
+	}
+	return nil
+}
+
+// New allocates a buffer of cfg, after checking that it fits in cfg.MaxBytes (Check).
+func New(cfg Config) (*Buffer, error) {
+	if err := Check(cfg); err != nil {
+		return nil, err
 	}
 	n := cfg.Capacity
 	return &Buffer{cfg: cfg, obs: make([]float32, n*cfg.ObsDim), next: make([]float32, n*cfg.ObsDim),

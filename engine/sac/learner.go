@@ -3,6 +3,7 @@ package sac
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/towerrl/towerrl/bind"
@@ -63,7 +64,20 @@ func (l replayLearner) Update(ctx context.Context, b *replay.Batch, rng *rand.Ra
 	return nil
 }
 
-func (l replayLearner) Collected(int64)             {}
+func (l replayLearner) Collected(int64) {}
+
+// Exploration: SAC explores by sampling its actor (rate 0).
+func (l replayLearner) Exploration(int64) (float64, bool) { return 0, false }
+
+// BufferActions stores the squashed actions tanh(u) of the raw draws u the tanh-gaussian
+// head's batchers report.
+func (l replayLearner) BufferActions(dst, taken []float32) []float32 {
+	dst = dst[:len(taken)]
+	for k, u := range taken {
+		dst[k] = float32(math.Tanh(float64(u)))
+	}
+	return dst
+}
 func (l replayLearner) Acting() []float32           { return l.actorP }
 func (l replayLearner) PublishLayout() []bind.Param { return l.actor.PublishLayout("actor") }
 func (l replayLearner) Head() policyhead.Kind       { return policyhead.TanhGaussianKind }
