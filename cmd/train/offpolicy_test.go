@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+)
+
+// TestOffPolicyFlags: --algo dqn and --algo sac with --env alone take RL Zoo's preset for
+// the env; the off-policy flags set their fields over it (--learning-starts 0 is an explicit
+// 0, learning from the first collection); a short dqn run writes its summary and the replay
+// figures in metrics.jsonl.
+func TestOffPolicyFlags(t *testing.T) {
+	cfg, c, err := configure(t, nil, "--algo", "dqn", "--env", "CartPole-v1")
+	if err != nil || !c.ok || cfg.Preset != "dqn/CartPole-v1" || cfg.TotalSteps != 50_000 || cfg.TrainFreq != 256 || cfg.GradientSteps != 128 {
+		t.Fatalf("--algo dqn --env CartPole-v1: %+v %v", cfg, err)
+	}
+	cfg, c, err = configure(t, nil, "--algo", "sac", "--env", "Pendulum-v1")
+	if err != nil || !c.ok || cfg.Preset != "sac/Pendulum-v1" || cfg.TotalSteps != 20_000 || cfg.LR != 1e-3 {
+		t.Fatalf("--algo sac --env Pendulum-v1: %+v %v", cfg, err)
+	}
+	cfg, _, err = configure(t, nil, "--algo", "dqn", "--env", "CartPole-v1", "--learning-starts", "0", "--batch-size", "16",
+		"--train-freq", "8", "--gradient-steps", "-1", "--buffer-size", "5000", "--no-buffer-checkpoint", "--rollout-steps", "64",
+		"--total-steps", "1024", "--hidden", "16,16", "--eval-episodes", "-1")
+	if err != nil || cfg.LearningStarts != -1 || cfg.BatchSize != 16 || cfg.TrainFreq != 8 || cfg.GradientSteps != -1 ||
+		cfg.BufferSize != 5000 || !cfg.NoBufferCheckpoint {
+		t.Fatalf("off-policy flags: %+v %v", cfg, err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	var out bytes.Buffer
+	if err := run(context.Background(), &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{}); err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		EnvSteps int64 `json:"env_steps"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || sum.EnvSteps != 1024 {
+		t.Fatalf("summary %s (%v)", out.String(), err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil || strings.Count(string(b), `"buffer_fill"`) != 16 {
+		t.Fatalf("metrics.jsonl: %v\n%s", err, b)
+	}
+}
