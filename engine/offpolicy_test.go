@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/towerrl/towerrl/models"
 )
 
 // replayRuns are small off-policy runs: DQN on CartPole (ε-greedy, a hard target copy every
@@ -155,5 +157,44 @@ func TestReplayConfig(t *testing.T) {
 		if _, err := tc.cfg.WithDefaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error saying %q", tc.cfg, err, tc.want)
 		}
+	}
+}
+
+// TestReplayNoBufferCheckpoint: with no_buffer_checkpoint the checkpoint holds no replay
+// buffer (and is smaller), and a run cut after iteration 6 still resumes to its end, with an
+// empty buffer refilled from there.
+func TestReplayNoBufferCheckpoint(t *testing.T) {
+	cfg := replayRuns()[0]
+	cfg.NoBufferCheckpoint = true
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "run")
+	kill, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var fill int
+	_, err := Train(kill, cfg, Options{Out: dir, Progress: func(m Metrics) {
+		if m.Iteration == 6 {
+			cancel()
+		}
+	}})
+	if err == nil {
+		t.Fatal("the cut run finished")
+	}
+	c, err := models.LoadCheckpoint(ctx, filepath.Join(dir, checkpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Bytes["replay"]; ok || c.Ints["iteration"] != 4 {
+		t.Fatalf("the checkpoint of iteration %d holds a replay buffer", c.Ints["iteration"])
+	}
+	res, err := Resume(ctx, dir, Options{Progress: func(m Metrics) {
+		if m.Iteration == 5 {
+			fill = m.Replay.BufferFill
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.EnvSteps != cfg.TotalSteps || fill != cfg.RolloutSteps*cfg.Envs {
+		t.Fatalf("resumed: %d steps, the buffer held %d transitions after the first iteration, want %d", res.EnvSteps, fill, cfg.RolloutSteps*cfg.Envs)
 	}
 }
