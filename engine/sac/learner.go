@@ -20,9 +20,9 @@ func init() { algo.RegisterReplay(Name, newLearner, algo.Capabilities{}) }
 
 // LearnerStatNames are the statistics the engine's loop reports for each update, with
 // CleanRL's names where it has them: the critics' loss (½ the sum of their mean squared
-// errors, CleanRL's qf_loss), their mean Q-values, the actor's loss, α and its loss, and the
-// mean log π of the actor's actions.
-var LearnerStatNames = []string{"qf_loss", "qf1_values", "qf2_values", "actor_loss", "alpha", "alpha_loss", "logp"}
+// errors, CleanRL's qf_loss), each critic's error, their mean Q-values, the actor's loss, α and
+// its loss, and the mean log π of the actor's actions.
+var LearnerStatNames = []string{"qf_loss", "qf1_loss", "qf2_loss", "qf1_values", "qf2_values", "actor_loss", "alpha", "alpha_loss", "logp"}
 
 // replayLearner is SAC as the engine's off-policy loop drives it (algo.ReplayLearner).
 type replayLearner struct{ *SAC }
@@ -60,7 +60,7 @@ func (l replayLearner) Update(ctx context.Context, b *replay.Batch, rng *rand.Ra
 	if err != nil {
 		return err
 	}
-	copy(stats, []float64{st.CriticLoss, st.Q1, st.Q2, st.ActorLoss, st.Alpha, st.AlphaLoss, st.LogP})
+	copy(stats, []float64{st.CriticLoss, st.Q1Loss, st.Q2Loss, st.Q1, st.Q2, st.ActorLoss, st.Alpha, st.AlphaLoss, st.LogP})
 	return nil
 }
 

@@ -60,9 +60,10 @@ const (
 	Tanh
 )
 
-// CriticStatNames are the statistics of the critics' step: the loss and the mean Q-value of
-// each critic on the minibatch's actions.
-var CriticStatNames = []string{"critic_loss", "q1", "q2"}
+// CriticStatNames are the statistics of the critics' step: the loss, the mean Q-value of
+// each critic on the minibatch's actions, and each critic's mean squared error (CleanRL's
+// qf1_loss and qf2_loss; the loss is half their sum).
+var CriticStatNames = []string{"critic_loss", "q1", "q2", "q1_loss", "q2_loss"}
 
 // ActorStatNames are the statistics of the actor's step: the loss and the mean log π of its
 // actions (the entropy's estimate is its negative).
@@ -163,6 +164,7 @@ type SAC struct {
 // Stats report one update.
 type Stats struct {
 	CriticLoss, Q1, Q2    float64 // the critics' loss and mean Q-values on the minibatch's actions
+	Q1Loss, Q2Loss        float64 // each critic's mean squared error (CriticLoss is half their sum)
 	ActorLoss, LogP       float64 // the actor's loss and mean log π of its actions
 	Alpha                 float64 // α used by this update's losses
 	AlphaLoss             float64 // α's loss (0 with FixedAlpha)
@@ -322,6 +324,7 @@ func (s *SAC) criticStep(ctx context.Context, st *Stats) error {
 		return fmt.Errorf("sac: the critics' step: %w", err)
 	}
 	st.CriticLoss, st.Q1, st.Q2, st.CriticNorm, st.Alpha = cs.Stats[0], cs.Stats[1], cs.Stats[2], cs.GradNorm, s.alpha
+	st.Q1Loss, st.Q2Loss = cs.Stats[3], cs.Stats[4]
 	return nil
 }
 
@@ -474,11 +477,13 @@ func (t *criticTower) Grad(mb *learner.SampleBatch, grads []float32, stats []flo
 	copy(t.q2.In(), t.q1.In())
 	s.critic.Forward(s.criticP[:pc], t.q1)
 	s.critic.Forward(s.criticP[pc:], t.q2)
-	var loss, m1, m2 float64
+	var loss, m1, m2, l1, l2 float64
 	for i := range n {
 		q1, q2 := float64(t.q1.Out()[i]), float64(t.q2.Out()[i])
 		d1, d2 := q1-t.y[i], q2-t.y[i]
 		loss += 0.5 * (d1*d1 + d2*d2)
+		l1 += d1 * d1
+		l2 += d2 * d2
 		t.q1.DOut()[i], t.q2.DOut()[i] = float32(d1/float64(n)), float32(d2/float64(n))
 		m1 += q1
 		m2 += q2
@@ -488,7 +493,7 @@ func (t *criticTower) Grad(mb *learner.SampleBatch, grads []float32, stats []flo
 	}
 	s.critic.Backward(s.criticP[:pc], t.q1, grads[:pc], nil)
 	s.critic.Backward(s.criticP[pc:], t.q2, grads[pc:], nil)
-	stats[0], stats[1], stats[2] = loss/float64(n), m1/float64(n), m2/float64(n)
+	stats[0], stats[1], stats[2], stats[3], stats[4] = loss/float64(n), m1/float64(n), m2/float64(n), l1/float64(n), l2/float64(n)
 	return nil
 }
 

@@ -110,7 +110,7 @@ func TestAgainstPyTorch(t *testing.T) {
 					t.Fatal(err)
 				}
 				cg, ag := make([]float32, len(s.CriticParams())), make([]float32, len(s.ActorParams()))
-				cst, ast := make([]float64, 3), make([]float64, 2)
+				cst, ast := make([]float64, len(CriticStatNames)), make([]float64, len(ActorStatNames))
 				var worst float64
 				for k := range f.Updates {
 					u := &f.Updates[k]
@@ -144,6 +144,11 @@ func TestAgainstPyTorch(t *testing.T) {
 					offpolicytest.NearScalar(t, at("critic loss"), st.CriticLoss, u.CriticLoss, 1e-5)
 					offpolicytest.NearScalar(t, at("mean Q1"), st.Q1, u.Q1, 1e-5)
 					offpolicytest.NearScalar(t, at("mean Q2"), st.Q2, u.Q2, 1e-5)
+					// The critics' loss is ½(MSE₁ + MSE₂), CleanRL's qf_loss of its qf1_loss and qf2_loss.
+					offpolicytest.NearScalar(t, at("½(Q1 loss + Q2 loss)"), (st.Q1Loss+st.Q2Loss)/2, u.CriticLoss, 1e-5)
+					if !(st.Q1Loss > 0 && st.Q2Loss > 0) || st.Q1Loss == st.Q2Loss {
+						t.Errorf("update %d: the critics' errors %v and %v, want two different positive values", k, st.Q1Loss, st.Q2Loss)
+					}
 					offpolicytest.NearScalar(t, at("actor loss"), st.ActorLoss, u.ActorLoss, 1e-5)
 					offpolicytest.NearScalar(t, at("mean log π"), st.LogP, u.LogP, 1e-5)
 					offpolicytest.NearScalar(t, at("α's loss"), st.AlphaLoss, u.AlphaLoss, 1e-5)
