@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/towerrl/towerrl/internal/tfevent/tfeventtest"
 	"github.com/towerrl/towerrl/models"
 )
 
@@ -196,5 +197,48 @@ func TestReplayNoBufferCheckpoint(t *testing.T) {
 	}
 	if res.EnvSteps != cfg.TotalSteps || fill != cfg.RolloutSteps*cfg.Envs {
 		t.Fatalf("resumed: %d steps, the buffer held %d transitions after the first iteration, want %d", res.EnvSteps, fill, cfg.RolloutSteps*cfg.Envs)
+	}
+}
+
+// TestReplayTensorBoard: an off-policy run's event files hold CleanRL's tags for its
+// statistics (DQN's losses/td_loss, losses/q_values and charts/epsilon; SAC's
+// losses/qf1_loss, qf2_loss, qf_loss, actor_loss, alpha, alpha_loss), each with metrics.jsonl's
+// value at every iteration that has one, and the replay buffer's figures.
+func TestReplayTensorBoard(t *testing.T) {
+	for _, cfg := range replayRuns() {
+		t.Run(cfg.Algo, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "run")
+			if _, err := Train(context.Background(), cfg, Options{Out: dir}); err != nil {
+				t.Fatal(err)
+			}
+			evs, err := tfeventtest.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := tfeventtest.Scalars(evs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stats := map[string]string{"dqn": "td_loss q_values epsilon", "sac": "qf1_loss qf2_loss qf_loss qf1_values qf2_values actor_loss alpha alpha_loss"}[cfg.Algo]
+			ms := readMetrics(t, dir)
+			for _, name := range strings.Fields(stats) {
+				var want []tfeventtest.Point
+				for _, m := range ms {
+					if v, ok := m.Stats[name]; ok {
+						want = append(want, tfeventtest.Point{Step: m.EnvSteps, Value: float32(v)})
+					}
+				}
+				tag := statTag(name)
+				if pts := got[tag]; len(want) == 0 || !equalPoints(pts, want) {
+					t.Errorf("%s: %v, want %v", tag, pts, want)
+				}
+			}
+			if pts := got["replay/buffer_fill"]; len(pts) != len(ms) || pts[len(pts)-1].Value != float32(ms[len(ms)-1].Replay.BufferFill) {
+				t.Errorf("replay/buffer_fill: %v", pts)
+			}
+			if len(got["charts/SPS"]) != len(ms) {
+				t.Errorf("charts/SPS: %d points for %d iterations", len(got["charts/SPS"]), len(ms))
+			}
+		})
 	}
 }
