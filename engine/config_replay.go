@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/towerrl/towerrl/engine/replay"
+	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/envs"
 )
 
@@ -157,12 +157,9 @@ func (c Config) checkReplay(spec envs.Spec, discrete bool) error {
 	if int64(n)*int64(c.RolloutSteps) > c.TotalSteps {
 		return bad("one iteration collects %d steps (workers×envs×rollout_steps), more than TotalSteps %d", n*c.RolloutSteps, c.TotalSteps)
 	}
-	actDim := spec.Action.Dim()
-	if discrete {
-		actDim = 1
-	}
-	if err := replay.Check(replay.Config{Capacity: c.BufferSize, ObsDim: spec.Observation.Dim(), ActDim: actDim}); err != nil {
-		return fmt.Errorf("%w: buffer_size %d: %w; use a smaller buffer_size", ErrConfig, c.BufferSize, err)
+	// The algorithm's own checks, the buffer's memory among them.
+	if err := algo.CheckReplay(c.Algo, c.replaySettings(spec)); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }
@@ -189,4 +186,19 @@ func (c Config) replayFieldsSet() []string {
 		set = append(set, "no_buffer_checkpoint")
 	}
 	return set
+}
+
+// replaySettings are the off-policy learner's settings of c on the env of spec (without the
+// weights' stream, Rng, which the run sets).
+func (c Config) replaySettings(spec envs.Spec) algo.ReplaySettings {
+	s := algo.ReplaySettings{ObsDim: spec.Observation.Dim(), Hidden: c.Hidden, Activation: c.Activation, Gamma: c.Gamma, LR: c.LR,
+		AdamEps: c.AdamEps, MaxGradNorm: c.MaxGradNorm, Tau: c.Tau, TargetEvery: c.TargetUpdateInterval,
+		Minibatch: c.BatchSize, Towers: c.Towers, NoSpin: c.NoSpin, EntCoef: c.EntCoef, BufferSize: c.BufferSize,
+		Explore: algo.LinearSchedule{Initial: c.ExplorationInitialEps, Final: c.finalEps(), Fraction: c.ExplorationFraction, Total: c.TotalSteps}}
+	if d, ok := spec.Action.(envs.Discrete); ok {
+		s.Actions = d.N
+	} else {
+		s.ActDim = spec.Action.Dim()
+	}
+	return s
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -17,7 +16,6 @@ import (
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/engine/policy"
-	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models"
 )
@@ -53,21 +51,18 @@ type ReplayMetrics struct {
 
 // replayRun is one off-policy run's state.
 type replayRun struct {
-	cfg    Config
-	spec   envs.Spec
-	hb     policy.Head // the acting network's head, as its export declares it
-	opts   Options
-	run    *runDir
-	l      algo.ReplayLearner
-	buf    *replay.Buffer
-	batch  *replay.Batch
-	pcg    *rand.PCG // the sampling stream (minibatches, SAC's noise)
-	rng    *rand.Rand
-	pol    *bind.Policy
-	b      *batcher.Batcher
-	stats  []float64 // one update's statistics
-	sums   []float64 // their sums over an iteration
-	actBuf []float32 // a step's actions as the buffer stores them (SAC: tanh of the raw ones)
+	cfg   Config
+	spec  envs.Spec
+	hb    policy.Head // the acting network's head, as its export declares it
+	opts  Options
+	run   *runDir
+	l     algo.ReplayLearner
+	pcg   *rand.PCG // the sampling stream (minibatches, SAC's noise)
+	rng   *rand.Rand
+	pol   *bind.Policy
+	b     *batcher.Batcher
+	stats []float64 // one update's statistics
+	sums  []float64 // their sums over an iteration
 
 	steps, eps, version, updates int64
 	explore                      float64 // the exploration rate last published
@@ -179,18 +174,8 @@ func newReplayRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options,
 	if err != nil {
 		return nil, err
 	}
-	od := spec.Observation.Dim()
-	s := algo.ReplaySettings{ObsDim: od, Hidden: cfg.Hidden, Activation: cfg.Activation, Gamma: cfg.Gamma, LR: cfg.LR,
-		AdamEps: cfg.AdamEps, MaxGradNorm: cfg.MaxGradNorm, Tau: cfg.Tau, TargetEvery: cfg.TargetUpdateInterval,
-		Minibatch: cfg.BatchSize, Towers: cfg.Towers, NoSpin: cfg.NoSpin, EntCoef: cfg.EntCoef,
-		Rng:     rand.New(rand.NewPCG(cfg.Seed, 0x6f66662d706f6c69)), // "off-poli": the weights' stream
-		Explore: algo.LinearSchedule{Initial: cfg.ExplorationInitialEps, Final: cfg.finalEps(), Fraction: cfg.ExplorationFraction, Total: cfg.TotalSteps}}
-	actDim := 1
-	if d, ok := spec.Action.(envs.Discrete); ok {
-		s.Actions = d.N
-	} else {
-		s.ActDim, actDim = spec.Action.Dim(), spec.Action.Dim()
-	}
+	s := cfg.replaySettings(spec)
+	s.Rng = rand.New(rand.NewPCG(cfg.Seed, 0x6f66662d706f6c69))                                                     // "off-poli": the weights' stream
 	r := &replayRun{cfg: cfg, spec: spec, hb: hb, opts: opts, run: run, pcg: rand.NewPCG(cfg.Seed, 0x7265706c6179), // "replay"
 		explore: -1}
 	r.rng = rand.New(r.pcg)
@@ -199,11 +184,6 @@ func newReplayRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options,
 	}
 	r.stats = make([]float64, len(r.l.StatNames()))
 	r.sums = make([]float64, len(r.stats))
-	if r.buf, err = replay.New(replay.Config{Capacity: cfg.BufferSize, ObsDim: od, ActDim: actDim}); err != nil {
-		return nil, errors.Join(fmt.Errorf("%w: %w", ErrConfig, err), r.close())
-	}
-	r.batch = replay.NewBatch(cfg.BatchSize, od, actDim)
-	r.actBuf = make([]float32, cfg.Workers*cfg.Envs*actDim)
 	model, err := r.l.Export(r.hb.Spec, 0)
 	if err == nil {
 		r.pol, err = bind.New(ctx, model, 0, spec, bind.Config{Session: opts.Session, Publish: r.l.PublishLayout()})
@@ -258,7 +238,8 @@ func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
 		LengthMean: nan, PolicyLoss: nan, ValueLoss: nan, Entropy: nan, ApproxKL: nan, ClipFrac: nan, ExplainedVar: nan,
 		LR: Float(cfg.LR), CollectSPS: Float(float64(rows) / collect.Seconds()), LearnSPS: nan, Version: r.version,
 		CollectSeconds: Float(collect.Seconds()), LearnSeconds: Float(learn.Seconds()), PublishSeconds: Float(publish.Seconds())}
-	m.Replay = &ReplayMetrics{BufferFill: r.buf.Len(), BufferSize: cfg.BufferSize, Updates: r.updates, UpdatesPerSec: nan,
+	fill, _, _ := r.l.Buffered()
+	m.Replay = &ReplayMetrics{BufferFill: fill, BufferSize: cfg.BufferSize, Updates: r.updates, UpdatesPerSec: nan,
 		Epsilon: Float(r.explore)}
 	if updates > 0 {
 		m.LearnSPS = Float(float64(updates*cfg.BatchSize) / learn.Seconds())
@@ -311,9 +292,9 @@ func (r *replayRun) add(ro *batcher.Rollout) error {
 		if t+1 < ro.T {
 			next = ro.Obs[(t+1)*n*od : (t+2)*n*od]
 		}
-		act := r.l.BufferActions(r.actBuf, ro.Actions[t*n*ad:(t+1)*n*ad])
+		act := ro.Actions[t*n*ad : (t+1)*n*ad]
 		row := ro.Rewards[t*n : (t+1)*n]
-		if err := r.buf.Add(obs, act, row, ro.Terminated[t*n:(t+1)*n], ro.Truncated[t*n:(t+1)*n], next,
+		if err := r.l.Add(obs, act, row, ro.Terminated[t*n:(t+1)*n], ro.Truncated[t*n:(t+1)*n], next,
 			ro.FinalObs[t*n*od:(t+1)*n*od]); err != nil {
 			return err
 		}
@@ -333,10 +314,7 @@ func (r *replayRun) learn(ctx context.Context, collected int) (int, error) {
 		k = collected
 	}
 	for range k {
-		if err := r.buf.Sample(r.rng, r.batch); err != nil {
-			return 0, err
-		}
-		if err := r.l.Update(ctx, r.batch, r.rng, r.stats); err != nil {
+		if err := r.l.Update(ctx, r.rng, r.stats); err != nil {
 			return 0, err
 		}
 		for i, v := range r.stats {
@@ -396,16 +374,8 @@ func (r *replayRun) checkpoint(ctx context.Context, path string, iteration int) 
 	if c.Bytes["config"], err = json.Marshal(r.cfg); err != nil {
 		return err
 	}
-	if err := r.l.Store(c); err != nil {
+	if err := r.l.Store(c, !r.cfg.NoBufferCheckpoint); err != nil {
 		return err
-	}
-	if !r.cfg.NoBufferCheckpoint {
-		var b bytes.Buffer
-		b.Grow(int(r.buf.SnapshotSize()))
-		if _, err := r.buf.WriteTo(&b); err != nil {
-			return err
-		}
-		c.Bytes["replay"] = b.Bytes()
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("engine: checkpoint: %w", err)
@@ -421,7 +391,8 @@ func (r *replayRun) checkpoint(ctx context.Context, path string, iteration int) 
 // transitions, what the checkpoints do with the replay buffer and how large it is.
 func (r *replayRun) logBuffer() {
 	log := r.opts.Session.Logger
-	if log == nil || r.logged || r.buf.Len() == 0 {
+	n, now, full := r.l.Buffered()
+	if log == nil || r.logged || n == 0 {
 		return
 	}
 	r.logged = true
@@ -429,9 +400,8 @@ func (r *replayRun) logBuffer() {
 		log.Info("the checkpoints leave the replay buffer out (no_buffer_checkpoint): a resume starts with an empty buffer, so it is not the run an uninterrupted one would be")
 		return
 	}
-	full := 4 * int64(r.cfg.BufferSize) * int64(2*r.batch.ObsDim+r.batch.ActDim+3)
 	log.Info(fmt.Sprintf("the checkpoints hold the replay buffer: %s now (%d transitions), about %s when full (buffer_size %d); no_buffer_checkpoint (--no-buffer-checkpoint) leaves it out, making a resume approximate",
-		mib(r.buf.SnapshotSize()), r.buf.Len(), mib(full), r.cfg.BufferSize))
+		mib(now), n, mib(full), r.cfg.BufferSize))
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
@@ -439,18 +409,15 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 // restore sets the run to checkpoint c's state (after newReplayRun made it afresh) and checks
 // that the checkpoint is an off-policy one of this shape.
 func (r *replayRun) restore(c *models.Checkpoint) error {
-	if err := r.l.Load(c); err != nil {
+	held, err := r.l.Load(c)
+	if err != nil {
 		return fmt.Errorf("engine: the checkpoint: %w (was it written by another algorithm or network shape? train afresh into a new --out)", err)
 	}
 	if err := r.pcg.UnmarshalBinary(c.Bytes["rng/replay"]); err != nil {
 		return fmt.Errorf("engine: the checkpoint's sampling stream (rng/replay): %w", err)
 	}
 	r.steps, r.eps, r.version, r.updates = c.Ints["env_steps"], c.Ints["episodes"], c.Ints["version"], c.Ints["updates"]
-	if snap, ok := c.Bytes["replay"]; ok {
-		if _, err := r.buf.ReadFrom(bytes.NewReader(snap)); err != nil {
-			return fmt.Errorf("engine: the checkpoint's replay buffer: %w", err)
-		}
-	} else if log := r.opts.Session.Logger; log != nil {
+	if log := r.opts.Session.Logger; !held && log != nil {
 		log.Info("the checkpoint holds no replay buffer (no_buffer_checkpoint): the resumed run starts with an empty one, so it is not the run an uninterrupted one would have been")
 	}
 	return r.b.Restore(c.Bytes["batcher"])

@@ -79,7 +79,18 @@ func TestRegisterReplay(t *testing.T) {
 	algo.RegisterReplay("fake-replay", func(s algo.ReplaySettings) (algo.ReplayLearner, error) {
 		made++
 		return nil, errors.New("made")
+	}, func(s algo.ReplaySettings) error {
+		if s.BufferSize < 1 {
+			return errors.New("no buffer")
+		}
+		return nil
 	}, algo.Capabilities{OnPolicy: true})
+	if err := algo.CheckReplay("fake-replay", algo.ReplaySettings{}); err == nil || err.Error() != "no buffer" || made != 0 {
+		t.Fatalf("CheckReplay: %v after %d learners made; want the check's error and none made", err, made)
+	}
+	if err := algo.CheckReplay("fake-replay", algo.ReplaySettings{BufferSize: 1}); err != nil {
+		t.Fatalf("CheckReplay of good settings: %v", err)
+	}
 	if c, ok := algo.CapabilitiesOf("fake-replay"); !ok || !c.Replay || c.OnPolicy {
 		t.Fatalf("CapabilitiesOf(fake-replay) = %+v, %v; want Replay only", c, ok)
 	}

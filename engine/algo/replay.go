@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/towerrl/towerrl/bind"
-	"github.com/towerrl/towerrl/engine/replay"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
 )
@@ -36,7 +35,9 @@ type ReplaySettings struct {
 	TargetEvery int
 	Minibatch   int
 	Towers      int
-	NoSpin      bool
+	// BufferSize is the replay buffer's capacity in transitions.
+	BufferSize int
+	NoSpin     bool
 	// EntCoef fixes SAC's α when positive; 0 tunes it automatically from 1 (SB3's "auto").
 	EntCoef float64
 	// Rng draws the initial weights.
@@ -65,9 +66,19 @@ type ReplayLearner interface {
 	// StatNames names the statistics Update reports, in order; the loop writes their means
 	// over an iteration's updates into the metrics (TensorBoard: losses/<name>).
 	StatNames() []string
-	// Update takes one gradient step on b, drawing any noise from rng, and writes its
-	// statistics into stats (len(StatNames()) values).
-	Update(ctx context.Context, b *replay.Batch, rng *rand.Rand, stats []float64) error
+	// Add puts one step of every env into the learner's replay buffer (engine/replay's
+	// Buffer.Add: the step's observations, the actions as the batchers report them, rewards,
+	// terminated and truncated flags, the observations after it and the final observations of
+	// the episodes that ended); the learner keeps the actions in its own form (SAC: tanh of its
+	// raw draws).
+	Add(obs, act, rew, term, trunc, next, final []float32) error
+	// Buffered is the transitions in the replay buffer, the bytes of its snapshot now, and
+	// when full.
+	Buffered() (n int, now, full int64)
+	// Update samples a minibatch uniformly from the buffer with rng, takes one gradient step on
+	// it, drawing any noise from rng too, and writes its statistics into stats
+	// (len(StatNames()) values).
+	Update(ctx context.Context, rng *rand.Rand, stats []float64) error
 	// Collected tells the learner the env steps collected so far, after each collection
 	// (DQN moves its target network every TargetEvery env steps, as SB3 does).
 	Collected(steps int64)
@@ -82,17 +93,15 @@ type ReplayLearner interface {
 	// that explores by sampling its own policy (SAC), whose rate is then 0. (Before
 	// LearningStarts the loop acts uniformly at random, rate 1, for every learner.)
 	Exploration(steps int64) (rate float64, ok bool)
-	// BufferActions returns the actions a collection's rows took, as the batchers report
-	// them (taken), in the form the buffer keeps and Update reads: SAC's squashed tanh(u) of
-	// its raw draws u, written into dst (len(taken) values); DQN's as they are.
-	BufferActions(dst, taken []float32) []float32
 	// Export is the acting network (policy.onnx) as policy version version, with spec's env,
 	// observation shape and action space.
 	Export(spec head.Spec, version int64) ([]byte, error)
-	// Store puts the networks, optimisers and counters into a checkpoint; Load restores
-	// them, so that a resumed learner takes the same steps bit for bit.
-	Store(c *models.Checkpoint) error
-	Load(c *models.Checkpoint) error
+	// Store puts the networks, optimisers and counters into a checkpoint, and the replay
+	// buffer with withBuffer; Load restores them, so that a resumed learner takes the same
+	// steps bit for bit (buffer: the checkpoint held the buffer; without it the learner
+	// resumes with an empty one).
+	Store(c *models.Checkpoint, withBuffer bool) error
+	Load(c *models.Checkpoint) (buffer bool, err error)
 	// Close stops the learner's towers.
 	Close() error
 }
@@ -100,14 +109,23 @@ type ReplayLearner interface {
 // ReplayFactory makes an off-policy learner.
 type ReplayFactory func(ReplaySettings) (ReplayLearner, error)
 
-var replayRegistry = map[string]ReplayFactory{}
+// ReplayCheck says whether settings would make a learner, allocating nothing: an error names
+// the setting at fault (say, a buffer larger than the memory available).
+type ReplayCheck func(ReplaySettings) error
+
+type replayRegistration struct {
+	f     ReplayFactory
+	check ReplayCheck
+}
+
+var replayRegistry = map[string]replayRegistration{}
 
 // RegisterReplay makes an off-policy algorithm available under name: its Capabilities get
 // Replay, and its on-policy Factory (New) answers with an error saying how it is run. It
 // panics as Register does.
-func RegisterReplay(name string, f ReplayFactory, caps Capabilities) {
-	if f == nil {
-		panic("algo: RegisterReplay with a nil factory")
+func RegisterReplay(name string, f ReplayFactory, check ReplayCheck, caps Capabilities) {
+	if f == nil || check == nil {
+		panic("algo: RegisterReplay with a nil factory or check")
 	}
 	caps.Replay, caps.OnPolicy = true, false
 	Register(name, func(Settings) (Algorithm, error) {
@@ -115,13 +133,31 @@ func RegisterReplay(name string, f ReplayFactory, caps Capabilities) {
 	}, caps)
 	mu.Lock()
 	defer mu.Unlock()
-	replayRegistry[name] = f
+	replayRegistry[name] = replayRegistration{f: f, check: check}
 }
 
 // NewReplay makes the off-policy learner registered under name.
 func NewReplay(name string, s ReplaySettings) (ReplayLearner, error) {
+	r, err := replayOf(name)
+	if err != nil {
+		return nil, err
+	}
+	return r.f(s)
+}
+
+// CheckReplay checks settings for the off-policy learner registered under name, allocating
+// nothing (see ReplayCheck).
+func CheckReplay(name string, s ReplaySettings) error {
+	r, err := replayOf(name)
+	if err != nil {
+		return err
+	}
+	return r.check(s)
+}
+
+func replayOf(name string) (replayRegistration, error) {
 	mu.RLock()
-	f, ok := replayRegistry[name]
+	r, ok := replayRegistry[name]
 	mu.RUnlock()
 	if !ok {
 		var names []string
@@ -130,7 +166,7 @@ func NewReplay(name string, s ReplaySettings) (ReplayLearner, error) {
 				names = append(names, n)
 			}
 		}
-		return nil, fmt.Errorf("%w %q among the off-policy algorithms; registered: %s", ErrUnknown, name, strings.Join(names, ", "))
+		return r, fmt.Errorf("%w %q among the off-policy algorithms; registered: %s", ErrUnknown, name, strings.Join(names, ", "))
 	}
-	return f(s)
+	return r, nil
 }

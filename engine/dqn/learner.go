@@ -2,6 +2,7 @@ package dqn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,7 +10,7 @@ import (
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/engine/internal/mlp"
-	"github.com/towerrl/towerrl/engine/replay"
+	"github.com/towerrl/towerrl/engine/internal/offpolicy"
 	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
@@ -18,7 +19,16 @@ import (
 // Name is the name DQN is registered under (Config.Algo "dqn").
 const Name = "dqn"
 
-func init() { algo.RegisterReplay(Name, newLearner, algo.Capabilities{}) }
+func init() { algo.RegisterReplay(Name, newLearner, check, algo.Capabilities{}) }
+
+// check refuses settings DQN cannot run with, allocating nothing: a Box action space, or a
+// buffer the memory available cannot hold.
+func check(s algo.ReplaySettings) error {
+	if s.Actions < 1 {
+		return fmt.Errorf("%w: DQN acts on a Discrete action space; for continuous actions use sac", ErrConfig)
+	}
+	return offpolicy.CheckMemory(s.BufferSize, s.ObsDim, 1)
+}
 
 // LearnerStatNames are the statistics the engine's loop reports for each update, with
 // CleanRL's names: the Huber TD loss and the mean Q-value of the actions taken.
@@ -30,6 +40,7 @@ var LearnerStatNames = []string{"td_loss", "q_values"}
 // updates.
 type replayLearner struct {
 	*DQN
+	mem       *offpolicy.Memory
 	every     int64 // env steps between target updates
 	collected int64 // env steps collected at the last Collected
 	explore   algo.LinearSchedule
@@ -37,8 +48,8 @@ type replayLearner struct {
 
 // newLearner makes DQN from the engine's settings.
 func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
-	if s.Actions < 1 {
-		return nil, fmt.Errorf("%w: DQN acts on a Discrete action space; for continuous actions use sac", ErrConfig)
+	if err := check(s); err != nil {
+		return nil, err
 	}
 	act, err := activation(s.Activation)
 	if err != nil {
@@ -52,7 +63,11 @@ func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &replayLearner{DQN: d, every: int64(s.TargetEvery), explore: s.Explore}, nil
+	mem, err := offpolicy.NewMemory(s.BufferSize, s.ObsDim, 1, s.Minibatch)
+	if err != nil {
+		return nil, errors.Join(err, d.Close())
+	}
+	return &replayLearner{DQN: d, mem: mem, every: int64(s.TargetEvery), explore: s.Explore}, nil
 }
 
 // noClip is the engine's "no clipping" (0 or negative) as Config's (negative).
@@ -76,7 +91,18 @@ func activation(name string) (kernels.Act, error) {
 
 func (l *replayLearner) StatNames() []string { return LearnerStatNames }
 
-func (l *replayLearner) Update(ctx context.Context, b *replay.Batch, _ *rand.Rand, stats []float64) error {
+// Add keeps the actions taken (action indices) as they are.
+func (l *replayLearner) Add(obs, act, rew, term, trunc, next, final []float32) error {
+	return l.mem.Buf.Add(obs, act, rew, term, trunc, next, final)
+}
+
+func (l *replayLearner) Buffered() (int, int64, int64) { return l.mem.Filled() }
+
+func (l *replayLearner) Update(ctx context.Context, rng *rand.Rand, stats []float64) error {
+	b, err := l.mem.Sample(rng)
+	if err != nil {
+		return err
+	}
 	st, err := l.DQN.Update(ctx, b)
 	if err != nil {
 		return err
@@ -103,10 +129,8 @@ func (l *replayLearner) Acting() []float32 { return l.params }
 // Exploration is ε after steps env steps: SB3's linear schedule.
 func (l *replayLearner) Exploration(steps int64) (float64, bool) { return l.explore.At(steps), true }
 
-// BufferActions keeps the actions taken (action indices) as they are.
-func (l *replayLearner) BufferActions(_, taken []float32) []float32 { return taken }
-func (l *replayLearner) PublishLayout() []bind.Param                { return l.net.PublishLayout("q") }
-func (l *replayLearner) Head() head.Kind                            { return head.QValuesKind }
+func (l *replayLearner) PublishLayout() []bind.Param { return l.net.PublishLayout("q") }
+func (l *replayLearner) Head() head.Kind             { return head.QValuesKind }
 
 // Export is the Q-network, greedy (ε = 0): what eval plays. The batchers' ε comes with
 // each publish.
@@ -114,23 +138,27 @@ func (l *replayLearner) Export(spec head.Spec, version int64) ([]byte, error) {
 	return l.DQN.Export(spec, 0, version)
 }
 
-// Store adds the env steps of the last target count ("dqn.collected") to DQN's state.
-func (l *replayLearner) Store(c *models.Checkpoint) error {
+// Store adds the env steps of the last target count ("dqn.collected") to DQN's state, and
+// the buffer with withBuffer.
+func (l *replayLearner) Store(c *models.Checkpoint, withBuffer bool) error {
 	if err := l.DQN.Store(c); err != nil {
 		return err
 	}
 	c.Ints["dqn.collected"] = l.collected
+	if withBuffer {
+		return l.mem.Store(c)
+	}
 	return nil
 }
 
-func (l *replayLearner) Load(c *models.Checkpoint) error {
+func (l *replayLearner) Load(c *models.Checkpoint) (bool, error) {
 	n, ok := c.Ints["dqn.collected"]
 	if !ok || n < 0 {
-		return fmt.Errorf("dqn: the checkpoint has no count of env steps collected (dqn.collected)")
+		return false, fmt.Errorf("dqn: the checkpoint has no count of env steps collected (dqn.collected)")
 	}
 	if err := l.DQN.Load(c); err != nil {
-		return err
+		return false, err
 	}
 	l.collected = n
-	return nil
+	return l.mem.Load(c)
 }

@@ -2,21 +2,33 @@ package sac
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/algo"
-	"github.com/towerrl/towerrl/engine/replay"
+	"github.com/towerrl/towerrl/engine/internal/offpolicy"
 	"github.com/towerrl/towerrl/internal/kernels"
+	"github.com/towerrl/towerrl/models"
 	policyhead "github.com/towerrl/towerrl/models/head"
 )
 
 // Name is the name SAC is registered under (Config.Algo "sac").
 const Name = "sac"
 
-func init() { algo.RegisterReplay(Name, newLearner, algo.Capabilities{}) }
+func init() { algo.RegisterReplay(Name, newLearner, check, algo.Capabilities{}) }
+
+// check refuses settings SAC cannot run with, allocating nothing: a Discrete action space, or
+// a buffer the memory available cannot hold.
+func check(s algo.ReplaySettings) error {
+	if s.ActDim < 1 {
+		return fmt.Errorf("%w: SAC acts on a Box action space; for discrete actions use dqn", ErrConfig)
+	}
+	return offpolicy.CheckMemory(s.BufferSize, s.ObsDim, s.ActDim)
+}
 
 // LearnerStatNames are the statistics the engine's loop reports for each update, with
 // CleanRL's names where it has them: the critics' loss (½ the sum of their mean squared
@@ -25,12 +37,16 @@ func init() { algo.RegisterReplay(Name, newLearner, algo.Capabilities{}) }
 var LearnerStatNames = []string{"qf_loss", "qf1_loss", "qf2_loss", "qf1_values", "qf2_values", "actor_loss", "alpha", "alpha_loss", "logp"}
 
 // replayLearner is SAC as the engine's off-policy loop drives it (algo.ReplayLearner).
-type replayLearner struct{ *SAC }
+type replayLearner struct {
+	*SAC
+	mem *offpolicy.Memory
+	act []float32 // a step's squashed actions
+}
 
 // newLearner makes SAC from the engine's settings.
 func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
-	if s.ActDim < 1 {
-		return nil, fmt.Errorf("%w: SAC acts on a Box action space; for discrete actions use dqn", ErrConfig)
+	if err := check(s); err != nil {
+		return nil, err
 	}
 	var act kernels.Act
 	switch s.Activation {
@@ -50,12 +66,32 @@ func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return replayLearner{sc}, nil
+	mem, err := offpolicy.NewMemory(s.BufferSize, s.ObsDim, s.ActDim, s.Minibatch)
+	if err != nil {
+		return nil, errors.Join(err, sc.Close())
+	}
+	return &replayLearner{SAC: sc, mem: mem}, nil
 }
 
-func (l replayLearner) StatNames() []string { return LearnerStatNames }
+func (l *replayLearner) StatNames() []string { return LearnerStatNames }
 
-func (l replayLearner) Update(ctx context.Context, b *replay.Batch, rng *rand.Rand, stats []float64) error {
+// Add stores the squashed actions tanh(u) of the raw draws u the tanh-gaussian head's
+// batchers report.
+func (l *replayLearner) Add(obs, act, rew, term, trunc, next, final []float32) error {
+	l.act = slices.Grow(l.act[:0], len(act))[:len(act)]
+	for k, u := range act {
+		l.act[k] = float32(math.Tanh(float64(u)))
+	}
+	return l.mem.Buf.Add(obs, l.act, rew, term, trunc, next, final)
+}
+
+func (l *replayLearner) Buffered() (int, int64, int64) { return l.mem.Filled() }
+
+func (l *replayLearner) Update(ctx context.Context, rng *rand.Rand, stats []float64) error {
+	b, err := l.mem.Sample(rng)
+	if err != nil {
+		return err
+	}
 	st, err := l.SAC.Update(ctx, b, rng)
 	if err != nil {
 		return err
@@ -64,24 +100,34 @@ func (l replayLearner) Update(ctx context.Context, b *replay.Batch, rng *rand.Ra
 	return nil
 }
 
-func (l replayLearner) Collected(int64) {}
+func (l *replayLearner) Collected(int64) {}
 
 // Exploration: SAC explores by sampling its actor (rate 0).
-func (l replayLearner) Exploration(int64) (float64, bool) { return 0, false }
+func (l *replayLearner) Exploration(int64) (float64, bool) { return 0, false }
 
-// BufferActions stores the squashed actions tanh(u) of the raw draws u the tanh-gaussian
-// head's batchers report.
-func (l replayLearner) BufferActions(dst, taken []float32) []float32 {
-	dst = dst[:len(taken)]
-	for k, u := range taken {
-		dst[k] = float32(math.Tanh(float64(u)))
-	}
-	return dst
-}
-func (l replayLearner) Acting() []float32           { return l.actorP }
-func (l replayLearner) PublishLayout() []bind.Param { return l.actor.PublishLayout("actor") }
-func (l replayLearner) Head() policyhead.Kind       { return policyhead.TanhGaussianKind }
+func (l *replayLearner) Acting() []float32           { return l.actorP }
+func (l *replayLearner) PublishLayout() []bind.Param { return l.actor.PublishLayout("actor") }
+func (l *replayLearner) Head() policyhead.Kind       { return policyhead.TanhGaussianKind }
 
-func (l replayLearner) Export(spec policyhead.Spec, version int64) ([]byte, error) {
+func (l *replayLearner) Export(spec policyhead.Spec, version int64) ([]byte, error) {
 	return l.ExportActor(spec, version)
+}
+
+// Store puts SAC's state into c, and the buffer with withBuffer.
+func (l *replayLearner) Store(c *models.Checkpoint, withBuffer bool) error {
+	if err := l.SAC.Store(c); err != nil {
+		return err
+	}
+	if withBuffer {
+		return l.mem.Store(c)
+	}
+	return nil
+}
+
+// Load restores SAC's state from c, and the buffer when c holds it.
+func (l *replayLearner) Load(c *models.Checkpoint) (bool, error) {
+	if err := l.SAC.Load(c); err != nil {
+		return false, err
+	}
+	return l.mem.Load(c)
 }

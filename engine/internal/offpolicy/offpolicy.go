@@ -1,5 +1,8 @@
-// Package offpolicy holds what the off-policy updates (engine/dqn, engine/sac) share beyond
-// their networks (engine/internal/mlp): the checks of the hyper-parameters they have in common.
+// Package offpolicy holds what the off-policy learners (engine/dqn, engine/sac) share beyond
+// their networks (engine/internal/mlp): the checks of the hyper-parameters they have in
+// common, and the replay buffer each keeps behind algo.ReplayLearner (Memory), so that the
+// engine's off-policy loop hands transitions over and asks for updates without knowing how
+// they are stored or sampled.
 package offpolicy
 
 import (
