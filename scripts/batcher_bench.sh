@@ -16,6 +16,12 @@
 #                  that a P stays idle while both workers are inside ONNX Runtime, as in each
 #                  one-worker process: Go's sysmon then stops taking Ps back from the calls
 #   ort 2s spare P ort 2 sessions likewise: the same A/B for ONNX Runtime alone
+#   ort co-run     `infer --sessions 2` and two one-session infer processes all at once, the
+#                  same runs each: one session's rows/s in the shared process against one in
+#                  its own, under the very same load (each thread gets its share of the cores)
+#   batcher co-run `batcher --workers 2` and two `--workers 1` processes at once, the same
+#                  steps per worker: one worker's steps/s in the shared process against one
+#                  in its own
 #
 # Processes run at once are measured over the union of their timed spans (timed_start_unix and
 # timed_end_unix, start_unix and end_unix in their summaries): summing each one's own rate
@@ -29,7 +35,7 @@
 #
 #   scripts/batcher_bench.sh [ROUNDS]       default 3 rounds; make bench-batcher runs it
 #
-# Environment: SHAPES (the shapes to run, default "ort2 ort1 ort2s w2 w1 x2 w2p ort2sp"; each
+# Environment: SHAPES (the shapes to run, default "ort2 ort1 ort2s w2 w1 x2 w2p ort2sp cort cob"; each
 # ratio is printed when both its shapes ran), RUNS (infer's timed runs, default 16000: about
 # 3 s a process on a quiet core), STEPS (batcher env steps, default 33554432: 32 rollouts of 128 steps × 2 workers × 1024
 # envs), ENVS (default 1024: the batch), ENV (CartPole-v1), MODEL (testdata/mlp_tanh.onnx),
@@ -95,7 +101,8 @@ finish() {
 cpu() { awk '{ print $1 + $2 }' "$tmp/$1.cpu"; }
 
 infer=("$tmp/bin/infer" --model "$model" --input "$input" --batch "$envs" --repeat "$runs" --threads 1)
-batcher=("$tmp/bin/batcher" --policy "$model" --env "$env" --envs "$envs" --steps "$steps" --log-json)
+bat=("$tmp/bin/batcher" --policy "$model" --env "$env" --envs "$envs" --log-json)
+batcher=("${bat[@]}" --steps "$steps")
 
 # span TIMED ALL: reads lines "start end cpu" of processes run at once, TIMED rows timed and
 # ALL rows run by each, and prints their rows/s over the union of their timed spans (not the
@@ -144,9 +151,9 @@ batch() {
 
 declare -A rate cost
 
-read -r -a shapes <<<"${SHAPES:-ort2 ort1 ort2s w2 w1 x2 w2p ort2sp}"
+read -r -a shapes <<<"${SHAPES:-ort2 ort1 ort2s w2 w1 x2 w2p ort2sp cort cob}"
 declare -A label=([ort2]="ort ×2 procs" [ort1]="ort ×1 proc" [ort2s]="ort 2 sessions" [w2]="batcher w2" [w1]="batcher w1"
-	[x2]="batcher ×2 procs" [w2p]="w2 spare P" [ort2sp]="ort 2s spare P")
+	[x2]="batcher ×2 procs" [w2p]="w2 spare P" [ort2sp]="ort 2s spare P" [cort]="ort co-run" [cob]="batcher co-run")
 for s in "${shapes[@]}"; do
 	if [[ -z "${label[$s]:-}" ]]; then
 		echo "batcher_bench: SHAPES names $s; want some of ${!label[*]}" >&2
@@ -154,9 +161,56 @@ for s in "${shapes[@]}"; do
 	fi
 done
 
+# corun NAME: the co-run shape NAME (cort or cob); prints the shared process's rows|steps/s
+# per thread, the two separate processes' (mean), the first as a percentage of the second,
+# and how much of the three processes' span all three were running (their timed spans'
+# intersection over their union: the comparison holds when it is near 100%).
+corun() {
+	local a b c k0=timed_start_unix k1=timed_end_unix
+	if [[ "$1" == cort ]]; then
+		launch cort-a "${infer[@]}" --sessions 2 --out "$tmp/outa"
+		launch cort-b "${infer[@]}" --out "$tmp/outb"
+		launch cort-c "${infer[@]}" --out "$tmp/outc"
+		finish
+		a="$(field "$(cat "$tmp/cort-a.json")" samples_per_sec)"
+		b="$(field "$(cat "$tmp/cort-b.json")" samples_per_sec)"
+		c="$(field "$(cat "$tmp/cort-c.json")" samples_per_sec)"
+	else
+		launch cob-a "${batcher[@]}" --workers 2 --seed 0
+		launch cob-b "${bat[@]}" --steps "$((steps / 2))" --workers 1 --seed 1 # a worker's share
+		launch cob-c "${bat[@]}" --steps "$((steps / 2))" --workers 1 --seed 2
+		finish
+		a="$(field "$(cat "$tmp/cob-a.json")" steps_per_sec)"
+		b="$(field "$(cat "$tmp/cob-b.json")" steps_per_sec)"
+		c="$(field "$(cat "$tmp/cob-c.json")" steps_per_sec)"
+		k0=start_unix k1=end_unix
+	fi
+	local f spans=()
+	for f in a b c; do
+		spans+=("$(field "$(cat "$tmp/$1-$f.json")" "$k0")" "$(field "$(cat "$tmp/$1-$f.json")" "$k1")")
+	done
+	awk -v a="$a" -v b="$b" -v c="$c" -v spans="${spans[*]}" 'BEGIN {
+		n = split(spans, t, " "); s0 = t[1]; e0 = t[2]; s1 = t[1]; e1 = t[2]
+		for (i = 3; i < n; i += 2) {
+			if (t[i] > s0) s0 = t[i]; if (t[i + 1] < e0) e0 = t[i + 1]
+			if (t[i] < s1) s1 = t[i]; if (t[i + 1] > e1) e1 = t[i + 1]
+		}
+		printf "%.0f %.0f %.0f %.1f", a / 2, (b + c) / 2, 100 * (e0 > s0 ? (e0 - s0) / (e1 - s1) : 0), 100 * a / (b + c)
+	}'
+}
+
 # shape NAME: runs one shape and appends its rate and CPU cost to the lists.
 shape() {
 	local out
+	if [[ "$1" == cort || "$1" == cob ]]; then
+		out="$(corun "$1")"
+		rate[$1]+="${out##* } "
+		local a b o r
+		read -r a b o r <<<"$out"
+		printf '  %-20s %12.0f per thread shared, %.0f alone: %.1f%% (all three running %.0f%% of the span)\n' \
+			"${label[$1]}" "$a" "$b" "$r" "$o"
+		return
+	fi
 	case "$1" in
 	ort2) out="$(ort ort2 2 1)" ;;
 	ort1) out="$(ort ort1 1 1)" ;;
@@ -200,6 +254,10 @@ medc() {
 }
 echo "medians over $rounds rounds:"
 for s in "${shapes[@]}"; do
+	if [[ "$s" == cort || "$s" == cob ]]; then
+		printf '  %-20s a thread shared at %.1f%% of one alone\n' "${label[$s]}" "$(med "$s")"
+		continue
+	fi
 	printf '  %-20s %12.0f rows|steps/s  %7.1f CPU ns per row|step\n' "${label[$s]}" "$(med "$s")" "$(medc "$s")"
 done
 # ratio A B TEXT: prints TEXT with 100·A/B when both shapes ran.
