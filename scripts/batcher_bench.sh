@@ -14,7 +14,8 @@
 #                  workers reach without sharing a process (w2 against it is the in-process loss)
 #   w2 spare P     batcher w2 with GOMAXPROCS one above the cores (default: the cores), so
 #                  that a P stays idle while both workers are inside ONNX Runtime, as in each
-#                  one-worker process: Go's sysmon then stops taking Ps back from the calls
+#                  one-worker process (the hypothesis that Go's sysmon, taking Ps back from
+#                  the calls when none is idle, costs the shared process; not borne out so far)
 #   ort 2s spare P ort 2 sessions likewise: the same A/B for ONNX Runtime alone
 #   ort co-run     `infer --sessions 2` and two one-session infer processes all at once, the
 #                  same runs each: one session's rows/s in the shared process against one in
@@ -35,9 +36,10 @@
 #
 #   scripts/batcher_bench.sh [ROUNDS]       default 3 rounds; make bench-batcher runs it
 #
-# Environment: SHAPES (the shapes to run, default "ort2 ort1 ort2s w2 w1 x2 w2p ort2sp cort cob"; each
-# ratio is printed when both its shapes ran), RUNS (infer's timed runs, default 16000: about
-# 3 s a process on a quiet core), STEPS (batcher env steps, default 33554432: 32 rollouts of 128 steps × 2 workers × 1024
+# Environment: SHAPES (the shapes to run, by the short names of the list above in its order:
+# default "ort2 ort1 ort2s w2 w1 x2 w2p ort2sp cort cob"; each ratio is printed when both its
+# shapes ran), RUNS (infer's timed runs, default 16000: about 3 s a process on a quiet core),
+# STEPS (batcher env steps, default 33554432: 32 rollouts of 128 steps × 2 workers × 1024
 # envs), ENVS (default 1024: the batch), ENV (CartPole-v1), MODEL (testdata/mlp_tanh.onnx),
 # GO, KEEP=1 keeps the runs' output.
 set -euo pipefail
