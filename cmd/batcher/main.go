@@ -330,6 +330,9 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	bar := progressbar.NewOptions64(total, progressbar.OptionSetWriter(barOut), progressbar.OptionSetItsString("steps"),
 		progressbar.OptionShowIts(), progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond),
 		progressbar.OptionSetDescription("collecting"), progressbar.OptionClearOnFinish())
+	// Start the bar's clock now: its first rate is then the first rollout's steps over the
+	// time they took, not over the microseconds between the bar's first two renders.
+	_ = bar.RenderBlank()
 	sum := summary{Policy: o.policy, Env: o.env, Device: b.Device(), Workers: o.workers, Envs: o.envs, EnvThreads: max(o.envThreads, 1)}
 	if o.policy == "random" {
 		sum.Device = "cpu" // no policy runs: the actions are drawn on the CPU
