@@ -73,7 +73,8 @@ func (g gifFlags) write(ctx context.Context, log *zap.Logger, cfg batcher.EvalCo
 	}
 	frames := 0
 	err = atomicfile.Write(g.path, 0o644, func(w io.Writer) error {
-		n, err := writeGIF(w, scene, tr)
+		n, err := render.WriteEpisode(w, scene, render.Episode{ObsDim: tr.ObsDim, ActDim: tr.ActDim, Obs: tr.Obs,
+			Actions: tr.Actions, Rewards: tr.Rewards})
 		frames = n
 		return err
 	})
@@ -83,30 +84,4 @@ func (g gifFlags) write(ctx context.Context, log *zap.Logger, cfg batcher.EvalCo
 	log.Info("episode written", zap.String("gif", g.path), zap.Int("frames", frames), zap.Float64("return", tr.Return))
 	return &gifSummary{Path: g.path, Frames: frames, Width: scene.Width, Height: scene.Height, FPS: scene.FPS,
 		Return: tr.Return, Length: tr.Length()}, nil
-}
-
-// writeGIF draws the trajectory's frames, the return so far in a corner, into a GIF on w and
-// returns how many it wrote.
-func writeGIF(w io.Writer, scene render.Scene, tr batcher.Trajectory) (int, error) {
-	g, err := render.NewGIF(w, scene.Width, scene.Height, scene.FPS)
-	if err != nil {
-		return 0, err
-	}
-	frame := scene.NewFrame()
-	ret := 0.0
-	for t := 0; t <= tr.Length(); t++ {
-		var act []float32
-		if t > 0 {
-			act = tr.Actions[(t-1)*tr.ActDim : t*tr.ActDim]
-			ret += float64(tr.Rewards[t-1])
-		}
-		if err := scene.Draw(frame, tr.Obs[t*tr.ObsDim:(t+1)*tr.ObsDim], act); err != nil {
-			return g.Frames(), err
-		}
-		render.Caption(frame, fmt.Sprintf("return %.2f  step %d", ret, t))
-		if err := g.Frame(frame); err != nil {
-			return g.Frames(), err
-		}
-	}
-	return g.Frames(), g.Close()
 }
