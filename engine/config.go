@@ -9,6 +9,7 @@ import (
 
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/envs/render"
 	"github.com/towerrl/towerrl/learner"
 )
 
@@ -84,9 +85,28 @@ type Config struct {
 	Preset string `json:"preset,omitempty"`
 
 	Seed            uint64 `json:"seed"`
-	CheckpointEvery int    `json:"checkpoint_every"`      // iterations between checkpoints; default 10 (and always the last)
-	EvalEpisodes    int    `json:"eval_episodes"`         // evaluation at the end; default 10; negative: none
-	InitPolicy      string `json:"init_policy,omitempty"` // a foreign ONNX policy to fine-tune; stored as an absolute path
+	CheckpointEvery int    `json:"checkpoint_every"` // iterations between checkpoints; default 10 (and always the last)
+	EvalEpisodes    int    `json:"eval_episodes"`    // evaluation at the end; default 10; negative: none
+	// EvalEvery evaluates the policy during training as well, every EvalEvery iterations
+	// (on-policy algorithms; env steps for off-policy ones): EvalEpisodes deterministic
+	// episodes on envs of their own, seeded as the final evaluation's (Seed + 1000003, every
+	// time, so the scores compare), which leave the training's envs and random streams alone.
+	// Their mean and standard deviation go to the metrics (eval/episodic_return), and the best
+	// policy so far is kept as best_policy.onnx, its step and score in best.json. 0 (default):
+	// the final evaluation only. May change on resume.
+	EvalEvery int64 `json:"eval_every,omitempty"`
+	// StopAtReturn, when set, ends the run once an evaluation's mean return reaches it (≥):
+	// a checkpoint and policy.onnx are written and the run ends as a finished one
+	// (Result.StoppedEarly says why). Needs EvalEvery. Default: unset, never. May change on
+	// resume (a run stopped by it goes on when resumed with it raised).
+	StopAtReturn *float64 `json:"stop_at_return,omitempty"`
+	// GifEvery draws one deterministic episode of the policy trained so far every GifEvery
+	// iterations (env steps for off-policy algorithms), as eval --gif does (env 0's first
+	// episode of the evaluation envs), into gifs/step-<env steps>.gif in the run directory and
+	// into TensorBoard as the image "episode" (its image tab plays GIFs). Classic-control envs
+	// only (package envs/render). 0 (default): none. May change on resume.
+	GifEvery   int64  `json:"gif_every,omitempty"`
+	InitPolicy string `json:"init_policy,omitempty"` // a foreign ONNX policy to fine-tune; stored as an absolute path
 
 	// Set by Train and kept in config.json and every checkpoint: the run's identity (a resume
 	// refuses another run's checkpoint) and the SHA-256 of the InitPolicy file (a given value
@@ -212,6 +232,16 @@ func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 	switch {
 	case c.EvalEpisodes < -1 || c.EvalEpisodes > maxEvalEpisodes:
 		return c, fmt.Errorf("%w: EvalEpisodes = %d, want 1 to %d, or -1 for no evaluation (0: the default, 10)", ErrConfig, c.EvalEpisodes, maxEvalEpisodes)
+	case c.EvalEvery < 0:
+		return c, fmt.Errorf("%w: EvalEvery = %d, want a count of iterations (env steps for off-policy algorithms), or 0 for no evaluation during training", ErrConfig, c.EvalEvery)
+	case c.EvalEvery > 0 && c.EvalEpisodes < 0:
+		return c, fmt.Errorf("%w: EvalEvery = %d evaluates during training, but EvalEpisodes = %d runs no episodes; give EvalEpisodes ≥ 1 (or 0 for the default, 10)", ErrConfig, c.EvalEvery, c.EvalEpisodes)
+	case c.StopAtReturn != nil && c.EvalEvery == 0:
+		return c, fmt.Errorf("%w: StopAtReturn = %g needs evaluations during training to compare with; set EvalEvery too", ErrConfig, *c.StopAtReturn)
+	case c.StopAtReturn != nil && (math.IsNaN(*c.StopAtReturn) || math.IsInf(*c.StopAtReturn, 0)):
+		return c, fmt.Errorf("%w: StopAtReturn = %g, want a finite return", ErrConfig, *c.StopAtReturn)
+	case c.GifEvery < 0:
+		return c, fmt.Errorf("%w: GifEvery = %d, want a count of iterations (env steps for off-policy algorithms), or 0 for no episodes drawn", ErrConfig, c.GifEvery)
 	case c.ValueWarmup < -1:
 		return c, fmt.Errorf("%w: ValueWarmup = %d, want a count of iterations, or -1 for none (0: the default, 30)", ErrConfig, c.ValueWarmup)
 	}
@@ -312,6 +342,11 @@ func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 		return c, fmt.Errorf("%w: ClipObs (%g) and ClipReward (%g) must be positive and finite", ErrConfig, c.ClipObs, c.ClipReward)
 	case c.RhoBar <= 0 || c.CBar <= 0 || c.KLCoef < 0:
 		return c, fmt.Errorf("%w: V-trace's RhoBar (%g) and CBar (%g) must be positive, KLCoef (%g) ≥ 0", ErrConfig, c.RhoBar, c.CBar, c.KLCoef)
+	}
+	if c.GifEvery > 0 {
+		if _, err := render.For(c.Env); err != nil {
+			return c, fmt.Errorf("%w: GifEvery = %d: %w; train without it (gif_every 0)", ErrConfig, c.GifEvery, err)
+		}
 	}
 	if err := c.checkHidden(spec); err != nil {
 		return c, err

@@ -87,7 +87,9 @@
 // and TensorBoard event files, events.out.tfevents.* (the metrics with CleanRL's tags at step =
 // env steps, one event per iteration, and the config as the text "hyperparameters"; a resume
 // cuts them back to its checkpoint and writes a new file; Options.NoTensorBoard: none; written
-// by package internal/tfevent). Train refuses a folder that already holds a run; [Resume] continues one from its checkpoint
+// by package internal/tfevent); with Config.EvalEvery, best_policy.onnx and best.json (the
+// best policy the evaluations during training found, and its record: evaluate.go, whose
+// evaluator an off-policy loop calls as well, counting env steps). Train refuses a folder that already holds a run; [Resume] continues one from its checkpoint
 // and finishes with exactly the metrics and policy an uninterrupted run would have.
 //
 // # Threading

@@ -11,14 +11,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/towerrl/towerrl/engine/rundir"
 )
 
 // killRuns are the runs the kill test interrupts, by name: long enough (24 iterations, a
 // checkpoint every 3) that random kill times land before the first iteration, between
-// checkpoints, during a checkpoint or a resume, and near the end. PPO's, and the off-policy
+// checkpoints, during a checkpoint or a resume, and near the end. PPO's (which evaluates every
+// 4 iterations, keeping best_policy.onnx: kills land in evaluations too), and the off-policy
 // loop's with DQN and SAC (their checkpoints hold the replay buffer and the sampling stream).
 var killRuns = map[string]Config{
-	"ppo": {Env: "CartPole-v1", TotalSteps: 512 * 24, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
+	"ppo": {Env: "CartPole-v1", TotalSteps: 512 * 24, CheckpointEvery: 3, Seed: 11, EvalEpisodes: 2, EvalEvery: 4},
 	"dqn": {Env: "CartPole-v1", Algo: "dqn", TotalSteps: 200 * 24, Envs: 2, TrainFreq: 4, RolloutSteps: 100, LearningStarts: 300,
 		TargetUpdateInterval: 100, Hidden: []int{32, 32}, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
 	"sac": {Env: "Pendulum-v1", Algo: "sac", TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, GradientSteps: 2, LearningStarts: 200,
@@ -46,7 +49,8 @@ func TestMain(m *testing.M) {
 
 // TestKillAndResume SIGKILLs a training process at random moments — before its first
 // iteration, mid-iteration, while writing a checkpoint, during a resume — and resumes it each
-// time; the run must end with the policy.onnx of an uninterrupted run, byte for byte. The
+// time; the run must end with the policy.onnx of an uninterrupted run, byte for byte (and its
+// best_policy.onnx and best.json when it evaluates). The
 // short version kills 5 times (3 for each off-policy run); -short=false with TOWERRL_KILLS=20
 // runs the 20.
 func TestKillAndResume(t *testing.T) {
@@ -124,6 +128,10 @@ func killAndResume(t *testing.T, name string, kills int) {
 		}
 		if a, b := metricsWithoutTimings(t, full), metricsWithoutTimings(t, dir); len(a) != len(b) {
 			t.Fatalf("metrics: %d lines uninterrupted, %d after the kills", len(a), len(b))
+		}
+		if killRuns[name].EvalEvery > 0 {
+			sameFile(t, full, dir, rundir.BestFile)
+			sameFile(t, full, dir, rundir.BestPolicyFile)
 		}
 	}
 	t.Logf("%d kills over %d runs, each finished with the uninterrupted run's policy.onnx", killed, runs)

@@ -47,6 +47,13 @@ type Metrics struct {
 	PublishSeconds     Float `json:"publish_seconds"`
 	CheckpointSeconds  Float `json:"checkpoint_seconds"`
 
+	// Eval is the evaluation run after this iteration (Config.EvalEvery; nil when none was
+	// due). TensorBoard: eval/episodic_return, eval/episodic_return_std, eval/episodic_length.
+	Eval *EvalMetrics `json:"eval,omitempty"`
+	// GIF is the episode drawn after this iteration (Config.GifEvery): its file in the run
+	// directory, gifs/step-<env steps>.gif ("" when none was due).
+	GIF string `json:"gif,omitempty"`
+
 	// Async holds what an asynchronous algorithm's iteration adds (nil for ppo).
 	Async *AsyncMetrics `json:"async,omitempty"`
 	// Transport describes the rollouts taken from Options.Source (remote batchers) this
@@ -150,9 +157,16 @@ type Result struct {
 	// Rank and Ranks place a DD-PPO process in its job (absent for one process).
 	Rank  int `json:"rank,omitempty"`
 	Ranks int `json:"ranks,omitempty"`
-	// Complete is set by a Resume of a run that had already trained all its iterations:
-	// nothing was trained, and the evaluation is of its trained policy.
+	// Complete is set by a Resume of a run that had already trained all its iterations (or
+	// had stopped at StopAtReturn): nothing was trained, and the evaluation is of its trained
+	// policy.
 	Complete bool `json:"already_complete,omitempty"`
+	// Best is the best policy the evaluations during training found (Config.EvalEvery; nil
+	// without them, on the ranks of a DD-PPO job other than 0, and before the first).
+	Best *BestPolicy `json:"best,omitempty"`
+	// StoppedEarly says why the run ended before TotalSteps (an evaluation reached
+	// StopAtReturn); empty when it did not.
+	StoppedEarly string `json:"stopped_early,omitempty"`
 }
 
 // explainedVariance is 1 − Var(returns − values)/Var(returns), NaN when the returns are constant.

@@ -30,6 +30,9 @@ func metricsWithoutTimings(t *testing.T, dir string) []map[string]any {
 		if r, ok := m["replay"].(map[string]any); ok { // an off-policy run's
 			delete(r, "updates_per_sec")
 		}
+		if e, ok := m["eval"].(map[string]any); ok {
+			delete(e, "seconds")
+		}
 		out = append(out, m)
 	}
 	return out

@@ -25,6 +25,8 @@ const (
 	tagOldApproxKL  = "losses/old_approx_kl"      // ppo
 	tagClipFrac     = "losses/clipfrac"           // not for impala, which does not clip
 	tagExplainedVar = "losses/explained_variance" //
+	tagEvalReturn   = "eval/episodic_return"      // mean return of an evaluation during training (Config.EvalEvery)
+	tagEpisode      = "episode"                   // an episode drawn as a GIF (Config.GifEvery), an image
 	tagHyperparams  = "hyperparameters"           // the run's config.json as a table (text), once
 )
 
@@ -82,6 +84,11 @@ func (b *tensorBoard) figures(m Metrics) (int64, []rundir.Scalar) {
 		if !named[name] {
 			f(statTag(name), m.Stats[name])
 		}
+	}
+	if e := m.Eval; e != nil {
+		f(tagEvalReturn, e.ReturnMean)
+		f("eval/episodic_return_std", e.ReturnStd)
+		f("eval/episodic_length", e.LengthMean)
 	}
 	if m.AllReduceSeconds != 0 {
 		f("ddppo/allreduce_seconds", m.AllReduceSeconds)

@@ -73,12 +73,13 @@ type Options struct {
 var ErrStopped = errors.New("engine: run stopped")
 
 // ResumeChangeable lists the Config fields (by JSON name) a resume may change: more or fewer
-// steps, another evaluation, another checkpoint interval, spinning or not (same results), and
-// the ring of rollouts an asynchronous run buffers (its checkpoints hold the learner's state
-// only, so a run given a queue too large for the machine can go on with a smaller one).
-// Anything else would make the resumed run a different run, so Resume refuses it naming the
-// field.
-var ResumeChangeable = []string{"total_steps", "eval_episodes", "checkpoint_every", "no_spin", "queue_size"}
+// steps, another evaluation (at the end or during training: evaluations and drawn episodes
+// run on envs of their own and leave the training alone), another stopping return, another
+// checkpoint interval, spinning or not (same results), and the ring of rollouts an
+// asynchronous run buffers (its checkpoints hold the learner's state only, so a run given a
+// queue too large for the machine can go on with a smaller one). Anything else would make the
+// resumed run a different run, so Resume refuses it naming the field.
+var ResumeChangeable = []string{"total_steps", "eval_episodes", "eval_every", "stop_at_return", "gif_every", "checkpoint_every", "no_spin", "queue_size"}
 
 // Train runs synchronous PPO: the batchers collect with policy version v, GAE turns the
 // rollout into advantages, the learner's towers make Epochs passes of minibatches over it, and
@@ -211,8 +212,9 @@ type loop struct {
 	saving       bool
 	start        time.Time
 	ckptPath     string // the checkpoint's path; empty without a run directory
-	first, iters int    // the first iteration to run, and the run's iterations
+	first, iters int    // the first iteration to run, and the run's iterations (fewer once StopAtReturn is reached)
 	complete     bool   // resumed from a checkpoint with nothing left to train
+	stoppedEarly string // why the run ended before TotalSteps (Result.StoppedEarly)
 }
 
 // begin starts the trainer at the checkpoint's iteration, restores it (or writes iteration
@@ -243,10 +245,24 @@ func (l *loop) begin(ctx context.Context, ckpt *models.Checkpoint) error {
 		l.run.Resumable()
 	}
 	var err error
+	if t.ev, err = newEvaluator(t.cfg, t.spec, l.run, t.steps); err != nil {
+		return err
+	}
 	if l.iters, err = t.red.iterations(t.cfg); err != nil { // TotalSteps counts every rank's steps
 		return err
 	}
-	l.complete = ckpt != nil && l.first >= l.iters
+	// A run that stopped at StopAtReturn, resumed with the same return, is complete too (rank
+	// 0 of a DD-PPO job holds the record and tells the others).
+	stoppedBefore := false
+	if ckpt != nil && t.cfg.StopAtReturn != nil {
+		if stoppedBefore, err = t.red.agree(ctx, t.ev.reachedBy(t.steps)); err != nil {
+			return err
+		}
+	}
+	l.complete = ckpt != nil && (l.first >= l.iters || stoppedBefore)
+	if l.complete && l.first < l.iters {
+		l.stoppedEarly, l.iters = t.ev.stoppedBefore(), l.first
+	}
 	if l.complete && t.red.root() {
 		// Nothing left to train: policy.onnx must be the checkpoint's policy.
 		return t.repairPolicy(l.run)
@@ -254,12 +270,22 @@ func (l *loop) begin(ctx context.Context, ckpt *models.Checkpoint) error {
 	return nil
 }
 
-// end ends iteration it, whose metrics are m: policy.onnx every CheckpointEvery iterations,
-// at the end and at a stop (the batchers have every version in place meanwhile), the
-// checkpoint, the metrics line and the progress callback; a stop asked of one rank stops
-// every rank here, with an error wrapping ErrStopped.
+// end ends iteration it, whose metrics are m: the evaluation and the episode drawn when due
+// (Config.EvalEvery, GifEvery), policy.onnx every CheckpointEvery iterations, at the end and
+// at a stop (the batchers have every version in place meanwhile), the checkpoint, the metrics
+// line and the progress callback; a stop asked of one rank stops every rank here, with an
+// error wrapping ErrStopped. An evaluation that reaches StopAtReturn makes this iteration the
+// run's last.
 func (l *loop) end(ctx context.Context, it int, m Metrics) error {
-	t, last := l.t, it+1 == l.iters
+	t := l.t
+	reached, err := t.evaluateAfter(ctx, it, &m)
+	if err != nil {
+		return err
+	}
+	if reached && it+1 < l.iters { // a finished run, shorter
+		l.stoppedEarly, l.iters = t.ev.stopReason(m.Eval, it+1, l.iters, t.steps), it+1
+	}
+	last := it+1 == l.iters
 	saved := l.saving && ((it+1)%t.cfg.CheckpointEvery == 0 || last)
 	if saved || last {
 		if err := t.red.checkSame(ctx, t.obsNorm.published(t.pm.Flat())); err != nil { // with the normaliser's map
@@ -277,7 +303,6 @@ func (l *loop) end(ctx context.Context, it int, m Metrics) error {
 	c0 := time.Now()
 	var snap *models.Checkpoint
 	if saved {
-		var err error
 		if snap, err = t.snapshot(ctx, it+1); err != nil {
 			return err
 		}
@@ -336,14 +361,17 @@ func (l *loop) finish(ctx context.Context) (res Result, err error) {
 	}
 	h := paramsHash(t.pm.Flat())
 	res = Result{EnvSteps: t.steps, Iterations: max(l.first, l.iters), TrainSeconds: time.Since(l.start).Seconds(), Policy: l.run.PolicyPath(), Dir: l.run.Path(),
-		ParamsSHA256: hex.EncodeToString(h[:]), Complete: l.complete}
+		ParamsSHA256: hex.EncodeToString(h[:]), Complete: l.complete, StoppedEarly: l.stoppedEarly}
 	t.red.result(&res)
 	t.col.result(&res)
+	if t.red.root() {
+		res.Best = t.ev.best
+	}
 	if res.Curve, err = l.run.Curve(l.opts.Plot, curveTitle(t.cfg)); err != nil {
 		return res, err
 	}
 	if t.cfg.EvalEpisodes > 0 && t.red.root() {
-		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: t.spec, Episodes: t.cfg.EvalEpisodes, Seed: t.cfg.Seed + 1_000_003,
+		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: t.spec, Episodes: t.cfg.EvalEpisodes, Seed: t.cfg.Seed + evalSeedOffset,
 			Deterministic: true}, t.pol.WithModel(t.model, t.version)) // t.model: the last export
 		if err != nil {
 			return res, err

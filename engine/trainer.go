@@ -50,6 +50,7 @@ type trainer struct {
 	version int64
 	steps   int64
 	eps     int64
+	ev      *evaluator // the evaluations during training (Config.EvalEvery)
 	ckpt    chan error // the checkpoint being written, if any
 	polW    chan error // policy.onnx being written, if any
 }

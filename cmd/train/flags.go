@@ -22,10 +22,11 @@ type configFlags struct {
 	env, algo, initPolicy, preset, activation, hidden string
 	towers, workers, envs, epochs, minibatches        int
 	rollout, queue, broadcast, evalEps, ckptEvery     int
-	total, maxLag                                     int64
+	total, maxLag, evalEvery, gifEvery                int64
 	seed                                              uint64
 	noSpin, normObs, normReward, constantLR           bool
 	syncFrac, lr, gamma, lambda, clip, ent, logStd    float64
+	stopAt                                            float64
 	head                                              cli.HeadFlags
 	// Off-policy algorithms (dqn, sac).
 	bufferSize, trainFreq, gradSteps, batchSize int
@@ -61,6 +62,9 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.activation, "activation", "", "hidden activation: tanh or relu (default tanh)")
 	fs.Float64Var(&f.logStd, "logstd-init", 0, "Gaussian head's initial log std (default 0)")
 	fs.IntVar(&f.evalEps, "eval-episodes", 0, "deterministic episodes of the final evaluation (default 10; -1: none; may change on --resume)")
+	fs.Int64Var(&f.evalEvery, "eval-every", 0, "evaluate --eval-episodes deterministic episodes every N iterations during training (env steps for dqn and sac), keeping the best policy as best_policy.onnx (default 0: only at the end; may change on --resume)")
+	fs.Float64Var(&f.stopAt, "stop-at-return", 0, "end the run (checkpoint, policy.onnx, exit 0) once an evaluation's mean return reaches this; needs --eval-every (may change on --resume)")
+	fs.Int64Var(&f.gifEvery, "gif-every", 0, "draw one deterministic episode every N iterations (env steps for dqn and sac) into the run directory's gifs/ and TensorBoard's images, as eval --gif does; classic-control envs only (default 0: none; may change on --resume)")
 	fs.IntVar(&f.ckptEvery, "checkpoint-every", 0, "iterations between checkpoints (default 10; may change on --resume)")
 	fs.BoolVar(&f.normObs, "norm-obs", false, "normalise observations by their running mean and variance, the map frozen into policy.onnx (--norm-obs=false turns a preset's off)")
 	fs.BoolVar(&f.normReward, "norm-reward", false, "scale rewards by the running std of the discounted return (--norm-reward=false turns a preset's off)")
@@ -116,6 +120,9 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 		"norm-obs":         func(c *engine.Config) { c.NormObs = f.normObs },
 		"norm-reward":      func(c *engine.Config) { c.NormReward = f.normReward },
 		"eval-episodes":    func(c *engine.Config) { c.EvalEpisodes = f.evalEps },
+		"eval-every":       func(c *engine.Config) { c.EvalEvery = f.evalEvery },
+		"stop-at-return":   func(c *engine.Config) { r := f.stopAt; c.StopAtReturn = &r },
+		"gif-every":        func(c *engine.Config) { c.GifEvery = f.gifEvery },
 		"checkpoint-every": func(c *engine.Config) { c.CheckpointEvery = f.ckptEvery },
 		// Asynchronous algorithms (impala, appo).
 		"queue-size":         func(c *engine.Config) { c.QueueSize = f.queue },

@@ -16,8 +16,12 @@
 // the iteration, writes a checkpoint and exits 1 saying how to resume; a second cancels
 // what is under way and the process exits within 2 s (a third: at once).
 // With --resume DIR, only --total-steps, --queue-size (impala, appo) and --no-spin (and the
-// --eval-episodes and --checkpoint-every) may differ from the run's config.json; other flags
-// that change the run are refused.
+// --eval-episodes, --eval-every, --stop-at-return and --checkpoint-every) may differ from the
+// run's config.json; other flags that change the run are refused.
+//
+// --eval-every N evaluates the policy every N iterations during training on envs of its own,
+// keeps the best as best_policy.onnx (best.json records its step and score), and with
+// --stop-at-return R ends the run, as a finished one, once an evaluation reaches R.
 package main
 
 import (
@@ -163,6 +167,12 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 				}
 			}
 		}
+		if e := m.Eval; e != nil {
+			line += fmt.Sprintf("  eval %.1f ± %.1f (%d episodes)", float64(e.ReturnMean), float64(e.ReturnStd), e.Episodes)
+			if e.Best {
+				line += " best so far: best_policy.onnx"
+			}
+		}
 		if a := m.Async; a != nil {
 			line += fmt.Sprintf("  lag %.1f (max %d)  queue %d  idle batchers %.0f%% learner %.0f%%",
 				float64(a.PolicyLagMean), a.PolicyLagMax, a.Queue, 100*float64(a.BatcherIdle), 100*float64(a.LearnerIdle))
@@ -213,9 +223,16 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 		log.Debug("rank summary", zap.Any("summary", res))
 		return nil
 	}
-	if res.Complete {
+	if res.Complete && res.StoppedEarly == "" {
 		log.Info(fmt.Sprintf("the run in %s was complete: all %d iterations were trained before, so nothing was trained now; the summary evaluates its policy.onnx (resume with a larger --total-steps to train on)",
 			res.Dir, res.Iterations))
+	}
+	if res.StoppedEarly != "" {
+		log.Info(res.StoppedEarly)
+	}
+	if b := res.Best; b != nil {
+		log.Info(fmt.Sprintf("best policy: %s, found after iteration %d (env step %d), scoring %g ± %g over %d deterministic episodes (eval --episodes %d --seed %d runs them again)",
+			orNoFile(b.Path), b.Iteration, b.EnvSteps, b.ReturnMean, b.ReturnStd, b.Episodes, b.Episodes, b.Seed))
 	}
 	if srv, ok := opts.Source.(*serving); ok {
 		return cli.Summary(stdout, struct {
@@ -224,4 +241,12 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 		}{res, srv.stats()})
 	}
 	return cli.Summary(stdout, res)
+}
+
+// orNoFile is path, or says that no file was written (a run without a directory).
+func orNoFile(path string) string {
+	if path == "" {
+		return "not written (no run directory)"
+	}
+	return path
 }

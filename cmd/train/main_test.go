@@ -204,3 +204,38 @@ func TestHugeConfigFile(t *testing.T) {
 		t.Fatalf("a 2 MiB config: %v", err)
 	}
 }
+
+// TestEvalFlags: --eval-every, --stop-at-return and --gif-every set their config fields (a
+// return of 0 too: the flag given is the value), and a run with them reports the best policy
+// and why it stopped in its summary.
+func TestEvalFlags(t *testing.T) {
+	cfg, _, err := configure(t, nil, "--env", "CartPole-v1", "--eval-every", "2", "--stop-at-return", "0", "--gif-every", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.EvalEvery != 2 || cfg.StopAtReturn == nil || *cfg.StopAtReturn != 0 || cfg.GifEvery != 3 {
+		t.Fatalf("eval_every %d, stop_at_return %v, gif_every %d", cfg.EvalEvery, cfg.StopAtReturn, cfg.GifEvery)
+	}
+	if cfg, _, err = configure(t, nil, "--env", "CartPole-v1"); err != nil || cfg.StopAtReturn != nil {
+		t.Fatalf("stop_at_return %v without the flag, %v", cfg.StopAtReturn, err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	var out bytes.Buffer
+	low := 0.0 // any CartPole evaluation reaches it: the run stops at the first
+	cfg = engine.Config{Env: "CartPole-v1", TotalSteps: 512 * 4, EvalEpisodes: 2, EvalEvery: 2, StopAtReturn: &low}
+	if err := run(context.Background(), &out, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{}); err != nil {
+		t.Fatal(err)
+	}
+	var sum struct {
+		Iterations   int                `json:"iterations"`
+		Best         *engine.BestPolicy `json:"best"`
+		StoppedEarly string             `json:"stopped_early"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Iterations != 2 || sum.Best == nil || sum.Best.Path != filepath.Join(dir, "best_policy.onnx") || sum.Best.EnvSteps != 1024 ||
+		!strings.Contains(sum.StoppedEarly, "stop_at_return 0") {
+		t.Errorf("summary %s", out.String())
+	}
+}

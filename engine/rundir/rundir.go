@@ -1,6 +1,7 @@
 // Package rundir is a training run's folder: config.json, metrics.jsonl (one JSON line per
 // iteration, and the same metrics in an attached [Log]: TensorBoard's event files),
-// policy.onnx, checkpoint/, curve.png, held under an exclusive lock (package
+// policy.onnx, checkpoint/, curve.png, best_policy.onnx and best.json (the evaluations during
+// training), held under an exclusive lock (package
 // internal/dirlock) for the run's life and written through the one atomic writer (package
 // internal/atomicfile). A new run takes only a new or empty folder; a resumed one keeps the
 // metrics lines its checkpoint covers. Package engine drives it; it knows nothing of training.
@@ -38,7 +39,13 @@ const (
 	PolicyFile  = "policy.onnx"
 	CurveFile   = "curve.png"
 	TrainedFile = "policy_with_critic.onnx"
-	LockFile    = ".lock"
+	// BestPolicyFile is the best policy the evaluations during training found, BestFile its
+	// record (the step and score; the caller's JSON).
+	BestPolicyFile = "best_policy.onnx"
+	BestFile       = "best.json"
+	// GIFDir holds the episodes drawn during training, one GIF each (EpisodeGIF).
+	GIFDir   = "gifs"
+	LockFile = ".lock"
 )
 
 // CheckpointFile is the checkpoint's path inside a run directory.
@@ -276,6 +283,70 @@ func (r *Dir[M]) Policy(model, trained []byte) error {
 		}
 	}
 	return WriteFile(r.PolicyPath(), model)
+}
+
+// Best keeps model as best_policy.onnx, then record as best.json, each written atomically: a
+// reader finds one whole file or the other whole file, never a torn one. A process killed
+// between the two leaves the new policy beside the old record; the record carries the
+// policy's SHA-256 for ReadBest to tell.
+func (r *Dir[M]) Best(model, record []byte) error {
+	if r.dir == "" {
+		return nil
+	}
+	if err := WriteFile(filepath.Join(r.dir, BestPolicyFile), model); err != nil {
+		return fmt.Errorf("engine: writing the best policy: %w", err)
+	}
+	if err := WriteFile(filepath.Join(r.dir, BestFile), record); err != nil {
+		return fmt.Errorf("engine: writing the best policy's record: %w", err)
+	}
+	return nil
+}
+
+// EpisodeGIF writes an episode drawn as an animated GIF of width × height pixels, taken at
+// env step step, as gifs/step-<step>.gif (atomically), and into the TensorBoard event file,
+// when one is attached, as the image summary tag at step (TensorBoard's image tab plays GIFs).
+// It returns the file's path.
+func (r *Dir[M]) EpisodeGIF(step int64, tag string, width, height int, gif []byte) (string, error) {
+	if r.dir == "" {
+		return "", nil
+	}
+	dir := filepath.Join(r.dir, GIFDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("engine: writing an episode's GIF: %w", err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("step-%09d.gif", step))
+	if err := WriteFile(path, gif); err != nil {
+		return "", fmt.Errorf("engine: writing an episode's GIF: %w", err)
+	}
+	if tb, ok := r.log.(*tensorBoard[M]); ok {
+		if err := tb.image(step, tag, width, height, gif); err != nil {
+			return "", fmt.Errorf("engine: writing an episode's GIF to TensorBoard: %w", err)
+		}
+	}
+	return path, nil
+}
+
+// ReadBest returns best.json's bytes and best_policy.onnx's SHA-256 (hex), or nil and "" for
+// a file that does not exist (no folder, or no evaluation yet).
+func (r *Dir[M]) ReadBest() (record []byte, policySHA256 string, err error) {
+	if r.dir == "" {
+		return nil, "", nil
+	}
+	record, err = os.ReadFile(filepath.Join(r.dir, BestFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("engine: reading the best policy's record: %w", err)
+	}
+	model, err := os.ReadFile(filepath.Join(r.dir, BestPolicyFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return record, "", nil
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("engine: reading the best policy: %w", err)
+	}
+	return record, SHA256Hex(model), nil
 }
 
 // HasPolicy reports whether policy.onnx holds model and policy_with_critic.onnx holds

@@ -78,3 +78,8 @@ func (b *tensorBoard[M]) Write(m M) error {
 }
 
 func (b *tensorBoard[M]) Close() error { return b.w.Close() }
+
+// image writes an encoded image under tag at step into the event file.
+func (b *tensorBoard[M]) image(step int64, tag string, width, height int, encoded []byte) error {
+	return b.w.Image(time.Now(), step, tag, width, height, 3, encoded)
+}
