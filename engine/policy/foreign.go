@@ -116,6 +116,12 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		return nil, err
 	}
 	notes := strings.Join(b.Notes, "; ")
+	if b.Head == head.QValuesKind {
+		// The batchers act greedily on Q-values (log-probability 0): PPO's ratios over them
+		// would be meaningless.
+		return nil, fmt.Errorf("%w: it is a Q-network (%s), which acts greedily on action values rather than sampling a distribution, so PPO cannot train it; to train its outputs as a policy's logits anyway, bind it with --head categorical",
+			ErrFineTune, notes)
+	}
 	if b.DeterministicOnly {
 		return nil, fmt.Errorf("%w: no action distribution could be found in the graph (%s); it runs in eval and batcher with --deterministic. Name the logits or the mean and log_std with --logits-output and --logstd-output if the graph computes them",
 			ErrFineTune, notes)

@@ -22,6 +22,11 @@
 //     value_net outputs);
 //   - sb3-sac: SB3's SAC actor (latent_pi, mu, log_std); a deterministic export keeps only
 //     tanh(mu), so the policy is deterministic-only;
+//   - sb3-dqn: SB3's DQN (DQNPolicy's q_net, a QNetwork of features_extractor and q_net),
+//     exported whole by the documented OnnxableSB3Policy (greedy actions out, the Q-values
+//     inside, behind the ArgMax) or as the Q-network alone (the Q-values out): the qvalues
+//     head, which acts greedily (ε-greedily with towerrl.epsilon), never sampling a softmax of
+//     the Q-values;
 //   - sb3-contrib-recurrent: RecurrentPPO (lstm_actor), states shaped [layers, batch, hidden]
 //     and an episode_starts input;
 //   - rllib: ModelV2 exports (_hidden_layers, _logits, _value_branch; inputs obs, state_ins /

@@ -264,6 +264,8 @@ func (r *recogniser) family() Family {
 	switch {
 	case has("lstm_actor", "lstm_critic") || (has("action_net") && r.b.EpisodeStarts != ""):
 		return FamilySB3Recurrent
+	case has("q_net", "q_net_target") && !has("action_net", "value_net", "mu", "latent_pi"):
+		return FamilySB3DQN
 	case has("latent_pi") || (has("actor") && has("mu")):
 		return FamilySB3SAC
 	case has("action_net", "mlp_extractor"):
