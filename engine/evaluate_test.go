@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -363,5 +364,53 @@ func TestGifEvery(t *testing.T) {
 	_, err = Config{Env: reach2x3, GifEvery: 1}.WithDefaults()
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "GifEvery") || !strings.Contains(err.Error(), "CartPole-v1") {
 		t.Errorf("GifEvery on %s: %v, want an ErrConfig naming the field and the envs drawn", reach2x3, err)
+	}
+}
+
+// TestEvalOffPolicy: the off-policy loop evaluates every EvalEvery env steps, after the
+// iterations (200 steps each here) that cross each multiple of 1000 — 5, 10, 15, 20 — keeping
+// best.json; a StopAtReturn every evaluation reaches stops it after iteration 5, a resume with
+// the same return is complete, and one without it trains on to the uninterrupted run's
+// parameters, bit for bit.
+func TestEvalOffPolicy(t *testing.T) {
+	ctx := context.Background()
+	cfg := killRuns["dqn"]
+	cfg.EvalEvery, cfg.EvalEpisodes = 1000, 2
+	full := filepath.Join(t.TempDir(), "full")
+	fullRes, err := Train(ctx, cfg, Options{Out: full})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evaluated []int
+	for _, m := range readMetrics(t, full) {
+		if m.Eval != nil {
+			evaluated = append(evaluated, m.Iteration)
+		}
+	}
+	if !slices.Equal(evaluated, []int{5, 10, 15, 20}) {
+		t.Errorf("evaluations after iterations %v, want 5, 10, 15, 20", evaluated)
+	}
+	if b := readBest(t, full); fullRes.Best == nil || b.EnvSteps != fullRes.Best.EnvSteps || b.EnvSteps%1000 != 0 {
+		t.Errorf("best.json %+v, Result.Best %+v", b, fullRes.Best)
+	}
+	low := -1.0
+	cfg.StopAtReturn = &low
+	dir := filepath.Join(t.TempDir(), "stop")
+	res, err := Train(ctx, cfg, Options{Out: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Iterations != 5 || res.EnvSteps != 1000 || res.StoppedEarly == "" {
+		t.Fatalf("stopped after %d iterations, %d steps, %q; want 5, 1000, saying why", res.Iterations, res.EnvSteps, res.StoppedEarly)
+	}
+	if again, err := Resume(ctx, dir, Options{}); err != nil || !again.Complete || again.Iterations != 5 {
+		t.Fatalf("resumed with the same stop_at_return: %+v, %v; want complete", again, err)
+	}
+	on, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.StopAtReturn = nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on.Iterations != 24 || on.ParamsSHA256 != fullRes.ParamsSHA256 {
+		t.Errorf("resumed without stop_at_return: %d iterations, %s; want 24, %s", on.Iterations, on.ParamsSHA256, fullRes.ParamsSHA256)
 	}
 }

@@ -101,20 +101,37 @@ func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, 
 		}
 		run.Resumable()
 	}
+	ev, err := newEvaluator(cfg, spec, run, r.steps) // Config.EvalEvery and GifEvery count env steps here
+	if err != nil {
+		return res, err
+	}
 	iters := cfg.Iterations()
-	complete := ckpt != nil && first >= iters
+	stoppedEarly := ""
+	// A run that stopped at StopAtReturn, resumed with the same return, is complete too.
+	complete := ckpt != nil && (first >= iters || ev.reachedBy(r.steps))
+	if complete && first < iters {
+		stoppedEarly, iters = ev.stoppedBefore(), first
+	}
 	if complete {
 		if err := r.writePolicy(true); err != nil { // policy.onnx must be the checkpoint's
 			return res, err
 		}
 	}
 	for it := first; it < iters; it++ {
+		prev := r.steps
 		m, err := r.iterate(ctx, it)
 		if errors.Is(err, ErrNonFinite) {
 			err = fmt.Errorf("%w; %s", err, kept(run))
 		}
 		if err != nil {
 			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
+		}
+		reached, err := r.evaluateAfter(ctx, ev, it, prev, &m)
+		if err != nil {
+			return res, err
+		}
+		if reached && it+1 < iters { // a finished run, shorter
+			stoppedEarly, iters = ev.stopReason(m.Eval, it+1, iters, r.steps), it+1
 		}
 		last, stop := it+1 == iters, stopped(opts.Stop)
 		saved := saving && ((it+1)%cfg.CheckpointEvery == 0 || last || stop)
@@ -147,7 +164,7 @@ func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, 
 	}
 	h := paramsHash(r.l.Acting())
 	res = Result{EnvSteps: r.steps, Iterations: max(first, iters), TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(),
-		Dir: run.Path(), ParamsSHA256: hex.EncodeToString(h[:]), Complete: complete}
+		Dir: run.Path(), ParamsSHA256: hex.EncodeToString(h[:]), Complete: complete, StoppedEarly: stoppedEarly, Best: ev.best}
 	if res.Curve, err = run.Curve(opts.Plot, curveTitle(cfg)); err != nil {
 		return res, err
 	}
@@ -156,7 +173,7 @@ func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, 
 		if err != nil {
 			return res, err
 		}
-		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: spec, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + 1_000_003,
+		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: spec, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + evalSeedOffset,
 			Deterministic: true}, r.pol.WithModel(model, r.version))
 		if err != nil {
 			return res, err
@@ -165,6 +182,34 @@ func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, 
 	}
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
+}
+
+// evaluateAfter runs the evaluation and draws the episode due (Config.EvalEvery and GifEvery,
+// counted in env steps) after iteration it, whose collections took the env steps from prev
+// to r.steps: of the acting network's export, which is also what best_policy.onnx keeps. It
+// reports whether the evaluation reached StopAtReturn.
+func (r *replayRun) evaluateAfter(ctx context.Context, ev *evaluator, it int, prev int64, m *Metrics) (bool, error) {
+	evalDue, gifDue := ev.due(prev, r.steps), ev.gifDue(prev, r.steps)
+	if !evalDue && !gifDue {
+		return false, nil
+	}
+	model, err := r.l.Export(r.hb.Spec, r.version)
+	if err != nil {
+		return false, err
+	}
+	pol := r.pol.WithModel(model, r.version)
+	if gifDue {
+		if m.GIF, err = ev.draw(ctx, pol, r.steps); err != nil {
+			return false, err
+		}
+	}
+	if !evalDue {
+		return false, nil
+	}
+	if m.Eval, err = ev.evaluate(ctx, pol, model, it+1, r.steps); err != nil {
+		return false, err
+	}
+	return ev.reaches(m.Eval), nil
 }
 
 // newReplayRun makes the run's learner, buffer, policy binding and batchers, as a fresh run
