@@ -9,8 +9,9 @@ import (
 	"github.com/towerrl/towerrl/models/head"
 )
 
-// TestSB3DQNExports: SB3 DQN exports (scripts/gen_fixture_sb3_dqn.py: the documented
-// OnnxableSB3Policy export, whose output is the greedy action, and the Q-network alone) bind
+// TestSB3DQNExports: DQN exports (scripts/gen_fixture_sb3_dqn.py: SB3's documented
+// OnnxableSB3Policy export, whose output is the greedy action, SB3's Q-network alone, and
+// CleanRL's QNetwork) bind
 // with no flags as the qvalues head; on the fixture's rows the Q-values are PyTorch's, and a
 // runner that samples (not deterministic) still takes PyTorch's argmax, with log-probability 0
 // (greedy: ε = 0), where a softmax over the Q-values would draw the other action at times and
@@ -21,7 +22,7 @@ func TestSB3DQNExports(t *testing.T) {
 	wantQ := bindtest.ReadNpy(t, filepath.Join(dir, "sb3_dqn.qvalues.npy")).F32
 	wantA := bindtest.ReadNpy(t, filepath.Join(dir, "sb3_dqn.actions.npy")).I64
 	n := len(obs) / 4
-	for _, name := range []string{"sb3_dqn_cartpole", "sb3_dqn_cartpole_qnet"} {
+	for _, name := range []string{"sb3_dqn_cartpole", "sb3_dqn_cartpole_qnet", "cleanrl_dqn_cartpole"} {
 		t.Run(name, func(t *testing.T) {
 			cfg, logs := observed()
 			p, err := load(t, filepath.Join(dir, name+".onnx"), "CartPole-v1", cfg)
@@ -53,7 +54,7 @@ func TestSB3DQNExports(t *testing.T) {
 			if got := r.LogProb(0, []float32{float32(1 - wantA[0])}); !math.IsInf(got, -1) {
 				t.Errorf("log-probability of the other action %v, want −Inf (greedy)", got)
 			}
-			if !bindtest.Logged(logs, "SB3 DQN") {
+			if !bindtest.Logged(logs, "DQN") {
 				t.Errorf("the log does not say what was recognised: %v", logs.All())
 			}
 		})

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Export Stable-Baselines3 DQN fixtures (issue 30 item 5) into testdata/dqn/: a CartPole
-Q-network laid out as SB3's DQN builds it, exported the two ways SB3 users do.
+"""Export DQN fixtures (issue 30 item 5) into testdata/dqn/: a CartPole Q-network laid out as
+SB3's DQN builds it, exported the two ways SB3 users do, and as CleanRL's dqn.py builds it.
 
 Run with Debian's python3 (python3-torch, python3-onnx, python3-numpy); SB3 itself is not
 needed: the modules below carry SB3's attribute names (stable_baselines3/dqn/policies.py
@@ -20,6 +20,9 @@ policy. For NAME in
     sb3_dqn_cartpole_qnet  the older recipe (the docs' SAC example applied to DQN): a wrapper
                            of model.policy.q_net alone, whose output is the Q-values
                            [batch, 2]
+    cleanrl_dqn_cartpole   CleanRL's QNetwork (dqn.py: one nn.Sequential, network) exported
+                           with torch.onnx.export's defaults, as CleanRL has no export of its
+                           own: input and output auto-named, the output the Q-values
 
 it writes NAME.onnx (batch fixed at 1, opset 17, as the docs export), and once:
     sb3_dqn.input.npy      16 CartPole observations
@@ -93,6 +96,19 @@ class DQNPolicy(nn.Module):
         return self.q_net._predict(obs, deterministic=deterministic)
 
 
+class CleanRLQNetwork(nn.Module):
+    """CleanRL's dqn.py QNetwork: network, an nn.Sequential to one Q-value per action (the
+    teacher's 64x64 Tanh layers here, where dqn.py has 120x84 ReLU ones)."""
+
+    def __init__(self, obs_dim, n_actions):
+        super().__init__()
+        self.network = nn.Sequential(nn.Linear(obs_dim, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                                     nn.Linear(64, n_actions))
+
+    def forward(self, x):
+        return self.network(x)
+
+
 class OnnxableSB3Policy(nn.Module):
     """SB3 docs, current: the policy's forward, deterministic."""
 
@@ -128,6 +144,10 @@ def main():
                          ("sb3_dqn_cartpole_qnet", OnnxableQNetwork(policy.q_net))):
         torch.onnx.export(module.eval(), (torch.randn(1, 4),), os.path.join(OUT, name + ".onnx"), export_params=True,
                           do_constant_folding=True, input_names=["input"], opset_version=17)
+    cleanrl = CleanRLQNetwork(4, 2)
+    cleanrl.network.load_state_dict(policy.q_net.q_net.state_dict())
+    torch.onnx.export(cleanrl.eval(), (torch.randn(1, 4),), os.path.join(OUT, "cleanrl_dqn_cartpole.onnx"),
+                      opset_version=17)
     rows = cartpole_rows(teacher, 35).astype(np.float32)
     with torch.no_grad():
         q = policy.q_net(torch.from_numpy(rows))

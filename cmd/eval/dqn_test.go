@@ -11,7 +11,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// TestSB3DQN evaluates the SB3 DQN exports (scripts/gen_fixture_sb3_dqn.py) with no flags on
+// TestSB3DQN evaluates the DQN exports (scripts/gen_fixture_sb3_dqn.py: SB3's two, CleanRL's)
+// with no flags on
 // the episodes PyTorch played (seeds 10000…10049): greedily, and with --sample (a Q-network's
 // head is greedy either way), both score PyTorch's greedy return.
 func TestSB3DQN(t *testing.T) {
@@ -29,7 +30,7 @@ func TestSB3DQN(t *testing.T) {
 	if err := json.Unmarshal(data, &fx); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"sb3_dqn_cartpole", "sb3_dqn_cartpole_qnet"} {
+	for _, name := range []string{"sb3_dqn_cartpole", "sb3_dqn_cartpole_qnet", "cleanrl_dqn_cartpole"} {
 		for _, sample := range []bool{false, true} {
 			o := options{policy: filepath.Join(dir, name+".onnx"), env: "CartPole-v1", episodes: fx.Greedy.Episodes, seed: 10000, sample: sample}
 			o.flags.Device = "cpu"

@@ -27,6 +27,8 @@
 //     inside, behind the ArgMax) or as the Q-network alone (the Q-values out): the qvalues
 //     head, which acts greedily (ε-greedily with towerrl.epsilon), never sampling a softmax of
 //     the Q-values;
+//   - cleanrl-dqn: CleanRL's DQN QNetwork (one nn.Sequential, network) exported alone: one
+//     output of one Q-value per action, the qvalues head as for sb3-dqn;
 //   - sb3-contrib-recurrent: RecurrentPPO (lstm_actor), states shaped [layers, batch, hidden]
 //     and an episode_starts input;
 //   - rllib: ModelV2 exports (_hidden_layers, _logits, _value_branch; inputs obs, state_ins /

@@ -20,6 +20,7 @@ const (
 	FamilySB3SAC        Family = "sb3-sac"               // Stable-Baselines3 SAC actor: latent_pi, mu, log_std
 	FamilySB3Recurrent  Family = "sb3-contrib-recurrent" // SB3-contrib RecurrentPPO: lstm_actor, [layers, batch, hidden] states
 	FamilySB3DQN        Family = "sb3-dqn"               // Stable-Baselines3 DQN: q_net (QNetwork), Q-values
+	FamilyCleanRLDQN    Family = "cleanrl-dqn"           // CleanRL's DQN QNetwork: network alone, one output of Q-values
 	FamilyRLlib         Family = "rllib"                 // RLlib ModelV2 export: _logits, _value_branch, state_ins, seq_lens
 	FamilySampleFactory Family = "sample-factory"        // Sample Factory: action_parameterization, critic_linear, rnn_states
 	FamilyCleanRL       Family = "cleanrl"               // CleanRL: actor/critic, actor_mean, actor_logstd, fc_mean
@@ -171,11 +172,12 @@ func (r *recogniser) heads(o Overrides) error {
 		b.Family = r.family()
 		r.layout()
 		r.conventions()
-		if b.Family == FamilySB3DQN && !r.continuous() {
+		if (b.Family == FamilySB3DQN || b.Family == FamilyCleanRLDQN) && !r.continuous() {
 			// A Q-network's outputs are action values, not logits: acted on greedily (or
 			// ε-greedily), never sampled from a softmax over them.
 			b.Head = head.QValuesKind
-			r.note("SB3 DQN Q-network (q_net): the qvalues head, acting greedily on %s", b.Params)
+			what := map[Family]string{FamilySB3DQN: "SB3 DQN Q-network (q_net)", FamilyCleanRLDQN: "CleanRL DQN QNetwork (network)"}[b.Family]
+			r.note("%s: the qvalues head, acting greedily on %s (--head categorical samples it as logits instead)", what, b.Params)
 		}
 	}
 	if err := r.overrides(o); err != nil {

@@ -278,8 +278,29 @@ func (r *recogniser) family() Family {
 		return FamilyRLlib
 	case has("actor_mean", "actor_logstd", "fc_mean", "fc_logstd") || (has("actor") && has("critic")):
 		return FamilyCleanRL
+	case has("network") && r.qNetworkShaped():
+		return FamilyCleanRLDQN
 	}
 	return FamilyConvention
+}
+
+// qNetworkShaped reports whether the graph is shaped as CleanRL's DQN QNetwork exported alone
+// (dqn.py, dqn_atari.py: one nn.Sequential named network): actions from a Discrete space, one
+// input and one output of exactly one value per action, every parameter under network. A
+// policy whose module is also named network and outputs logits looks the same: --head
+// categorical binds it so.
+func (r *recogniser) qNetworkShaped() bool {
+	x := r.x
+	if r.continuous() || len(x.inputs) != 1 || len(x.outputs) != 1 || x.rowSize(x.tensor(x.outputs[0])) != int64(r.env.N) {
+		return false
+	}
+	for name, t := range x.tensors {
+		param := strings.HasSuffix(name, ".weight") || strings.HasSuffix(name, ".bias")
+		if t.init && param && !strings.HasPrefix(name, "network.") {
+			return false
+		}
+	}
+	return true
 }
 
 // width is the values a row of name holds: from its shape, or from the layer writing it.
