@@ -9,7 +9,6 @@ import (
 
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/envs/render"
 	"github.com/towerrl/towerrl/learner"
 )
 
@@ -104,7 +103,8 @@ type Config struct {
 	// iterations (env steps for off-policy algorithms), as eval --gif does (env 0's first
 	// episode of the evaluation envs), into gifs/step-<env steps>.gif in the run directory and
 	// into TensorBoard as the image "episode" (its image tab plays GIFs). Classic-control envs
-	// only (package envs/render). 0 (default): none. May change on resume.
+	// only, drawn by Options.Draw (package engine/gif's Drawer, which cmd/train sets). 0
+	// (default): none. May change on resume.
 	GifEvery   int64  `json:"gif_every,omitempty"`
 	InitPolicy string `json:"init_policy,omitempty"` // a foreign ONNX policy to fine-tune; stored as an absolute path
 
@@ -342,11 +342,6 @@ func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 		return c, fmt.Errorf("%w: ClipObs (%g) and ClipReward (%g) must be positive and finite", ErrConfig, c.ClipObs, c.ClipReward)
 	case c.RhoBar <= 0 || c.CBar <= 0 || c.KLCoef < 0:
 		return c, fmt.Errorf("%w: V-trace's RhoBar (%g) and CBar (%g) must be positive, KLCoef (%g) ≥ 0", ErrConfig, c.RhoBar, c.CBar, c.KLCoef)
-	}
-	if c.GifEvery > 0 {
-		if _, err := render.For(c.Env); err != nil {
-			return c, fmt.Errorf("%w: GifEvery = %d: %w; train without it (gif_every 0)", ErrConfig, c.GifEvery, err)
-		}
 	}
 	if err := c.checkHidden(spec); err != nil {
 		return c, err

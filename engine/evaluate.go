@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/envs/render"
 )
 
 // evalSeedOffset seeds a run's evaluation envs (Seed + evalSeedOffset): every evaluation of a
@@ -59,7 +59,7 @@ type BestPolicy struct {
 type evaluator struct {
 	every    int64 // 0: no evaluation during training
 	gifEvery int64 // 0: no episode drawn
-	scene    render.Scene
+	drawer   Drawer
 	episodes int
 	seed     uint64
 	stopAt   *float64
@@ -75,13 +75,13 @@ type evaluator struct {
 // killed before its next checkpoint): the run evaluates that policy again, as it retrains it
 // bit for bit, and marks the evaluations best as the uninterrupted run did. Until the next
 // evaluation replaces them, the files stay as they were.
-func newEvaluator(cfg Config, spec envs.Spec, run *runDir, from int64) (*evaluator, error) {
+func newEvaluator(cfg Config, spec envs.Spec, opts Options, run *runDir, from int64) (*evaluator, error) {
 	e := &evaluator{every: cfg.EvalEvery, episodes: cfg.EvalEpisodes, seed: cfg.Seed + evalSeedOffset,
 		stopAt: cfg.StopAtReturn, spec: spec, run: run}
 	if cfg.GifEvery > 0 && run.Path() != "" { // drawn into the run directory: none without one
 		var err error
-		if e.scene, err = render.For(spec.ID); err != nil {
-			return nil, fmt.Errorf("%w: GifEvery: %w", ErrConfig, err)
+		if e.drawer, err = drawerOf(cfg, spec, opts); err != nil {
+			return nil, err
 		}
 		e.gifEvery = cfg.GifEvery
 	}
@@ -115,11 +115,10 @@ func (e *evaluator) draw(ctx context.Context, pol *bind.Policy, envSteps int64) 
 		return "", fmt.Errorf("engine: recording an episode to draw: %w", err)
 	}
 	var buf bytes.Buffer
-	if _, err := render.WriteEpisode(&buf, e.scene, render.Episode{ObsDim: tr.ObsDim, ActDim: tr.ActDim, Obs: tr.Obs,
-		Actions: tr.Actions, Rewards: tr.Rewards}); err != nil {
+	if err := e.drawer.Draw(&buf, tr); err != nil {
 		return "", fmt.Errorf("engine: drawing an episode: %w", err)
 	}
-	path, err := e.run.EpisodeGIF(envSteps, tagEpisode, e.scene.Width, e.scene.Height, buf.Bytes())
+	path, err := e.run.EpisodeGIF(envSteps, tagEpisode, e.drawer.Width, e.drawer.Height, buf.Bytes())
 	if err != nil {
 		return "", err
 	}
@@ -234,4 +233,38 @@ func (t *trainer) evaluateAfter(ctx context.Context, it int, m *Metrics) (bool, 
 		return false, nil
 	}
 	return t.red.agree(ctx, reached)
+}
+
+// Drawer draws recorded episodes of one env as animated GIFs (Options.Draw): Draw writes the
+// GIF of an episode into w, whose frames are Width × Height pixels (TensorBoard's image
+// summary says so).
+type Drawer struct {
+	Width, Height int
+	Draw          func(w io.Writer, ep batcher.Trajectory) error
+}
+
+// drawerOf is the Drawer of spec's env for a run of cfg with Config.GifEvery: an error
+// wrapping ErrConfig when opts has no Draw or it cannot draw the env.
+func drawerOf(cfg Config, spec envs.Spec, opts Options) (Drawer, error) {
+	if opts.Draw == nil {
+		return Drawer{}, fmt.Errorf("%w: GifEvery = %d needs Options.Draw to draw the episodes (package engine/gif's Drawer; cmd/train sets it)", ErrConfig, cfg.GifEvery)
+	}
+	d, err := opts.Draw(spec.ID)
+	if err != nil {
+		return Drawer{}, fmt.Errorf("%w: GifEvery = %d: %w; train without it (gif_every 0)", ErrConfig, cfg.GifEvery, err)
+	}
+	if d.Draw == nil || d.Width < 1 || d.Height < 1 {
+		return Drawer{}, fmt.Errorf("%w: GifEvery = %d: Options.Draw gave no drawing of %s (a %d×%d Drawer)", ErrConfig, cfg.GifEvery, spec.ID, d.Width, d.Height)
+	}
+	return d, nil
+}
+
+// checkOptions refuses, before anything is written, a run of cfg whose options cannot carry
+// it out: GifEvery without a Drawer of its env.
+func checkOptions(cfg Config, spec envs.Spec, opts Options) error {
+	if cfg.GifEvery > 0 {
+		_, err := drawerOf(cfg, spec, opts)
+		return err
+	}
+	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"image/gif"
+	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/envs/render"
 	"github.com/towerrl/towerrl/internal/tfevent/tfeventtest"
 )
 
@@ -312,7 +315,7 @@ func TestEvalDDPPO(t *testing.T) {
 func TestGifEvery(t *testing.T) {
 	cfg := Config{Env: "CartPole-v1", TotalSteps: 512 * 4, Seed: 9, EvalEpisodes: 1, EvalEvery: 2, GifEvery: 2}
 	dir := filepath.Join(t.TempDir(), "gif")
-	if _, err := Train(context.Background(), cfg, Options{Out: dir}); err != nil {
+	if _, err := Train(context.Background(), cfg, Options{Out: dir, Draw: testDrawer}); err != nil {
 		t.Fatal(err)
 	}
 	evs, err := tfeventtest.ReadDir(dir)
@@ -361,10 +364,32 @@ func TestGifEvery(t *testing.T) {
 	if len(images) != 2 {
 		t.Errorf("%d images in TensorBoard, want 2", len(images))
 	}
-	_, err = Config{Env: reach2x3, GifEvery: 1}.WithDefaults()
+	refused := filepath.Join(t.TempDir(), "refused")
+	_, err = Train(context.Background(), Config{Env: reach2x3, GifEvery: 1}, Options{Out: refused, Draw: testDrawer})
 	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "GifEvery") || !strings.Contains(err.Error(), "CartPole-v1") {
 		t.Errorf("GifEvery on %s: %v, want an ErrConfig naming the field and the envs drawn", reach2x3, err)
 	}
+	_, err = Train(context.Background(), cfg, Options{Out: refused})
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "Options.Draw") {
+		t.Errorf("GifEvery without Options.Draw: %v, want an ErrConfig naming Options.Draw", err)
+	}
+	if _, err := os.Stat(refused); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused run left %s behind (%v)", refused, err)
+	}
+}
+
+// testDrawer is package engine/gif's Drawer, which this package's tests cannot import (it
+// imports engine): envs/render's drawing of the env's episodes.
+func testDrawer(env string) (Drawer, error) {
+	scene, err := render.For(env)
+	if err != nil {
+		return Drawer{}, err
+	}
+	return Drawer{Width: scene.Width, Height: scene.Height, Draw: func(w io.Writer, tr batcher.Trajectory) error {
+		_, err := render.WriteEpisode(w, scene, render.Episode{ObsDim: tr.ObsDim, ActDim: tr.ActDim, Obs: tr.Obs,
+			Actions: tr.Actions, Rewards: tr.Rewards})
+		return err
+	}}, nil
 }
 
 // TestEvalOffPolicy: the off-policy loop evaluates every EvalEvery env steps, after the

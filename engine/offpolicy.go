@@ -101,7 +101,7 @@ func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, 
 		}
 		run.Resumable()
 	}
-	ev, err := newEvaluator(cfg, spec, run, r.steps) // Config.EvalEvery and GifEvery count env steps here
+	ev, err := newEvaluator(cfg, spec, opts, run, r.steps) // Config.EvalEvery and GifEvery count env steps here
 	if err != nil {
 		return res, err
 	}

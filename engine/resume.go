@@ -65,6 +65,9 @@ func Resume(ctx context.Context, dir string, opts Options) (res Result, err erro
 	if err != nil {
 		return fail(err)
 	}
+	if err := checkOptions(r.cfg, r.spec, opts); err != nil {
+		return fail(err)
+	}
 	if r.changed {
 		if err := rundir.WriteFile(filepath.Join(dir, configFile), append(r.config, '\n')); err != nil {
 			return fail(err)

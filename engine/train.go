@@ -38,6 +38,10 @@ type Options struct {
 	// Plot, when set, draws the learning curve as curve.png in Out at the end of the run
 	// (package engine/curve's Write; the engine itself links no plotting library).
 	Plot func(path, title string, ms []Metrics) error
+	// Draw, when set, makes the Drawer of an env's episodes (package engine/gif's Drawer,
+	// which draws the classic-control envs as Gymnasium does; the engine itself links no
+	// renderer). Config.GifEvery needs it, and refuses an env it cannot draw.
+	Draw func(env string) (Drawer, error)
 	// Change, for Resume only, edits the run's configuration before it continues; only the
 	// fields [ResumeChangeable] lists may change (the new values are written to config.json).
 	Change func(*Config)
@@ -102,6 +106,9 @@ func Train(ctx context.Context, cfg Config, opts Options) (res Result, err error
 	}
 	cfg, spec, err := cfg.resolve()
 	if err != nil {
+		return Result{}, err
+	}
+	if err := checkOptions(cfg, spec, opts); err != nil {
 		return Result{}, err
 	}
 	var initData []byte
@@ -245,7 +252,7 @@ func (l *loop) begin(ctx context.Context, ckpt *models.Checkpoint) error {
 		l.run.Resumable()
 	}
 	var err error
-	if t.ev, err = newEvaluator(t.cfg, t.spec, l.run, t.steps); err != nil {
+	if t.ev, err = newEvaluator(t.cfg, t.spec, l.opts, l.run, t.steps); err != nil {
 		return err
 	}
 	if l.iters, err = t.red.iterations(t.cfg); err != nil { // TotalSteps counts every rank's steps

@@ -11,6 +11,7 @@ GO="${GO:-go}"
 declare -A sequential=(
 	[engine/appo]="PPO-style loss math"
 	[engine/curve]="draws a PNG"
+	[engine/gif]="draws a GIF"
 	[engine/impala]="loss math"
 	[engine/internal/fused]="fused loss kernels"
 	[engine/internal/mlp]="dense network forward and backward"

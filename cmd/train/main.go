@@ -40,6 +40,7 @@ import (
 	"github.com/towerrl/towerrl/engine/algo"
 	_ "github.com/towerrl/towerrl/engine/algos" // the algorithms towerrl ships
 	"github.com/towerrl/towerrl/engine/curve"
+	"github.com/towerrl/towerrl/engine/gif"
 	"github.com/towerrl/towerrl/learner/mpi"
 	"github.com/towerrl/towerrl/onnx"
 	"github.com/towerrl/towerrl/remote"
@@ -179,7 +180,7 @@ func run(ctx context.Context, stdout io.Writer, log *zap.Logger, stop <-chan str
 		}
 		log.Info(line)
 	}
-	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change, Plot: curve.Write,
+	opts := engine.Options{Out: dir, Progress: progress, Session: onnx.Config{Library: library, Logger: log}, Stop: stop, Change: change, Plot: curve.Write, Draw: gif.Drawer,
 		Ranks: ranks, NoTensorBoard: *noTensorBoard}
 	if sf.on() {
 		srv, serr := newServing(ctx, sf, cfg, dir, resume, library, log)
