@@ -203,47 +203,61 @@ func (c Config) resolve() (Config, envs.Spec, error) {
 
 // withDefaults is WithDefaults for the env of spec.
 func (c Config) withDefaults(spec envs.Spec) (Config, error) {
-	_, discrete := spec.Action.(envs.Discrete)
-	pick := func(d, b int) int {
-		if discrete {
-			return d
-		}
-		return b
-	}
-	setInt := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	setF := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
 	if c.Algo == "" {
 		c.Algo = DefaultAlgo
 	}
 	if err := c.checkAlgoFields(); err != nil {
 		return c, err
 	}
+	if err := c.checkEvaluation(); err != nil {
+		return c, err
+	}
 	if capabilities(c.Algo).Replay {
 		return c.replayDefaults(spec)
 	}
+	if c.ValueWarmup < -1 {
+		return c, fmt.Errorf("%w: ValueWarmup = %d, want a count of iterations, or -1 for none (0: the default, 30)", ErrConfig, c.ValueWarmup)
+	}
+	_, discrete := spec.Action.(envs.Discrete)
+	c.fillDefaults(discrete)
+	if err := c.syncFracDefaults(); err != nil {
+		return c, err
+	}
+	if err := c.checkRanges(); err != nil {
+		return c, err
+	}
+	return c, c.checkRun(spec)
+}
+
+// checkEvaluation checks the evaluation settings every algorithm shares: at the end, during
+// training, the stopping return and the episodes drawn.
+func (c Config) checkEvaluation() error {
 	switch {
 	case c.EvalEpisodes < -1 || c.EvalEpisodes > maxEvalEpisodes:
-		return c, fmt.Errorf("%w: EvalEpisodes = %d, want 1 to %d, or -1 for no evaluation (0: the default, 10)", ErrConfig, c.EvalEpisodes, maxEvalEpisodes)
+		return fmt.Errorf("%w: EvalEpisodes = %d, want 1 to %d, or -1 for no evaluation (0: the default, 10)", ErrConfig, c.EvalEpisodes, maxEvalEpisodes)
 	case c.EvalEvery < 0:
-		return c, fmt.Errorf("%w: EvalEvery = %d, want a count of iterations (env steps for off-policy algorithms), or 0 for no evaluation during training", ErrConfig, c.EvalEvery)
+		return fmt.Errorf("%w: EvalEvery = %d, want a count of iterations (env steps for off-policy algorithms), or 0 for no evaluation during training", ErrConfig, c.EvalEvery)
 	case c.EvalEvery > 0 && c.EvalEpisodes < 0:
-		return c, fmt.Errorf("%w: EvalEvery = %d evaluates during training, but EvalEpisodes = %d runs no episodes; give EvalEpisodes ≥ 1 (or 0 for the default, 10)", ErrConfig, c.EvalEvery, c.EvalEpisodes)
+		return fmt.Errorf("%w: EvalEvery = %d evaluates during training, but EvalEpisodes = %d runs no episodes; give EvalEpisodes ≥ 1 (or 0 for the default, 10)", ErrConfig, c.EvalEvery, c.EvalEpisodes)
 	case c.StopAtReturn != nil && c.EvalEvery == 0:
-		return c, fmt.Errorf("%w: StopAtReturn = %g needs evaluations during training to compare with; set EvalEvery too", ErrConfig, *c.StopAtReturn)
+		return fmt.Errorf("%w: StopAtReturn = %g needs evaluations during training to compare with; set EvalEvery too", ErrConfig, *c.StopAtReturn)
 	case c.StopAtReturn != nil && (math.IsNaN(*c.StopAtReturn) || math.IsInf(*c.StopAtReturn, 0)):
-		return c, fmt.Errorf("%w: StopAtReturn = %g, want a finite return", ErrConfig, *c.StopAtReturn)
+		return fmt.Errorf("%w: StopAtReturn = %g, want a finite return", ErrConfig, *c.StopAtReturn)
 	case c.GifEvery < 0:
-		return c, fmt.Errorf("%w: GifEvery = %d, want a count of iterations (env steps for off-policy algorithms), or 0 for no episodes drawn", ErrConfig, c.GifEvery)
-	case c.ValueWarmup < -1:
-		return c, fmt.Errorf("%w: ValueWarmup = %d, want a count of iterations, or -1 for none (0: the default, 30)", ErrConfig, c.ValueWarmup)
+		return fmt.Errorf("%w: GifEvery = %d, want a count of iterations (env steps for off-policy algorithms), or 0 for no episodes drawn", ErrConfig, c.GifEvery)
+	}
+	return nil
+}
+
+// fillDefaults gives the zero fields of an on-policy run their defaults, for a Discrete
+// (discrete) or a Box action space: the algorithm's own (algo.Defaulter) first, then PPO's
+// (CleanRL's).
+func (c *Config) fillDefaults(discrete bool) {
+	pick := func(d, b int) int {
+		if discrete {
+			return d
+		}
+		return b
 	}
 	seqLimit := 0
 	if d, ok := algoDefaults(c.Algo, discrete); ok { // the algorithm's own, before PPO's
@@ -251,31 +265,31 @@ func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 			c.TotalSteps = d.TotalSteps
 		}
 		seqLimit = d.SeqLen
-		setInt(&c.Epochs, d.Epochs)
-		setInt(&c.Minibatches, d.Minibatches)
-		setF(&c.LR, d.LR)
-		setF(&c.Lambda, d.Lambda)
+		orDefault(&c.Epochs, d.Epochs)
+		orDefault(&c.Minibatches, d.Minibatches)
+		orDefault(&c.LR, d.LR)
+		orDefault(&c.Lambda, d.Lambda)
 	}
 	if c.TotalSteps == 0 {
 		c.TotalSteps = int64(pick(500_000, 1_000_000))
 	}
-	setInt(&c.Workers, 1)
-	setInt(&c.Envs, pick(4, 1))
-	setInt(&c.RolloutSteps, pick(128, 2048))
+	orDefault(&c.Workers, 1)
+	orDefault(&c.Envs, pick(4, 1))
+	orDefault(&c.RolloutSteps, pick(128, 2048))
 	if c.SeqLen == 0 && seqLimit > 0 && c.RolloutSteps > 0 {
 		c.SeqLen = largestDivisor(c.RolloutSteps, seqLimit)
 	}
-	setInt(&c.Towers, 1)
-	setInt(&c.Minibatches, pick(4, 32))
-	setInt(&c.Epochs, pick(4, 10))
-	setInt(&c.EvalEpisodes, 10)
-	setInt(&c.CheckpointEvery, 10)
-	setInt(&c.ValueWarmup, 30)
+	orDefault(&c.Towers, 1)
+	orDefault(&c.Minibatches, pick(4, 32))
+	orDefault(&c.Epochs, pick(4, 10))
+	orDefault(&c.EvalEpisodes, 10)
+	orDefault(&c.CheckpointEvery, 10)
+	orDefault(&c.ValueWarmup, 30)
 	if !discrete && c.InitPolicy != "" {
-		setF(&c.LR, foreignBoxLR)
+		orDefault(&c.LR, foreignBoxLR)
 	}
 	if discrete {
-		setF(&c.LR, 2.5e-4)
+		orDefault(&c.LR, 2.5e-4)
 		// An entropy bonus of 0.01 (CleanRL's) for a policy trained from scratch; none for a
 		// fine-tuned InitPolicy, as in Stable-Baselines3's and RLlib's PPO, where most exported
 		// policies come from. A bonus keeps the tuned policy stochastic, and the deterministic
@@ -289,23 +303,23 @@ func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 		//     447, 500, 500, 480, 489 (seeds 1–5) against 485, 499, 500, 419 (seeds 1–4), and
 		//     500 after 500k (seed 1).
 		if c.InitPolicy == "" {
-			setF(&c.EntCoef, 0.01)
+			orDefault(&c.EntCoef, 0.01)
 		}
 	} else {
-		setF(&c.LR, 3e-4)
+		orDefault(&c.LR, 3e-4)
 	}
-	setF(&c.Gamma, 0.99)
-	setF(&c.Lambda, 0.95)
-	setF(&c.ClipCoef, 0.2)
-	setF(&c.VfCoef, 0.5)
-	setF(&c.MaxGradNorm, 0.5)
-	setF(&c.AdamEps, 1e-5)
-	setInt(&c.QueueSize, 2)
-	setInt(&c.BroadcastInterval, 1)
-	setF(&c.RhoBar, 1)
-	setF(&c.CBar, 1)
-	setF(&c.ClipObs, 10)
-	setF(&c.ClipReward, 10)
+	orDefault(&c.Gamma, 0.99)
+	orDefault(&c.Lambda, 0.95)
+	orDefault(&c.ClipCoef, 0.2)
+	orDefault(&c.VfCoef, 0.5)
+	orDefault(&c.MaxGradNorm, 0.5)
+	orDefault(&c.AdamEps, 1e-5)
+	orDefault(&c.QueueSize, 2)
+	orDefault(&c.BroadcastInterval, 1)
+	orDefault(&c.RhoBar, 1)
+	orDefault(&c.CBar, 1)
+	orDefault(&c.ClipObs, 10)
+	orDefault(&c.ClipReward, 10)
 	c.EntCoef = max(c.EntCoef, 0)
 	if len(c.Hidden) == 0 {
 		c.Hidden = []int{64, 64}
@@ -313,67 +327,75 @@ func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 	if c.Activation == "" {
 		c.Activation = "tanh"
 	}
-	if err := c.syncFracDefaults(); err != nil {
-		return c, err
-	}
+}
+
+// checkRanges refuses the fields of an on-policy run out of their ranges, naming them.
+func (c Config) checkRanges() error {
 	switch {
 	case !slices.Contains(algo.Names(), c.Algo):
-		return c, fmt.Errorf("%w: Algo %q is not a registered algorithm; registered: %s", ErrConfig, c.Algo, strings.Join(algo.Names(), ", "))
+		return fmt.Errorf("%w: Algo %q is not a registered algorithm; registered: %s", ErrConfig, c.Algo, strings.Join(algo.Names(), ", "))
 	case c.TotalSteps < 0:
-		return c, fmt.Errorf("%w: TotalSteps = %d", ErrConfig, c.TotalSteps)
+		return fmt.Errorf("%w: TotalSteps = %d", ErrConfig, c.TotalSteps)
 	case c.CheckpointEvery < 0:
-		return c, fmt.Errorf("%w: CheckpointEvery = %d", ErrConfig, c.CheckpointEvery)
+		return fmt.Errorf("%w: CheckpointEvery = %d", ErrConfig, c.CheckpointEvery)
 	case c.Workers < 0 || c.Envs < 0 || c.RolloutSteps < 0 || c.Towers < 0 || c.Minibatches < 0 || c.Epochs < 0 || c.SeqLen < 0:
-		return c, fmt.Errorf("%w: Workers, Envs, RolloutSteps, Towers, Minibatches, Epochs and SeqLen must be positive", ErrConfig)
+		return fmt.Errorf("%w: Workers, Envs, RolloutSteps, Towers, Minibatches, Epochs and SeqLen must be positive", ErrConfig)
 	case c.SeqLen > 0 && c.RolloutSteps%c.SeqLen != 0:
-		return c, fmt.Errorf("%w: SeqLen %d does not divide RolloutSteps %d: a rollout is cut into whole sequences; pick a divisor of %d",
+		return fmt.Errorf("%w: SeqLen %d does not divide RolloutSteps %d: a rollout is cut into whole sequences; pick a divisor of %d",
 			ErrConfig, c.SeqLen, c.RolloutSteps, c.RolloutSteps)
 	case c.Gamma < 0 || c.Gamma > 1:
-		return c, fmt.Errorf("%w: Gamma = %g, want [0, 1]", ErrConfig, c.Gamma)
+		return fmt.Errorf("%w: Gamma = %g, want [0, 1]", ErrConfig, c.Gamma)
 	case c.Lambda < 0 || c.Lambda > 1:
-		return c, fmt.Errorf("%w: Lambda = %g, want [0, 1]", ErrConfig, c.Lambda)
+		return fmt.Errorf("%w: Lambda = %g, want [0, 1]", ErrConfig, c.Lambda)
 	case c.LR < 0:
-		return c, fmt.Errorf("%w: LR = %g", ErrConfig, c.LR)
+		return fmt.Errorf("%w: LR = %g", ErrConfig, c.LR)
 	case c.QueueSize < 2:
-		return c, fmt.Errorf("%w: QueueSize = %d: the ring needs 2 rollouts at least (one collecting while the learner trains on the other)", ErrConfig, c.QueueSize)
+		return fmt.Errorf("%w: QueueSize = %d: the ring needs 2 rollouts at least (one collecting while the learner trains on the other)", ErrConfig, c.QueueSize)
 	case c.BroadcastInterval < 1 || c.MaxPolicyLag < 0:
-		return c, fmt.Errorf("%w: BroadcastInterval (%d) must be ≥ 1 and MaxPolicyLag (%d) ≥ 0", ErrConfig, c.BroadcastInterval, c.MaxPolicyLag)
+		return fmt.Errorf("%w: BroadcastInterval (%d) must be ≥ 1 and MaxPolicyLag (%d) ≥ 0", ErrConfig, c.BroadcastInterval, c.MaxPolicyLag)
 	case !(c.ClipObs > 0) || !(c.ClipReward > 0) || math.IsInf(c.ClipObs, 0) || math.IsInf(c.ClipReward, 0):
-		return c, fmt.Errorf("%w: ClipObs (%g) and ClipReward (%g) must be positive and finite", ErrConfig, c.ClipObs, c.ClipReward)
+		return fmt.Errorf("%w: ClipObs (%g) and ClipReward (%g) must be positive and finite", ErrConfig, c.ClipObs, c.ClipReward)
 	case c.RhoBar <= 0 || c.CBar <= 0 || c.KLCoef < 0:
-		return c, fmt.Errorf("%w: V-trace's RhoBar (%g) and CBar (%g) must be positive, KLCoef (%g) ≥ 0", ErrConfig, c.RhoBar, c.CBar, c.KLCoef)
+		return fmt.Errorf("%w: V-trace's RhoBar (%g) and CBar (%g) must be positive, KLCoef (%g) ≥ 0", ErrConfig, c.RhoBar, c.CBar, c.KLCoef)
 	}
+	return nil
+}
+
+// checkRun refuses an on-policy run whose fields are each in range but do not make a run
+// together on spec's env: the network, a foreign policy's binding, the memory, the batch's
+// split over minibatches and towers, and the steps of an iteration.
+func (c Config) checkRun(spec envs.Spec) error {
 	if err := c.checkHidden(spec); err != nil {
-		return c, err
+		return err
 	}
 	if c.InitPolicy == "" {
 		for name, v := range map[string]string{"Head": c.Head, "ActionSpace": c.ActionSpace, "LogitsOutput": c.LogitsOutput,
 			"LogStdOutput": c.LogStdOutput, "ValueOutput": c.ValueOutput} {
 			if v != "" {
-				return c, fmt.Errorf("%w: %s = %q only applies to a foreign InitPolicy, and InitPolicy is empty", ErrConfig, name, v)
+				return fmt.Errorf("%w: %s = %q only applies to a foreign InitPolicy, and InitPolicy is empty", ErrConfig, name, v)
 			}
 		}
 	}
 	if _, err := c.binding(spec); err != nil {
-		return c, err
+		return err
 	}
 	if err := c.checkMemory(spec); err != nil {
-		return c, err
+		return err
 	}
 	batch := c.Workers * c.Envs * c.RolloutSteps
 	if mb := batch / c.Minibatches; mb < c.Towers {
-		return c, fmt.Errorf("%w: a batch of %d steps in %d minibatches of %d cannot be split over %d towers",
+		return fmt.Errorf("%w: a batch of %d steps in %d minibatches of %d cannot be split over %d towers",
 			ErrConfig, batch, c.Minibatches, mb, c.Towers)
 	}
 	if int64(batch) > c.TotalSteps {
-		return c, fmt.Errorf("%w: one iteration collects %d steps (Workers×Envs×RolloutSteps), more than TotalSteps %d",
+		return fmt.Errorf("%w: one iteration collects %d steps (Workers×Envs×RolloutSteps), more than TotalSteps %d",
 			ErrConfig, batch, c.TotalSteps)
 	}
 	if iters := c.Iterations(); sequential(c.Algo) && c.BroadcastInterval > iters {
-		return c, fmt.Errorf("%w: BroadcastInterval %d is more than the run's %d iterations: the batchers would collect with the first policy to the end; want 1 to %d",
+		return fmt.Errorf("%w: BroadcastInterval %d is more than the run's %d iterations: the batchers would collect with the first policy to the end; want 1 to %d",
 			ErrConfig, c.BroadcastInterval, iters, iters)
 	}
-	return c, nil
+	return nil
 }
 
 // DefaultAlgo is the algorithm of a Config that names none. The engine links no algorithm
@@ -498,4 +520,11 @@ func (c Config) checkHidden(env envs.Spec) error {
 			ErrConfig, c.Hidden, params, float64(params)*16/(1<<30), maxParams)
 	}
 	return nil
+}
+
+// orDefault sets *v to d when it is zero (unset).
+func orDefault[T int | int64 | float64](v *T, d T) {
+	if *v == 0 {
+		*v = d
+	}
 }

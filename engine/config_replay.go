@@ -23,48 +23,38 @@ func (c Config) replayDefaults(spec envs.Spec) (Config, error) {
 		}
 		return s
 	}
-	setInt := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	setF := func(v *float64, d float64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
 	if c.TotalSteps == 0 {
 		c.TotalSteps = 100_000
 	}
-	setInt(&c.Workers, 1)
-	setInt(&c.Envs, 1)
-	setInt(&c.Towers, 1)
-	setInt(&c.TrainFreq, pick(4, 1))
-	setInt(&c.GradientSteps, 1)
-	setInt(&c.BatchSize, pick(32, 256))
-	setInt(&c.TargetUpdateInterval, pick(10_000, 1))
+	orDefault(&c.Workers, 1)
+	orDefault(&c.Envs, 1)
+	orDefault(&c.Towers, 1)
+	orDefault(&c.TrainFreq, pick(4, 1))
+	orDefault(&c.GradientSteps, 1)
+	orDefault(&c.BatchSize, pick(32, 256))
+	orDefault(&c.TargetUpdateInterval, pick(10_000, 1))
 	if c.LearningStarts == 0 {
 		c.LearningStarts = 100
 	}
-	setInt(&c.BufferSize, int(min(1_000_000, max(c.TotalSteps, 1))))
+	orDefault(&c.BufferSize, int(min(1_000_000, max(c.TotalSteps, 1))))
 	n := c.Workers * c.Envs
 	if c.RolloutSteps == 0 && c.TrainFreq > 0 && n > 0 {
 		per := c.TrainFreq * n
 		c.RolloutSteps = c.TrainFreq * max(1, (1000+per-1)/per)
 	}
-	setInt(&c.EvalEpisodes, 10)
-	setInt(&c.CheckpointEvery, 10)
-	setF(&c.LR, []float64{3e-4, 1e-4}[boolIndex(dqn)])
-	setF(&c.Gamma, 0.99)
-	setF(&c.Tau, []float64{0.005, 1}[boolIndex(dqn)])
-	setF(&c.AdamEps, 1e-8) // PyTorch's Adam, which SB3 uses as it comes
+	orDefault(&c.EvalEpisodes, 10)
+	orDefault(&c.CheckpointEvery, 10)
+	orDefault(&c.LR, []float64{3e-4, 1e-4}[boolIndex(dqn)])
+	orDefault(&c.Gamma, 0.99)
+	orDefault(&c.Tau, []float64{0.005, 1}[boolIndex(dqn)])
+	orDefault(&c.AdamEps, 1e-8) // PyTorch's Adam, which SB3 uses as it comes
 	if dqn {
-		setF(&c.MaxGradNorm, 10)
-		setF(&c.ExplorationFraction, 0.1)
-		setF(&c.ExplorationInitialEps, 1)
-		setF(&c.ExplorationFinalEps, 0.05)
+		orDefault(&c.MaxGradNorm, 10)
+		orDefault(&c.ExplorationFraction, 0.1)
+		orDefault(&c.ExplorationInitialEps, 1)
+		orDefault(&c.ExplorationFinalEps, 0.05)
 	} else {
-		setF(&c.MaxGradNorm, -1) // SB3's SAC does not clip
+		orDefault(&c.MaxGradNorm, -1) // SB3's SAC does not clip
 	}
 	if len(c.Hidden) == 0 {
 		c.Hidden = []int{pick(64, 256), pick(64, 256)}

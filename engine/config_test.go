@@ -170,3 +170,26 @@ func TestAlgorithmDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestEvaluationChecksEveryAlgorithm: the evaluation settings are checked for the off-policy
+// algorithms too (their own defaults took over before these checks once): a stopping return
+// with no evaluation during training, a negative period, a drawing period below zero.
+func TestEvaluationChecksEveryAlgorithm(t *testing.T) {
+	r := 400.0
+	for _, algo := range []string{"ppo", "dqn"} {
+		for _, tc := range []struct {
+			c    Config
+			want string
+		}{
+			{Config{StopAtReturn: &r}, "set EvalEvery too"},
+			{Config{EvalEvery: -1}, "EvalEvery = -1"},
+			{Config{GifEvery: -5}, "GifEvery = -5"},
+		} {
+			tc.c.Env, tc.c.Algo = "CartPole-v1", algo
+			_, err := tc.c.WithDefaults()
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%s: %v, want ErrConfig saying %q", algo, err, tc.want)
+			}
+		}
+	}
+}
