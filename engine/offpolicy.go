@@ -85,39 +85,11 @@ func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, 
 		return res, err
 	}
 	defer func() { err = errors.Join(err, r.close()) }()
-	first := 0
-	ckptPath := ""
-	if run.Path() != "" {
-		ckptPath = filepath.Join(run.Path(), checkpointFile)
-	}
-	if ckpt != nil {
-		first = int(ckpt.Ints["iteration"])
-		if err := r.restore(ckpt); err != nil {
-			return res, err
-		}
-	} else if saving {
-		if err := r.checkpoint(ctx, ckptPath, 0); err != nil {
-			return res, err
-		}
-		run.Resumable()
-	}
-	ev, err := newEvaluator(cfg, spec, opts, run, r.steps) // Config.EvalEvery and GifEvery count env steps here
-	if err != nil {
+	l := &replayLoop{r: r, saving: saving, start: start}
+	if err := l.begin(ctx, ckpt); err != nil {
 		return res, err
 	}
-	iters := cfg.Iterations()
-	stoppedEarly := ""
-	// A run that stopped at StopAtReturn, resumed with the same return, is complete too.
-	complete := ckpt != nil && (first >= iters || ev.reachedBy(r.steps))
-	if complete && first < iters {
-		stoppedEarly, iters = ev.stoppedBefore(), first
-	}
-	if complete {
-		if err := r.writePolicy(true); err != nil { // policy.onnx must be the checkpoint's
-			return res, err
-		}
-	}
-	for it := first; it < iters; it++ {
+	for it := l.first; it < l.iters; it++ {
 		prev := r.steps
 		m, err := r.iterate(ctx, it)
 		if errors.Is(err, ErrNonFinite) {
@@ -126,61 +98,126 @@ func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, 
 		if err != nil {
 			return res, fmt.Errorf("engine: iteration %d: %w", it+1, err)
 		}
-		reached, err := r.evaluateAfter(ctx, ev, it, prev, &m)
-		if err != nil {
+		if err := l.end(ctx, it, prev, m); err != nil {
 			return res, err
-		}
-		if reached && it+1 < iters { // a finished run, shorter
-			stoppedEarly, iters = ev.stopReason(m.Eval, it+1, iters, r.steps), it+1
-		}
-		last, stop := it+1 == iters, stopped(opts.Stop)
-		saved := saving && ((it+1)%cfg.CheckpointEvery == 0 || last || stop)
-		c0 := time.Now()
-		if saved || last {
-			if err := r.writePolicy(false); err != nil {
-				return res, err
-			}
-		}
-		m.WallSeconds = Float(time.Since(start).Seconds())
-		// The metrics line goes first: a checkpoint on disk is never ahead of metrics.jsonl.
-		if err := run.Metrics(m); err != nil {
-			return res, err
-		}
-		if saved {
-			if err := r.checkpoint(ctx, ckptPath, it+1); err != nil {
-				return res, err
-			}
-		}
-		m.CheckpointSeconds = Float(time.Since(c0).Seconds())
-		if opts.Progress != nil {
-			opts.Progress(m)
-		}
-		if stop && !last {
-			if !saving {
-				return res, fmt.Errorf("%w after iteration %d of %d", ErrStopped, it+1, iters)
-			}
-			return res, fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, iters, run.Path())
 		}
 	}
+	return l.finish(ctx)
+}
+
+// replayLoop is trainReplay's iteration loop: what every iteration ends with, and the run's
+// end (as loop is trainRun's).
+type replayLoop struct {
+	r            *replayRun
+	ev           *evaluator
+	saving       bool
+	start        time.Time
+	ckptPath     string // the checkpoint's path; empty without a run directory
+	first, iters int    // the first iteration to run, and the run's iterations (fewer once StopAtReturn is reached)
+	complete     bool   // resumed from a checkpoint with nothing left to train
+	stoppedEarly string // why the run ended before TotalSteps (Result.StoppedEarly)
+}
+
+// begin restores the run from its checkpoint (or writes iteration 0's), makes its evaluator
+// (Config.EvalEvery and GifEvery count env steps here), and works out the iterations left.
+func (l *replayLoop) begin(ctx context.Context, ckpt *models.Checkpoint) (err error) {
+	r := l.r
+	if r.run.Path() != "" {
+		l.ckptPath = filepath.Join(r.run.Path(), checkpointFile)
+	}
+	if ckpt != nil {
+		l.first = int(ckpt.Ints["iteration"])
+		if err := r.restore(ckpt); err != nil {
+			return err
+		}
+	} else if l.saving {
+		if err := r.checkpoint(ctx, l.ckptPath, 0); err != nil {
+			return err
+		}
+		r.run.Resumable()
+	}
+	if l.ev, err = newEvaluator(r.cfg, r.spec, r.opts, r.run, r.steps); err != nil {
+		return err
+	}
+	l.iters = r.cfg.Iterations()
+	// A run that stopped at StopAtReturn, resumed with the same return, is complete too.
+	l.complete = ckpt != nil && (l.first >= l.iters || l.ev.reachedBy(r.steps))
+	if l.complete && l.first < l.iters {
+		l.stoppedEarly, l.iters = l.ev.stoppedBefore(), l.first
+	}
+	if l.complete {
+		return r.writePolicy(true) // policy.onnx must be the checkpoint's
+	}
+	return nil
+}
+
+// end ends iteration it (whose collections began at env step prev), whose metrics are m: the
+// evaluation and the episode drawn when due, policy.onnx and the checkpoint every
+// CheckpointEvery iterations, at the end and at a stop, the metrics line and the progress
+// callback; a stop ends the run here with an error wrapping ErrStopped.
+func (l *replayLoop) end(ctx context.Context, it int, prev int64, m Metrics) error {
+	r := l.r
+	reached, err := r.evaluateAfter(ctx, l.ev, it, prev, &m)
+	if err != nil {
+		return err
+	}
+	if reached && it+1 < l.iters { // a finished run, shorter
+		l.stoppedEarly, l.iters = l.ev.stopReason(m.Eval, it+1, l.iters, r.steps), it+1
+	}
+	last, stop := it+1 == l.iters, stopped(r.opts.Stop)
+	saved := l.saving && ((it+1)%r.cfg.CheckpointEvery == 0 || last || stop)
+	c0 := time.Now()
+	if saved || last {
+		if err := r.writePolicy(false); err != nil {
+			return err
+		}
+	}
+	m.WallSeconds = Float(time.Since(l.start).Seconds())
+	// The metrics line goes first: a checkpoint on disk is never ahead of metrics.jsonl.
+	if err := r.run.Metrics(m); err != nil {
+		return err
+	}
+	if saved {
+		if err := r.checkpoint(ctx, l.ckptPath, it+1); err != nil {
+			return err
+		}
+	}
+	m.CheckpointSeconds = Float(time.Since(c0).Seconds())
+	if r.opts.Progress != nil {
+		r.opts.Progress(m)
+	}
+	switch {
+	case !stop || last:
+		return nil
+	case !l.saving:
+		return fmt.Errorf("%w after iteration %d of %d", ErrStopped, it+1, l.iters)
+	}
+	return fmt.Errorf("%w after iteration %d of %d, with a checkpoint; continue it with: train --resume %s", ErrStopped, it+1, l.iters, r.run.Path())
+}
+
+// finish makes the run's Result: the parameters' hash, the best policy, the learning curve,
+// and the final evaluation of Config.EvalEpisodes episodes.
+func (l *replayLoop) finish(ctx context.Context) (res Result, err error) {
+	r := l.r
 	h := paramsHash(r.l.Acting())
-	res = Result{EnvSteps: r.steps, Iterations: max(first, iters), TrainSeconds: time.Since(start).Seconds(), Policy: run.PolicyPath(),
-		Dir: run.Path(), ParamsSHA256: hex.EncodeToString(h[:]), Complete: complete, StoppedEarly: stoppedEarly, Best: ev.best}
-	if res.Curve, err = run.Curve(opts.Plot, curveTitle(cfg)); err != nil {
+	res = Result{EnvSteps: r.steps, Iterations: max(l.first, l.iters), TrainSeconds: time.Since(l.start).Seconds(), Policy: r.run.PolicyPath(),
+		Dir: r.run.Path(), ParamsSHA256: hex.EncodeToString(h[:]), Complete: l.complete, StoppedEarly: l.stoppedEarly, Best: l.ev.best}
+	if res.Curve, err = r.run.Curve(r.opts.Plot, curveTitle(r.cfg)); err != nil {
 		return res, err
 	}
-	if cfg.EvalEpisodes > 0 {
+	if r.cfg.EvalEpisodes > 0 {
 		model, err := r.l.Export(r.hb.Spec, r.version)
 		if err != nil {
 			return res, err
 		}
-		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: spec, Episodes: cfg.EvalEpisodes, Seed: cfg.Seed + evalSeedOffset,
+		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: r.spec, Episodes: r.cfg.EvalEpisodes, Seed: r.cfg.Seed + evalSeedOffset,
 			Deterministic: true}, r.pol.WithModel(model, r.version))
 		if err != nil {
 			return res, err
 		}
 		res.EvalReturnMean, res.EvalReturnStd, res.EvalEpisodes = ev.ReturnMean, ev.ReturnStd, len(ev.Returns)
 	}
-	res.WallSeconds = time.Since(start).Seconds()
+	res.WallSeconds = time.Since(l.start).Seconds()
 	return res, nil
 }
 
