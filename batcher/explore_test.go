@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/towerrl/towerrl/bind"
-	"github.com/towerrl/towerrl/engine/dqn"
 	"github.com/towerrl/towerrl/engine/sac"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models/head"
@@ -20,15 +19,7 @@ import (
 // each raw action the atanh of the squashed one; a rate outside [0, 1] is refused.
 func TestPublishExplore(t *testing.T) {
 	ctx := context.Background()
-	acro, err := envs.Lookup("Acrobot-v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dqn.New(dqn.Config{Hidden: []int{16}, Minibatch: 4}, 6, 3, rand.New(rand.NewPCG(1, 2)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	acro, d := acrobotDQN(t)
 	model, err := d.Export(head.Spec{EnvID: acro.ID, ObsShape: []int{6}, N: 3}, 0, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -19,15 +19,7 @@ import (
 // greedily whatever its ε.
 func TestQValuesPolicy(t *testing.T) {
 	ctx := context.Background()
-	env, err := envs.Lookup("Acrobot-v1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dqn.New(dqn.Config{Hidden: []int{16}, Minibatch: 4}, 6, 3, rand.New(rand.NewPCG(1, 2)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	env, d := acrobotDQN(t)
 	spec := head.Spec{EnvID: env.ID, ObsShape: []int{6}, N: 3}
 	load := func(eps float64) *bind.Policy {
 		model, err := d.Export(spec, eps, 1)
@@ -93,4 +85,20 @@ func TestQValuesPolicy(t *testing.T) {
 	if a.ReturnMean != b.ReturnMean || a.LengthMean != b.LengthMean {
 		t.Errorf("greedy evaluation with ε = 1 in the metadata: %v over %v steps, with ε = 0: %v over %v", a.ReturnMean, a.LengthMean, b.ReturnMean, b.LengthMean)
 	}
+}
+
+// acrobotDQN is Acrobot-v1's spec and a DQN of one hidden layer of 16 for it (6 observations,
+// 3 actions), closed when t ends.
+func acrobotDQN(t *testing.T) (envs.Spec, *dqn.DQN) {
+	t.Helper()
+	env, err := envs.Lookup("Acrobot-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dqn.New(dqn.Config{Hidden: []int{16}, Minibatch: 4}, 6, 3, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return env, d
 }
