@@ -17,7 +17,9 @@ echo "portable: tests with -tags purego,towerrl_runall" >&2
 patterns=(./envs/... ./device/... ./learner/... ./models/... ./internal/...)
 # Packages under the patterns that still link ONNX Runtime (onnxruntime_go needs cgo), and why.
 # Take a package out of this list once it no longer does; the script says when one builds.
-declare -A needs_ort=() # none now: models/head and models/layout describe tensors in their own types
+declare -A needs_ort=(
+	[github.com/towerrl/towerrl/learner/cudatower]="imports engine/algo, whose ReplayLearner names bind.Param (bind links ONNX Runtime)"
+)
 # Packages that cross-build but whose tests import packages that need ONNX Runtime, so go vet
 # (which type-checks the tests) cannot run on them for arm64.
 declare -A tests_need_ort=(
