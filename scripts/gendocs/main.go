@@ -5,8 +5,11 @@
 // Config field; `go test ./scripts/gendocs` fails when a committed page differs from what it
 // writes.
 //
-//	go run ./scripts/gendocs            write the pages
-//	go run ./scripts/gendocs -check     only compare them, exit 1 on a difference
+//	go run -tags mujoco ./scripts/gendocs            write the pages
+//	go run -tags mujoco ./scripts/gendocs -check     only compare them, exit 1 on a difference
+//
+// A build without MuJoCo is refused: docs/envs.md lists the MuJoCo envs' spaces, which only a
+// build with them knows, and the page it would write would lose them.
 package main
 
 import (
@@ -15,6 +18,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/towerrl/towerrl/envs/mujoco"
 )
 
 func main() {
@@ -23,6 +28,11 @@ func main() {
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: gendocs [-root DIR] [-check]")
+		os.Exit(2)
+	}
+	if !mujoco.Available() {
+		fmt.Fprintln(os.Stderr, "gendocs: this build has no MuJoCo, and docs/envs.md lists the MuJoCo envs' spaces: "+
+			"run go run -tags mujoco ./scripts/gendocs (scripts/setup-mujoco.sh installs MuJoCo 2.2.2)")
 		os.Exit(2)
 	}
 	pages, err := Pages(*root)
