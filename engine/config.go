@@ -178,6 +178,9 @@ type Config struct {
 	// when they hold it): smaller and faster checkpoints, but a resume starts with an empty
 	// buffer and so is not the run an uninterrupted one would have been.
 	NoBufferCheckpoint bool `json:"no_buffer_checkpoint,omitempty"`
+	// CriticWarmup is, when sac fine-tunes an InitPolicy, the updates its new critics take
+	// alone (the actor and α held) before the actor moves. Default 1000; -1: none.
+	CriticWarmup int `json:"critic_warmup,omitempty"`
 }
 
 // WithDefaults fills zero fields and validates the result; errors name the field.

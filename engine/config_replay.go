@@ -56,11 +56,15 @@ func (c Config) replayDefaults(spec envs.Spec) (Config, error) {
 	} else {
 		orDefault(&c.MaxGradNorm, -1) // SB3's SAC does not clip
 	}
-	if len(c.Hidden) == 0 {
-		c.Hidden = []int{pick(64, 256), pick(64, 256)}
-	}
-	if c.Activation == "" {
-		c.Activation = "relu"
+	if c.InitPolicy == "" { // a fine-tune's network is the InitPolicy's
+		if len(c.Hidden) == 0 {
+			c.Hidden = []int{pick(64, 256), pick(64, 256)}
+		}
+		if c.Activation == "" {
+			c.Activation = "relu"
+		}
+	} else if !dqn {
+		orDefault(&c.CriticWarmup, 1000)
 	}
 	if c.EntCoef < 0 {
 		c.EntCoef = 0
@@ -121,10 +125,12 @@ func (c Config) checkReplay(spec envs.Spec, discrete bool) error {
 		return bad("CheckpointEvery = %d", c.CheckpointEvery)
 	case c.EvalEpisodes < -1 || c.EvalEpisodes > maxEvalEpisodes:
 		return bad("EvalEpisodes = %d, want 1 to %d, or -1 for no evaluation", c.EvalEpisodes, maxEvalEpisodes)
-	case c.Activation != "relu" && c.Activation != "tanh":
+	case c.InitPolicy == "" && c.Activation != "relu" && c.Activation != "tanh":
 		return bad("Activation %q; choose relu or tanh", c.Activation)
-	case c.InitPolicy != "":
-		return bad("init_policy: fine-tuning a policy with --algo %s is not supported yet; fine-tune it with --algo ppo", c.Algo)
+	case c.InitPolicy != "" && (len(c.Hidden) > 0 || c.Activation != ""):
+		return bad("hidden and activation shape a new network; fine-tuning init_policy trains its own network as it is: drop them")
+	case c.CriticWarmup < -1 || c.CriticWarmup != 0 && (c.InitPolicy == "" || discrete):
+		return bad("critic_warmup = %d: it is the updates sac's new critics take alone when fine-tuning an init_policy (-1 for none)", c.CriticWarmup)
 	case c.NormObs || c.NormReward:
 		return bad("norm_obs and norm_reward are not supported by --algo %s yet; drop them", c.Algo)
 	case c.Shared || c.LogStdInit != 0:
@@ -174,6 +180,9 @@ func (c Config) replayFieldsSet() []string {
 	}
 	if c.NoBufferCheckpoint {
 		set = append(set, "no_buffer_checkpoint")
+	}
+	if c.CriticWarmup != 0 {
+		set = append(set, fmt.Sprintf("critic_warmup %d", c.CriticWarmup))
 	}
 	return set
 }

@@ -19,13 +19,27 @@ import (
 // checkpoint every 3) that random kill times land before the first iteration, between
 // checkpoints, during a checkpoint or a resume, and near the end. PPO's (which evaluates every
 // 4 iterations, keeping best_policy.onnx: kills land in evaluations too), and the off-policy
-// loop's with DQN and SAC (their checkpoints hold the replay buffer and the sampling stream).
+// loop's with DQN and SAC (their checkpoints hold the replay buffer and the sampling stream),
+// and SAC fine-tuning a foreign actor.
 var killRuns = map[string]Config{
 	"ppo": {Env: "CartPole-v1", TotalSteps: 512 * 24, CheckpointEvery: 3, Seed: 11, EvalEpisodes: 2, EvalEvery: 4},
 	"dqn": {Env: "CartPole-v1", Algo: "dqn", TotalSteps: 200 * 24, Envs: 2, TrainFreq: 4, RolloutSteps: 100, LearningStarts: 300,
 		TargetUpdateInterval: 100, Hidden: []int{32, 32}, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
 	"sac": {Env: "Pendulum-v1", Algo: "sac", TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, GradientSteps: 2, LearningStarts: 200,
 		BatchSize: 32, Hidden: []int{32, 32}, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
+	// SAC fine-tuning SB3's Pendulum actor: the checkpoints also hold the policy fine-tuned,
+	// and kills land before and after the new critics' warm-up (the first 100 of 400 updates).
+	"sac-init": {Env: "Pendulum-v1", Algo: "sac", InitPolicy: absPath(filepath.Join("..", "testdata", "foreign", "sb3_sac_pendulum.onnx")),
+		TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, GradientSteps: 2, LearningStarts: 200, BatchSize: 32, CriticWarmup: 100,
+		CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
+}
+
+// absPath is p made absolute (a config's InitPolicy is stored so); p itself if that fails.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // TestMain lets the kill test run Train or Resume in a child process (this test binary, with
@@ -54,7 +68,7 @@ func TestMain(m *testing.M) {
 // short version kills 5 times (3 for each off-policy run); -short=false with TOWERRL_KILLS=20
 // runs the 20.
 func TestKillAndResume(t *testing.T) {
-	for _, name := range []string{"ppo", "dqn", "sac"} {
+	for _, name := range []string{"ppo", "dqn", "sac", "sac-init"} {
 		t.Run(name, func(t *testing.T) {
 			kills := 5
 			if name != "ppo" {

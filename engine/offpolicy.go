@@ -67,11 +67,15 @@ type replayRun struct {
 	steps, eps, version, updates int64
 	explore                      float64 // the exploration rate last published
 	logged                       bool    // logBuffer said its piece
+	// init is the foreign policy being fine-tuned (InitPolicy; nil from scratch), initData its
+	// bytes, which the checkpoints keep.
+	init     *policy.Dense
+	initData []byte
 }
 
 // trainReplay is trainRun for an off-policy algorithm: from checkpoint ckpt (nil: from the
 // start) into run.
-func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir, ckpt *models.Checkpoint, saving bool) (res Result, err error) {
+func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte, saving bool) (res Result, err error) {
 	start := time.Now()
 	defer func() { err = errors.Join(err, run.Close()) }()
 	if opts.Source != nil {
@@ -80,7 +84,7 @@ func trainReplay(ctx context.Context, cfg Config, spec envs.Spec, opts Options, 
 	if err := openTensorBoard(run, cfg, opts.NoTensorBoard); err != nil {
 		return res, err
 	}
-	r, err := newReplayRun(ctx, cfg, spec, opts, run)
+	r, err := newReplayRun(ctx, cfg, spec, opts, run, initData)
 	if err != nil {
 		return res, err
 	}
@@ -250,8 +254,8 @@ func (r *replayRun) evaluateAfter(ctx context.Context, ev *evaluator, it int, pr
 }
 
 // newReplayRun makes the run's learner, buffer, policy binding and batchers, as a fresh run
-// has them.
-func newReplayRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir) (*replayRun, error) {
+// has them; a fine-tune's learner starts from initData's network (importInit).
+func newReplayRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir, initData []byte) (*replayRun, error) {
 	hb, err := cfg.binding(spec)
 	if err != nil {
 		return nil, err
@@ -261,6 +265,11 @@ func newReplayRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options,
 	r := &replayRun{cfg: cfg, spec: spec, hb: hb, opts: opts, run: run, pcg: rand.NewPCG(cfg.Seed, 0x7265706c6179), // "replay"
 		explore: -1}
 	r.rng = rand.New(r.pcg)
+	if cfg.InitPolicy != "" {
+		if err := r.importInit(initData, &s); err != nil {
+			return nil, err
+		}
+	}
 	if r.l, err = algo.NewReplay(cfg.Algo, s); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
@@ -417,13 +426,13 @@ func (r *replayRun) learn(ctx context.Context, collected int) (int, error) {
 }
 
 // writePolicy writes policy.onnx, the acting network's export (a Q-network plays greedily in
-// eval; the batchers get their ε with each publish). onlyIfDiffers leaves a matching file
-// alone.
+// eval; the batchers get their ε with each publish), or a fine-tune's original graph with the
+// trained weights (policyModel). onlyIfDiffers leaves a matching file alone.
 func (r *replayRun) writePolicy(onlyIfDiffers bool) error {
 	if r.run.Path() == "" {
 		return nil
 	}
-	model, err := r.l.Export(r.hb.Spec, r.version)
+	model, err := r.policyModel()
 	if err != nil {
 		return err
 	}
@@ -455,6 +464,9 @@ func (r *replayRun) checkpoint(ctx context.Context, path string, iteration int) 
 	}
 	if c.Bytes["config"], err = json.Marshal(r.cfg); err != nil {
 		return err
+	}
+	if r.initData != nil {
+		c.Bytes["init_policy"] = r.initData // a resume needs no InitPolicy file
 	}
 	if err := r.l.Store(c, !r.cfg.NoBufferCheckpoint); err != nil {
 		return err

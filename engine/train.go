@@ -162,7 +162,7 @@ func lead(ctx context.Context, g ddppo.Group, opts *Options) func(error) error {
 // ranks of a DD-PPO job take part in writing them).
 func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte, saving bool) (res Result, err error) {
 	if capabilities(cfg.Algo).Replay { // an off-policy algorithm: its own loop (offpolicy.go)
-		return trainReplay(ctx, cfg, spec, opts, run, ckpt, saving)
+		return trainReplay(ctx, cfg, spec, opts, run, ckpt, initData, saving)
 	}
 	start := time.Now()
 	defer func() { err = errors.Join(err, run.Close()) }()

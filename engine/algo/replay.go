@@ -45,6 +45,23 @@ type ReplaySettings struct {
 	// Explore is DQN's ε-greedy schedule over the env steps collected; unused by a learner
 	// that explores by sampling its policy (SAC).
 	Explore LinearSchedule
+	// Init, when not nil, is the acting network a fine-tune starts from (train --init-policy):
+	// the foreign graph's weights, of the shape Hidden and Activation give.
+	Init *InitNet
+}
+
+// InitNet is the acting network a fine-tune starts from: DQN's Q-network, or SAC's actor.
+type InitNet struct {
+	// Params are its parameters in engine/internal/mlp's layout (SAC's actor: its last layer
+	// gives the mean, then the log std before its bound).
+	Params []float32
+	// LogStdMin and LogStdMax bound SAC's log std as the graph clips it.
+	LogStdMin, LogStdMax float64
+	// InitAlpha is the α SAC's tuning starts from (EntCoef 0) in place of 1.
+	InitAlpha float64
+	// CriticWarmup is the updates SAC's new critics take alone, the actor and α held, before
+	// the actor moves: critics drawn at random would pull a trained actor anywhere.
+	CriticWarmup int
 }
 
 // LinearSchedule is a rate that goes linearly from Initial to Final over the first Fraction

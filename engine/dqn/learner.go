@@ -63,6 +63,11 @@ func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.Init != nil {
+		if err := d.Start(s.Init.Params); err != nil {
+			return nil, errors.Join(err, d.Close())
+		}
+	}
 	mem, err := offpolicy.NewMemory(s.BufferSize, s.ObsDim, 1, s.Minibatch)
 	if err != nil {
 		return nil, errors.Join(err, d.Close())

@@ -41,6 +41,8 @@ type replayLearner struct {
 	*SAC
 	mem *offpolicy.Memory
 	act []float32 // a step's squashed actions
+	// warm is the updates the critics take alone first (a fine-tune's CriticWarmup).
+	warm int64
 }
 
 // newLearner makes SAC from the engine's settings.
@@ -62,15 +64,28 @@ func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
 	if s.EntCoef > 0 {
 		cfg.InitAlpha, cfg.FixedAlpha = s.EntCoef, true
 	}
+	if s.Init != nil {
+		cfg.LogStdMin, cfg.LogStdMax = s.Init.LogStdMin, s.Init.LogStdMax
+		if !cfg.FixedAlpha && s.Init.InitAlpha > 0 {
+			cfg.InitAlpha = s.Init.InitAlpha
+		}
+	}
 	sc, err := New(cfg, s.ObsDim, s.ActDim, s.Rng)
 	if err != nil {
 		return nil, err
+	}
+	var warm int64
+	if s.Init != nil {
+		warm = int64(s.Init.CriticWarmup)
+		if err := sc.StartActor(s.Init.Params); err != nil {
+			return nil, errors.Join(err, sc.Close())
+		}
 	}
 	mem, err := offpolicy.NewMemory(s.BufferSize, s.ObsDim, s.ActDim, s.Minibatch)
 	if err != nil {
 		return nil, errors.Join(err, sc.Close())
 	}
-	return &replayLearner{SAC: sc, mem: mem}, nil
+	return &replayLearner{SAC: sc, mem: mem, warm: warm}, nil
 }
 
 func (l *replayLearner) StatNames() []string { return LearnerStatNames }
@@ -92,7 +107,11 @@ func (l *replayLearner) Update(ctx context.Context, rng *rand.Rand, stats []floa
 	if err != nil {
 		return err
 	}
-	st, err := l.SAC.Update(ctx, b, rng)
+	update := l.SAC.Update
+	if l.Updates() < l.warm {
+		update = l.WarmUpdate // the actor's and α's statistics are 0
+	}
+	st, err := update(ctx, b, rng)
 	if err != nil {
 		return err
 	}
