@@ -101,13 +101,7 @@ func TestAsyncResume(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	dir := filepath.Join(t.TempDir(), "run")
 	cfg := Config{Env: "CartPole-v1", Algo: "appo", TotalSteps: 512 * 12, CheckpointEvery: 4, Seed: 3, EvalEpisodes: -1}
-	stop := make(chan struct{})
-	_, err := Train(context.Background(), cfg, Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
-		if m.Iteration == 6 {
-			close(stop)
-		}
-	}})
-	if !errors.Is(err, ErrStopped) {
+	if err := trainStopped(cfg, Options{Out: dir}, 6); !errors.Is(err, ErrStopped) {
 		t.Fatalf("stopped run: %v", err)
 	}
 	res, err := Resume(context.Background(), dir, Options{})

@@ -82,12 +82,7 @@ func TestResumeRepairsPolicy(t *testing.T) {
 	want := readFile(t, filepath.Join(full, policyFile))
 	// Iteration 4's policy.onnx: the same run stopped there.
 	dir := filepath.Join(t.TempDir(), "killed")
-	stop := make(chan struct{})
-	if _, err := Train(ctx, cfg, Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
-		if m.Iteration == 4 {
-			close(stop)
-		}
-	}}); err == nil {
+	if err := trainStopped(cfg, Options{Out: dir}, 4); err == nil {
 		t.Fatal("the stop did not stop the run")
 	}
 	old := readFile(t, filepath.Join(dir, policyFile))

@@ -151,16 +151,7 @@ func TestEvalDuringTraining(t *testing.T) {
 	}
 
 	cut := filepath.Join(t.TempDir(), "cut")
-	kill, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, err = Train(kill, cfg, Options{Out: cut, Progress: func(m Metrics) {
-		if m.Iteration == 4 {
-			cancel()
-		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("killed run: %v", err)
-	}
+	trainKilled(t, cfg, Options{Out: cut}, 4)
 	if b := readBest(t, cut); b.Iteration != 3 {
 		t.Fatalf("the killed run's best.json is of iteration %d, want 3", b.Iteration)
 	}

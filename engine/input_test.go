@@ -95,13 +95,8 @@ func TestEnvsAgainstMemoryLimit(t *testing.T) {
 func TestResumeSmallerQueue(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "run")
-	stop := make(chan struct{})
 	cfg := Config{Env: "CartPole-v1", Algo: "appo", TotalSteps: 512 * 4, CheckpointEvery: 2, Seed: 1, EvalEpisodes: -1}
-	if _, err := Train(ctx, cfg, Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
-		if m.Iteration == 2 {
-			close(stop)
-		}
-	}}); !errors.Is(err, ErrStopped) {
+	if err := trainStopped(cfg, Options{Out: dir}, 2); !errors.Is(err, ErrStopped) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, configFile)

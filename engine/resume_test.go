@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,16 +80,7 @@ func resumeMatches(t *testing.T, cfg Config) {
 		t.Fatal(err)
 	}
 	cut := filepath.Join(t.TempDir(), "cut")
-	kill, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, err := Train(kill, cfg, Options{Out: cut, Progress: func(m Metrics) {
-		if m.Iteration == 6 {
-			cancel()
-		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("killed run: %v", err)
-	}
+	trainKilled(t, cfg, Options{Out: cut}, 6)
 	if n := len(metricsWithoutTimings(t, cut)); n != 6 {
 		t.Fatalf("the killed run wrote %d metrics lines", n)
 	}

@@ -265,12 +265,7 @@ func TestStopAndResume(t *testing.T) {
 	want := readFile(t, filepath.Join(full, policyFile))
 
 	dir := filepath.Join(t.TempDir(), "stopped")
-	stop := make(chan struct{})
-	_, err := Train(ctx, smallRun(4), Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
-		if m.Iteration == 3 {
-			close(stop)
-		}
-	}})
+	err := trainStopped(smallRun(4), Options{Out: dir}, 3)
 	if !errors.Is(err, ErrStopped) || !strings.Contains(err.Error(), "train --resume "+dir) {
 		t.Fatalf("stopped run: %v", err)
 	}
@@ -354,13 +349,7 @@ func TestFineTuneResumeNeedsNoFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "cut")
-	stop := make(chan struct{})
-	_, err = Train(ctx, cfg, Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
-		if m.Iteration == 1 {
-			close(stop)
-		}
-	}})
-	if !errors.Is(err, ErrStopped) {
+	if err := trainStopped(cfg, Options{Out: dir}, 1); !errors.Is(err, ErrStopped) {
 		t.Fatal(err)
 	}
 	stored, err := ParseConfig(readFile(t, filepath.Join(dir, configFile)))
@@ -427,13 +416,7 @@ func TestCriticFineTuneResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "cut")
-	stop := make(chan struct{})
-	_, err := Train(ctx, cfg, Options{Out: dir, Stop: stop, Progress: func(m Metrics) {
-		if m.Iteration == 2 {
-			close(stop)
-		}
-	}})
-	if !errors.Is(err, ErrStopped) {
+	if err := trainStopped(cfg, Options{Out: dir}, 2); !errors.Is(err, ErrStopped) {
 		t.Fatal(err)
 	}
 	if _, err := Resume(ctx, dir, Options{}); err != nil {

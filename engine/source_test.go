@@ -203,14 +203,9 @@ func TestSourceStopWhileWaiting(t *testing.T) {
 // refused).
 func TestResumePublishesRestoredFirst(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
-	stop := make(chan struct{})
 	cfg := Config{Env: "CartPole-v1", Envs: 4, RolloutSteps: 64, TotalSteps: 256 * 4, Seed: 4, EvalEpisodes: -1}
 	first := &batcherSource{t: t, steps: 64}
-	_, err := Train(context.Background(), cfg, Options{Out: dir, Source: first, Stop: stop, Progress: func(m Metrics) {
-		if m.Iteration == 2 {
-			close(stop)
-		}
-	}})
+	err := trainStopped(cfg, Options{Out: dir, Source: first}, 2)
 	if first.b != nil {
 		first.b.Close()
 	}

@@ -134,16 +134,7 @@ func TestTensorBoard(t *testing.T) {
 	}
 
 	cut := filepath.Join(t.TempDir(), "cut")
-	kill, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, err = Train(kill, cfg, Options{Out: cut, Progress: func(m Metrics) {
-		if m.Iteration == 6 {
-			cancel()
-		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("killed run: %v", err)
-	}
+	trainKilled(t, cfg, Options{Out: cut}, 6)
 	files, _ = tfevent.Files(cut)
 	if len(files) != 1 {
 		t.Fatalf("the killed run left %d event files", len(files))
@@ -241,16 +232,7 @@ func TestTensorBoard(t *testing.T) {
 	// checkpoint: a killed run's iterations 5 and 6 go.
 	quiet := filepath.Join(t.TempDir(), "quiet")
 	cfg.TotalSteps = 512 * 8
-	kill2, cancel2 := context.WithCancel(ctx)
-	defer cancel2()
-	_, err = Train(kill2, cfg, Options{Out: quiet, Progress: func(m Metrics) {
-		if m.Iteration == 6 {
-			cancel2()
-		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("killed run: %v", err)
-	}
+	trainKilled(t, cfg, Options{Out: quiet}, 6)
 	if _, err := Resume(ctx, quiet, Options{NoTensorBoard: true}); err != nil {
 		t.Fatal(err)
 	}
