@@ -20,6 +20,11 @@ type Trajectory struct {
 	Return  float64   // their sum
 	// Terminated: the episode ended by the env's rule (else its time limit cut it).
 	Terminated bool
+	// A simulated env's physical state before each step (envs.Physics: the MuJoCo envs),
+	// else empty: Length() rows of NQ values (qpos) in QPos and of NV (qvel) in QVel, what a
+	// MuJoCo env's frames are drawn from.
+	NQ, NV     int
+	QPos, QVel []float64
 }
 
 // Length is the number of steps.
@@ -47,9 +52,13 @@ func RecordEpisode(ctx context.Context, cfg EvalConfig, policy *bind.Policy) (Tr
 		if err != nil {
 			return Trajectory{}, err
 		}
-		tr.ObsDim, tr.ActDim = r.ObsDim, r.ActDim
+		tr.ObsDim, tr.ActDim, tr.NQ, tr.NV = r.ObsDim, r.ActDim, r.NQ, r.NV
 		for t := range r.T { // one env: row t
 			tr.Obs = append(tr.Obs, r.Obs[t*r.ObsDim:(t+1)*r.ObsDim]...)
+			if r.QPos != nil {
+				tr.QPos = append(tr.QPos, r.QPos[t*r.NQ:(t+1)*r.NQ]...)
+				tr.QVel = append(tr.QVel, r.QVel[t*r.NV:(t+1)*r.NV]...)
+			}
 			tr.Actions = append(tr.Actions, r.EnvActions[t*r.ActDim:(t+1)*r.ActDim]...)
 			tr.Rewards = append(tr.Rewards, r.Rewards[t])
 			tr.Return += float64(r.Rewards[t])

@@ -23,16 +23,16 @@ type gifFlags struct {
 }
 
 func (g *gifFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.path, "gif", "", "also write the first episode (env 0's, as evaluated) as an animated GIF to this new file, drawn as Gymnasium draws the classic-control envs, with the return in the top-left corner")
+	fs.StringVar(&g.path, "gif", "", "also write the first episode (env 0's, as evaluated) as an animated GIF to this new file, drawn as Gymnasium draws the classic-control envs (MuJoCo envs: filmed offscreen by MuJoCo through EGL), with the return in the top-left corner")
 }
 
-// check refuses, before anything runs, an env with no drawing and a path that exists or whose
-// folder does not.
+// check refuses, before anything runs, an env with no drawing (or a MuJoCo env where MuJoCo
+// cannot draw offscreen) and a path that exists or whose folder does not.
 func (g gifFlags) check(env string) error {
 	if g.path == "" {
 		return nil
 	}
-	if _, err := render.For(env); err != nil {
+	if _, err := render.FilmOf(env); err != nil {
 		return fmt.Errorf("--gif: %w", err)
 	}
 	if _, err := os.Lstat(g.path); err == nil {
@@ -49,7 +49,8 @@ func (g gifFlags) check(env string) error {
 // gifSummary describes the GIF in eval's JSON summary.
 type gifSummary struct {
 	Path   string  `json:"path"`
-	Frames int     `json:"frames"` // steps + 1: the first observation, then one per step
+	Frames int     `json:"frames"` // steps + 1: the first observation, then one per step (MuJoCo: one every "every" steps, and the last)
+	Every  int     `json:"every"`  // env steps between two frames
 	Width  int     `json:"width"`
 	Height int     `json:"height"`
 	FPS    int     `json:"fps"`
@@ -63,7 +64,7 @@ func (g gifFlags) write(ctx context.Context, log *zap.Logger, cfg batcher.EvalCo
 	if g.path == "" {
 		return nil, nil
 	}
-	scene, err := render.For(cfg.Env.ID)
+	film, err := render.FilmOf(cfg.Env.ID)
 	if err != nil {
 		return nil, fmt.Errorf("--gif: %w", err)
 	}
@@ -73,8 +74,8 @@ func (g gifFlags) write(ctx context.Context, log *zap.Logger, cfg batcher.EvalCo
 	}
 	frames := 0
 	err = atomicfile.Write(g.path, 0o644, func(w io.Writer) error {
-		n, err := render.WriteEpisode(w, scene, render.Episode{ObsDim: tr.ObsDim, ActDim: tr.ActDim, Obs: tr.Obs,
-			Actions: tr.Actions, Rewards: tr.Rewards})
+		n, err := film.Write(w, render.Episode{ObsDim: tr.ObsDim, ActDim: tr.ActDim, Obs: tr.Obs, Actions: tr.Actions,
+			Rewards: tr.Rewards, NQ: tr.NQ, NV: tr.NV, QPos: tr.QPos, QVel: tr.QVel})
 		frames = n
 		return err
 	})
@@ -82,6 +83,6 @@ func (g gifFlags) write(ctx context.Context, log *zap.Logger, cfg batcher.EvalCo
 		return nil, fmt.Errorf("--gif %s: %w", g.path, err)
 	}
 	log.Info("episode written", zap.String("gif", g.path), zap.Int("frames", frames), zap.Float64("return", tr.Return))
-	return &gifSummary{Path: g.path, Frames: frames, Width: scene.Width, Height: scene.Height, FPS: scene.FPS,
+	return &gifSummary{Path: g.path, Frames: frames, Every: film.Every, Width: film.Width, Height: film.Height, FPS: film.FPS,
 		Return: tr.Return, Length: tr.Length()}, nil
 }

@@ -84,7 +84,7 @@ func TestGIFRefused(t *testing.T) {
 	}{
 		{mine, "CartPole-v1", "exists"},
 		{filepath.Join(dir, "no", "such.gif"), "CartPole-v1", "does not exist"},
-		{filepath.Join(dir, "x.gif"), "Hopper-v4", "drawn for"},
+		{filepath.Join(dir, "x.gif"), "Unknown-v0", "drawn for"},
 	} {
 		o := options{policy: "random", env: c.env, episodes: 1, gif: gifFlags{path: c.path}}
 		err := run(context.Background(), &bytes.Buffer{}, zap.NewNop(), o)

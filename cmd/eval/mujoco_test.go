@@ -147,3 +147,21 @@ func TestMujocoSACScale(t *testing.T) {
 		t.Errorf("--action-scale none gives the returns of the scaled actions, %v", none.Returns)
 	}
 }
+
+// TestGIFMujoco: --gif films a MuJoCo env offscreen: a random InvertedPendulum episode (it
+// falls within a few dozen steps) is a 480×480 GIF of one frame every 4 steps (0.16 s each, as
+// the env's dt of 0.04 s makes them play in real time) and the end, whose return is the
+// evaluation's first.
+func TestGIFMujoco(t *testing.T) {
+	sum, g := evalGIF(t, options{policy: "random", env: "InvertedPendulum-v4", episodes: 1, seed: 1})
+	s := sum.GIF
+	if s == nil || s.Width != 480 || s.Height != 480 || s.Every != 4 || s.FPS != 6 || s.Frames != (s.Length+3)/4+1 {
+		t.Fatalf("gif summary %+v", s)
+	}
+	if len(g.Image) != s.Frames || g.Config.Width != 480 || g.Config.Height != 480 || g.Delay[0] != 16 {
+		t.Errorf("GIF of %d frames, %d×%d, delay %d", len(g.Image), g.Config.Width, g.Config.Height, g.Delay[0])
+	}
+	if s.Return != sum.Returns[0] {
+		t.Errorf("the GIF's episode returned %v, the evaluation's first %v", s.Return, sum.Returns[0])
+	}
+}

@@ -12,16 +12,23 @@ import (
 )
 
 // Drawer is the engine.Drawer of env: its episodes drawn as Gymnasium draws the
-// classic-control envs, with the return so far in a corner (render.WriteEpisode). An env
-// render cannot draw is an error that names the ones it can.
+// classic-control envs, or filmed offscreen by MuJoCo for the MuJoCo envs (a binary that links
+// package envs/mujoco), with the return so far in a corner (render.Film). An env render cannot
+// draw is an error that names the ones it can; a MuJoCo env on a machine where MuJoCo cannot
+// draw offscreen is an error that says what to install.
 func Drawer(env string) (engine.Drawer, error) {
-	scene, err := render.For(env)
+	film, err := render.FilmOf(env)
 	if err != nil {
 		return engine.Drawer{}, err
 	}
-	return engine.Drawer{Width: scene.Width, Height: scene.Height, Draw: func(w io.Writer, tr batcher.Trajectory) error {
-		_, err := render.WriteEpisode(w, scene, render.Episode{ObsDim: tr.ObsDim, ActDim: tr.ActDim, Obs: tr.Obs,
-			Actions: tr.Actions, Rewards: tr.Rewards})
+	return engine.Drawer{Width: film.Width, Height: film.Height, Draw: func(w io.Writer, tr batcher.Trajectory) error {
+		_, err := film.Write(w, Episode(tr))
 		return err
 	}}, nil
+}
+
+// Episode is tr as render draws it.
+func Episode(tr batcher.Trajectory) render.Episode {
+	return render.Episode{ObsDim: tr.ObsDim, ActDim: tr.ActDim, Obs: tr.Obs, Actions: tr.Actions, Rewards: tr.Rewards,
+		NQ: tr.NQ, NV: tr.NV, QPos: tr.QPos, QVel: tr.QVel}
 }

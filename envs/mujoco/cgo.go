@@ -14,8 +14,9 @@ package mujoco
 // it and becomes a Go error; no Go frame lies between setjmp and longjmp. Warnings (a diverged
 // simulation is reset by MuJoCo itself and counted in d->warning) are not printed: MuJoCo's
 // default would write them to stdout and to MUJOCO_LOG.TXT in the working directory.
-static __thread jmp_buf* twr_jmp;
-static __thread char twr_msg[512];
+// twr_jmp and twr_msg have external linkage: the renderer's guarded calls (egl.go) use them too.
+__thread jmp_buf* twr_jmp;
+__thread char twr_msg[512];
 
 static void twr_error(const char* msg) {
 	strncpy(twr_msg, msg, sizeof twr_msg - 1);

@@ -36,4 +36,16 @@
 // Gymnasium's set_state. MuJoCo's internal errors never end the process: they become errors
 // (an env that meets one ends its episode as terminated, reward 0), and its warnings, which
 // MuJoCo would print and write to MUJOCO_LOG.TXT, are silenced.
+//
+// # Rendering
+//
+// Each env registers a camera with package envs/render (render.FilmOf, which eval --gif and
+// train --gif-every use): MuJoCo's own renderer draws recorded states offscreen at Gymnasium's
+// 480×480 through the camera Gymnasium's released v4 envs use (the model's "track" camera, or
+// a free camera set from the env's DEFAULT_CAMERA_CONFIG), in an EGL context with no display
+// or window (Mesa's surfaceless platform, else EGL's default display). libEGL is opened with
+// dlopen when a film is first made, so the envs build and run without it; where it or Mesa's
+// driver is missing, making the film is an error (ErrNoRenderer) that names the Debian
+// packages to install. An EGL context is current on one thread: a film locks its goroutine to
+// its OS thread while it draws, and frees its context when done.
 package mujoco

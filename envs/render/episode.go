@@ -7,10 +7,14 @@ import (
 
 // Episode is the record of an episode to draw (package batcher's Trajectory holds the same
 // columns): Length()+1 observations of ObsDim values (the one before each step, then the
-// last), Length() actions of ActDim values and Length() rewards.
+// last), Length() actions of ActDim values and Length() rewards. A simulated env's episode
+// (what a Camera films) also has the physical state before each step: Length() rows of NQ
+// values in QPos and of NV values in QVel (MuJoCo's qpos and qvel).
 type Episode struct {
 	ObsDim, ActDim        int
 	Obs, Actions, Rewards []float32
+	NQ, NV                int
+	QPos, QVel            []float64
 }
 
 // Length is the episode's number of steps.
@@ -41,7 +45,7 @@ func WriteEpisode(w io.Writer, scene Scene, ep Episode) (int, error) {
 		if err := scene.Draw(frame, ep.Obs[t*ep.ObsDim:(t+1)*ep.ObsDim], act); err != nil {
 			return g.Frames(), err
 		}
-		Caption(frame, fmt.Sprintf("return %.2f  step %d", ret, t))
+		Caption(frame, captionText(ret, t))
 		if err := g.Frame(frame); err != nil {
 			return g.Frames(), err
 		}

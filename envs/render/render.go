@@ -12,7 +12,12 @@
 //
 // Registered: CartPole-v1 (and CartPoleNoVel-v1, which observes the same position and angle),
 // Acrobot-v1, MountainCar-v0, MountainCarContinuous-v0, Pendulum-v1. [For] refuses any other id
-// with the list; MuJoCo envs are not drawn (their renderer needs an OpenGL context).
+// with the list.
+//
+// Simulated envs are filmed instead: package envs/mujoco registers a [Camera] for each MuJoCo
+// env (RegisterCamera), drawn offscreen by MuJoCo's renderer from the episode's physical states
+// in full colour; [Film] writes either kind as a GIF, a camera's frames over a median cut of
+// the first frame's colours (see quantizer). FilmOf names the envs of both kinds.
 //
 // Scenes are values with no state: safe for concurrent use. A GIF is owned by one goroutine.
 package render
@@ -90,7 +95,7 @@ func IDs() []string {
 func For(envID string) (Scene, error) {
 	s, ok := scenes[envID]
 	if !ok {
-		return Scene{}, fmt.Errorf("%w %q: episodes are drawn for %s (MuJoCo envs would need an OpenGL context, which this build does not use)",
+		return Scene{}, fmt.Errorf("%w %q: scenes are drawn for %s (MuJoCo envs are filmed by a Camera: FilmOf)",
 			ErrUnsupported, envID, strings.Join(IDs(), ", "))
 	}
 	return s, nil

@@ -1,0 +1,306 @@
+//go:build mujoco && cgo
+
+package mujoco
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/gif"
+	"image/png"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/envs/render"
+)
+
+// recordEpisode runs env id (seed 1) for at most steps steps with actions a sine of the step
+// and the actuator (so that the bodies move), and returns the episode with its physical states
+// as batcher.RecordEpisode records them: qpos and qvel before each step.
+func recordEpisode(t *testing.T, id string, steps int) render.Episode {
+	t.Helper()
+	e, err := envs.New(id, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ph, ok := envs.PhysicsOf(e)
+	if !ok {
+		t.Fatalf("%s has no physics", id)
+	}
+	obs, err := e.Reset()
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := e.Spec().Action.(envs.Box)
+	ep := render.Episode{ObsDim: len(obs), ActDim: box.Dim(), NQ: ph.NQ(), NV: ph.NV()}
+	ep.Obs = append(ep.Obs, obs...)
+	qpos, qvel := make([]float64, ph.NQ()), make([]float64, ph.NV())
+	for k := range steps {
+		if err := ph.State(0, qpos, qvel); err != nil {
+			t.Fatal(err)
+		}
+		ep.QPos, ep.QVel = append(ep.QPos, qpos...), append(ep.QVel, qvel...)
+		a := make([]float32, box.Dim())
+		for j := range a {
+			a[j] = box.High[j] * float32(math.Sin(0.3*float64(k)+float64(j)))
+		}
+		obs, r, term, trunc, err := e.Step(envs.Actions{Box: a})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ep.Actions, ep.Rewards, ep.Obs = append(ep.Actions, a...), append(ep.Rewards, r), append(ep.Obs, obs...)
+		if term || trunc {
+			break
+		}
+	}
+	return ep
+}
+
+// filmOf returns id's Film, failing the test with the renderer's error (which says what to
+// install) where this machine cannot draw.
+func filmOf(t *testing.T, id string) render.Film {
+	t.Helper()
+	f, err := render.FilmOf(id)
+	if err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	return f
+}
+
+// TestStepsPerFrame: the frame period of every v4 env, worked by hand from its dt and time
+// limit: at least 0.03 s, a whole number of hundredths, at most 250 frames an episode.
+func TestStepsPerFrame(t *testing.T) {
+	want := map[string][2]int{ // every, delay
+		"HalfCheetah-v4": {4, 20}, "Ant-v4": {4, 20}, "InvertedDoublePendulum-v4": {4, 20}, // dt 0.05 s, 1000 steps
+		"Hopper-v4": {5, 4}, "Walker2d-v4": {5, 4}, // 0.008 s: 4 steps would be 3.2 hundredths
+		"Humanoid-v4": {4, 6}, "HumanoidStandup-v4": {4, 6}, // 0.015 s: 2 steps (0.03 s) would be 500 frames
+		"Swimmer-v4": {4, 16}, "InvertedPendulum-v4": {4, 16}, // 0.04 s
+		"Reacher-v4": {2, 4}, // 0.02 s, 50 steps
+		"Pusher-v4":  {1, 5}, // 0.05 s, 100 steps
+	}
+	for _, id := range IDs {
+		md, err := defs(id).model()
+		if err != nil {
+			t.Fatal(err)
+		}
+		every, delay := stepsPerFrame(md.dt, defs(id).spec.MaxEpisodeSteps)
+		if w := want[id]; every != w[0] || delay != w[1] {
+			t.Errorf("%s: a frame every %d steps for %d hundredths, want %d and %d", id, every, delay, w[0], w[1])
+		}
+	}
+}
+
+// shots films ep with id's camera and keeps copies of the frames and their steps.
+func shots(t *testing.T, id string, ep render.Episode) (steps []int, frames []*image.RGBA) {
+	t.Helper()
+	cam, err := openCamera(id)
+	if err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	err = cam.Shoot(ep, func(step int, img *image.RGBA) error {
+		steps = append(steps, step)
+		c := *img
+		c.Pix = slices.Clone(img.Pix)
+		frames = append(frames, &c)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return steps, frames
+}
+
+// colours counts the distinct colours of img.
+func colours(img image.Image) int {
+	seen := map[color.RGBA]bool{}
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			seen[color.RGBAModel.Convert(img.At(x, y)).(color.RGBA)] = true
+		}
+	}
+	return len(seen)
+}
+
+// changed is the fraction of pixels that differ between a and b.
+func changed(a, b image.Image) float64 {
+	n, d := 0, 0
+	r := a.Bounds()
+	for y := r.Min.Y; y < r.Max.Y; y++ {
+		for x := r.Min.X; x < r.Max.X; x++ {
+			n++
+			if color.RGBAModel.Convert(a.At(x, y)) != color.RGBAModel.Convert(b.At(x, y)) {
+				d++
+			}
+		}
+	}
+	return float64(d) / float64(n)
+}
+
+// TestFilmMatchesReference: the camera's frames of a HalfCheetah episode are, pixel for pixel,
+// the frames twr_ref_render draws of the same states with plain MuJoCo calls (a fresh mjData,
+// mj_forward, the model's "track" camera, its own EGL context, rows flipped by hand); the
+// frames are taken before steps 0, 4 and 8 and at the end (10); those of 0 and 8 are compared.
+func TestFilmMatchesReference(t *testing.T) {
+	const id = "HalfCheetah-v4"
+	ep := recordEpisode(t, id, 10)
+	steps, frames := shots(t, id, ep)
+	if !slices.Equal(steps, []int{0, 4, 8, 10}) {
+		t.Fatalf("frames at steps %v, want 0, 4, 8, 10", steps)
+	}
+	md, err := defs(id).model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for k, step := range steps[:3] {
+		if step == 4 {
+			continue // two states are enough: each reference frame takes a new context (a second or more)
+		}
+		ref, err := refRender(md, ep.QPos[step*9:(step+1)*9], ep.QVel[step*9:(step+1)*9], 480, 480)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img := frames[k]
+		bad := 0
+		for p := range 480 * 480 {
+			if img.Pix[4*p] != ref[3*p] || img.Pix[4*p+1] != ref[3*p+1] || img.Pix[4*p+2] != ref[3*p+2] || img.Pix[4*p+3] != 255 {
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("step %d: %d of 480×480 pixels differ from the reference", step, bad)
+		}
+	}
+}
+
+// TestFilm: a 30-step HalfCheetah episode written as a GIF: 9 frames (before steps 0, 4, …, 28,
+// and the end) of 480×480 shown 0.2 s each, in full colour (many colours, not a blank
+// frame), captioned (white and black pixels in the corner), the body moving from frame to
+// frame (a share of the pixels changes between consecutive frames). Set TOWERRL_FRAME_DIR to
+// keep the GIF and its first and last frames as PNGs there.
+func TestFilm(t *testing.T) {
+	const id = "HalfCheetah-v4"
+	ep := recordEpisode(t, id, 30)
+	f := filmOf(t, id)
+	var buf bytes.Buffer
+	n, err := f.Write(&buf, ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gif.DecodeAll(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 9 || f.Frames(30) != 9 || len(g.Image) != 9 || g.Config.Width != 480 || g.Config.Height != 480 || g.Delay[0] != 20 || f.FPS != 5 {
+		t.Fatalf("%d frames (Frames says %d), GIF of %d frames %d×%d shown %d hundredths, fps %d; want 9 of 480×480, 20, 5",
+			n, f.Frames(30), len(g.Image), g.Config.Width, g.Config.Height, g.Delay[0], f.FPS)
+	}
+	t.Logf("%d frames, %d bytes", n, buf.Len())
+	for i, img := range g.Image {
+		if c := colours(img); c < 64 {
+			t.Errorf("frame %d has %d colours", i, c)
+		}
+		if i > 0 {
+			if d := changed(g.Image[i-1], img); d < 0.02 {
+				t.Errorf("frames %d and %d differ in %.1f%% of their pixels", i-1, i, 100*d)
+			}
+		}
+		corner := img.SubImage(image.Rect(0, 0, 200, 20))
+		white, black := 0, 0
+		for y := range 20 {
+			for x := range 200 {
+				switch color.RGBAModel.Convert(corner.At(x, y)) {
+				case color.RGBA{255, 255, 255, 255}:
+					white++
+				case color.RGBA{0, 0, 0, 255}:
+					black++
+				}
+			}
+		}
+		if white < 50 || black < 50 {
+			t.Errorf("frame %d: %d white and %d black pixels in the caption's corner", i, white, black)
+		}
+	}
+	if dir := os.Getenv("TOWERRL_FRAME_DIR"); dir != "" {
+		for _, i := range []int{0, len(g.Image) - 1} {
+			out, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.png", id, i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			png.Encode(out, g.Image[i])
+			out.Close()
+		}
+		os.WriteFile(filepath.Join(dir, id+".gif"), buf.Bytes(), 0o644)
+	}
+}
+
+// TestFilmRefused: an episode without its physical states, or of another env, is an error;
+// on a machine where EGL cannot be loaded, or Mesa has no driver, FilmOf is an error that
+// says what to install, in a process that goes on (run as a child process with the library
+// renamed, or LIBGL_DRIVERS_PATH pointing nowhere, since EGL loads once a process).
+func TestFilmRefused(t *testing.T) {
+	cam, err := openCamera("InvertedPendulum-v4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := recordEpisode(t, "InvertedPendulum-v4", 3)
+	bare := ep
+	bare.QPos, bare.QVel, bare.NQ, bare.NV = nil, nil, 0, 0
+	if err := cam.Shoot(bare, func(int, *image.RGBA) error { return nil }); err == nil || !strings.Contains(err.Error(), "qpos") {
+		t.Errorf("an episode without qpos: %v", err)
+	}
+	other := recordEpisode(t, "Reacher-v4", 3)
+	if err := cam.Shoot(other, func(int, *image.RGBA) error { return nil }); err == nil {
+		t.Error("a Reacher episode was filmed as InvertedPendulum's")
+	}
+	for _, c := range []struct{ name, env string }{{"nolib", ""}, {"nodriver", "LIBGL_DRIVERS_PATH=" + t.TempDir()}} {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "TOWERRL_FILM_CHILD="+c.name, c.env)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri") || !strings.Contains(string(out), "child: ok") {
+			t.Errorf("%s: %v\n%s", c.name, err, out)
+		}
+	}
+}
+
+// TestMain runs TestFilmRefused's child processes: with TOWERRL_FILM_CHILD set (nolib: the
+// EGL library renamed; nodriver: LIBGL_DRIVERS_PATH set by the parent), FilmOf must fail with
+// ErrNoRenderer, saying what to install, and the envs must still step.
+func TestMain(m *testing.M) {
+	child := os.Getenv("TOWERRL_FILM_CHILD")
+	if child == "" {
+		os.Exit(m.Run())
+	}
+	if child == "nolib" {
+		eglLibrary = "libEGL-towerrl-missing.so.1"
+	}
+	_, err := render.FilmOf("HalfCheetah-v4")
+	fmt.Println(err)
+	if !errors.Is(err, ErrNoRenderer) {
+		fmt.Println("FilmOf did not fail with ErrNoRenderer")
+		os.Exit(1)
+	}
+	e, err := envs.New("HalfCheetah-v4", 1)
+	if err == nil {
+		_, err = e.Reset()
+		e.Close()
+	}
+	if err != nil {
+		fmt.Println("the env does not run:", err)
+		os.Exit(1)
+	}
+	fmt.Println("child: ok")
+	os.Exit(0)
+}
