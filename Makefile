@@ -12,8 +12,9 @@ GOFLAGS_USER := $(GOFLAGS)
 export GOFLAGS = $(shell GOFLAGS='$(GOFLAGS_USER)' bash scripts/goflags.sh)
 
 ## setup: fetch ONNX Runtime 1.29.0 into the per-user cache (once per machine; checksummed), and
-## install MuJoCo 2.2.2 (Debian's libmujoco-dev) for the MuJoCo envs where it is missing and
-## this runs as root (else it prints the command)
+## install MuJoCo 2.2.2 (Debian's libmujoco-dev) for the MuJoCo envs, and EGL with Mesa's
+## software OpenGL (libegl1 libegl-mesa0 libgl1-mesa-dri) for drawing their episodes, where
+## they are missing and this runs as root (else it prints the commands)
 setup:
 	@bash scripts/setup-ort.sh
 	@bash scripts/setup-mujoco.sh
