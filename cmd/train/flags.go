@@ -65,7 +65,7 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.evalEps, "eval-episodes", 0, "deterministic episodes of the final evaluation (default 10; -1: none; may change on --resume)")
 	fs.Int64Var(&f.evalEvery, "eval-every", 0, "evaluate --eval-episodes deterministic episodes every N iterations during training (env steps for dqn and sac), keeping the best policy as best_policy.onnx (default 0: only at the end; may change on --resume)")
 	fs.Float64Var(&f.stopAt, "stop-at-return", 0, "end the run (checkpoint, policy.onnx, exit 0) once an evaluation's mean return reaches this; needs --eval-every (may change on --resume)")
-	fs.Int64Var(&f.gifEvery, "gif-every", 0, "draw one deterministic episode every N iterations (env steps for dqn and sac) into the run directory's gifs/ and TensorBoard's images, as eval --gif does; classic-control envs only (default 0: none; may change on --resume)")
+	fs.Int64Var(&f.gifEvery, "gif-every", 0, "draw one deterministic episode every N iterations (env steps for dqn and sac) into the run directory's gifs/ and TensorBoard's images, as eval --gif does, MuJoCo envs filmed offscreen by MuJoCo (default 0: none; may change on --resume)")
 	fs.IntVar(&f.ckptEvery, "checkpoint-every", 0, "iterations between checkpoints (default 10; may change on --resume)")
 	fs.BoolVar(&f.normObs, "norm-obs", false, "normalise observations by their running mean and variance, the map frozen into policy.onnx (--norm-obs=false turns a preset's off)")
 	fs.BoolVar(&f.normReward, "norm-reward", false, "scale rewards by the running std of the discounted return (--norm-reward=false turns a preset's off)")

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"image/gif"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,5 +138,38 @@ func checkFineTuned(t *testing.T, orig, got string) {
 	}
 	if changed == 0 {
 		t.Error("no parameter changed")
+	}
+}
+
+// TestMujocoGifEvery: train --gif-every 1 on InvertedPendulum-v4 films an episode after each of
+// its two iterations, offscreen through MuJoCo: gifs/step-000000256.gif and step-000000512.gif,
+// 480×480 frames shown 0.16 s each (a frame every 4 steps of 0.04 s), named in metrics.jsonl.
+func TestMujocoGifEvery(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	cfg := engine.Config{Env: "InvertedPendulum-v4", TotalSteps: 512, RolloutSteps: 256, Epochs: 1, Minibatches: 2,
+		EvalEpisodes: 1, Seed: 1, GifEvery: 1}
+	if err := run(context.Background(), &bytes.Buffer{}, zap.NewNop(), nil, cfg, nil, dir, "", "", nil, serveFlags{}); err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gifs/step-000000256.gif", "gifs/step-000000512.gif"} {
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := gif.DecodeAll(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if len(g.Image) < 2 || g.Config.Width != 480 || g.Config.Height != 480 || g.Delay[0] != 16 {
+			t.Errorf("%s: %d frames of %d×%d shown %d hundredths", name, len(g.Image), g.Config.Width, g.Config.Height, g.Delay[0])
+		}
+		if !bytes.Contains(metrics, []byte(`"gif":"`+name+`"`)) {
+			t.Errorf("metrics.jsonl does not name %s", name)
+		}
 	}
 }
