@@ -174,6 +174,10 @@ type Config struct {
 	ExplorationFraction   float64 `json:"exploration_fraction,omitempty"`
 	ExplorationInitialEps float64 `json:"exploration_initial_eps,omitempty"`
 	ExplorationFinalEps   float64 `json:"exploration_final_eps,omitempty"`
+	// DQNTarget is dqn's bootstrap target: "double" (the default), Double DQN's
+	// Q_target(s′, argmax_a Q(s′, a)), or "max", max_a Q_target(s′, a), the target of the
+	// original DQN and of SB3's DQN, which RL Zoo's figures were made with.
+	DQNTarget string `json:"dqn_target,omitempty"`
 	// NoBufferCheckpoint leaves the replay buffer out of the checkpoints (its size is logged
 	// when they hold it): smaller and faster checkpoints, but a resume starts with an empty
 	// buffer and so is not the run an uninterrupted one would have been.

@@ -53,6 +53,9 @@ func (c Config) replayDefaults(spec envs.Spec) (Config, error) {
 		orDefault(&c.ExplorationFraction, 0.1)
 		orDefault(&c.ExplorationInitialEps, 1)
 		orDefault(&c.ExplorationFinalEps, 0.05)
+		if c.DQNTarget == "" {
+			c.DQNTarget = "double"
+		}
 	} else {
 		orDefault(&c.MaxGradNorm, -1) // SB3's SAC does not clip
 	}
@@ -142,9 +145,13 @@ func (c Config) checkReplay(spec envs.Spec, discrete bool) error {
 			return bad("exploration_fraction = %g, want (0, 1]: the share of total_steps over which ε falls", c.ExplorationFraction)
 		case !(c.ExplorationInitialEps >= 0 && c.ExplorationInitialEps <= 1) || !(c.finalEps() >= 0 && c.ExplorationFinalEps <= 1):
 			return bad("exploration_initial_eps %g and exploration_final_eps %g must be in [0, 1]", c.ExplorationInitialEps, c.ExplorationFinalEps)
+		case c.DQNTarget != "double" && c.DQNTarget != "max":
+			return bad("dqn_target %q; choose double (Double DQN's target) or max (SB3's and the original DQN's)", c.DQNTarget)
 		}
 	} else if c.ExplorationFraction != 0 || c.ExplorationInitialEps != 0 || c.ExplorationFinalEps != 0 {
 		return bad("exploration_fraction, exploration_initial_eps and exploration_final_eps are DQN's ε-greedy schedule; sac explores by sampling its actor: drop them")
+	} else if c.DQNTarget != "" {
+		return bad("dqn_target is DQN's bootstrap target; sac has twin critics: drop it")
 	}
 	if err := c.checkHidden(spec); err != nil {
 		return err
@@ -184,6 +191,9 @@ func (c Config) replayFieldsSet() []string {
 	if c.CriticWarmup != 0 {
 		set = append(set, fmt.Sprintf("critic_warmup %d", c.CriticWarmup))
 	}
+	if c.DQNTarget != "" {
+		set = append(set, "dqn_target "+c.DQNTarget)
+	}
 	return set
 }
 
@@ -192,7 +202,7 @@ func (c Config) replayFieldsSet() []string {
 func (c Config) replaySettings(spec envs.Spec) algo.ReplaySettings {
 	s := algo.ReplaySettings{ObsDim: spec.Observation.Dim(), Hidden: c.Hidden, Activation: c.Activation, Gamma: c.Gamma, LR: c.LR,
 		AdamEps: c.AdamEps, MaxGradNorm: c.MaxGradNorm, Tau: c.Tau, TargetEvery: c.TargetUpdateInterval,
-		Minibatch: c.BatchSize, Towers: c.Towers, NoSpin: c.NoSpin, EntCoef: c.EntCoef, BufferSize: c.BufferSize,
+		Minibatch: c.BatchSize, Towers: c.Towers, NoSpin: c.NoSpin, EntCoef: c.EntCoef, BufferSize: c.BufferSize, MaxTarget: c.DQNTarget == "max",
 		Explore: algo.LinearSchedule{Initial: c.ExplorationInitialEps, Final: c.finalEps(), Fraction: c.ExplorationFraction, Total: c.TotalSteps}}
 	if d, ok := spec.Action.(envs.Discrete); ok {
 		s.Actions = d.N

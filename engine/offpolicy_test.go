@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/internal/tfevent/tfeventtest"
 	"github.com/towerrl/towerrl/models"
 )
@@ -111,8 +112,20 @@ func TestReplayConfig(t *testing.T) {
 	}
 	if c.BatchSize != 32 || c.TrainFreq != 4 || c.GradientSteps != 1 || c.TargetUpdateInterval != 10_000 || c.Tau != 1 ||
 		c.LR != 1e-4 || c.MaxGradNorm != 10 || c.ExplorationFraction != 0.1 || c.ExplorationFinalEps != 0.05 ||
-		c.LearningStarts != 100 || c.BufferSize != 100_000 || c.Activation != "relu" || c.RolloutSteps != 1000 || c.Envs != 1 {
+		c.LearningStarts != 100 || c.BufferSize != 100_000 || c.Activation != "relu" || c.RolloutSteps != 1000 || c.Envs != 1 ||
+		c.DQNTarget != "double" {
 		t.Fatalf("dqn defaults: %+v", c)
+	}
+	spec, err := envs.Lookup("CartPole-v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.replaySettings(spec).MaxTarget {
+		t.Fatal("dqn_target double: the learner is told to take the max target")
+	}
+	c.DQNTarget = "max"
+	if !c.replaySettings(spec).MaxTarget {
+		t.Fatal("dqn_target max: the learner is not told to take the max target")
 	}
 	s, err := Config{Env: "Pendulum-v1", Algo: "sac"}.WithDefaults()
 	if err != nil {
@@ -155,6 +168,9 @@ func TestReplayConfig(t *testing.T) {
 		{Config{Env: "CartPole-v1", Algo: "dqn", InitPolicy: "x.onnx", Hidden: []int{32}}, "fine-tuning init_policy trains its own network"},
 		{Config{Env: "Pendulum-v1", Algo: "sac", CriticWarmup: 5}, "critic_warmup = 5"},
 		{Config{Env: "CartPole-v1", Algo: "dqn", NormObs: true}, "norm_obs"},
+		{Config{Env: "CartPole-v1", Algo: "dqn", DQNTarget: "triple"}, `dqn_target "triple"; choose double`},
+		{Config{Env: "Pendulum-v1", Algo: "sac", DQNTarget: "max"}, "sac has twin critics"},
+		{Config{Env: "CartPole-v1", DQNTarget: "max"}, "dqn_target max"},
 	} {
 		if _, err := tc.cfg.WithDefaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error saying %q", tc.cfg, err, tc.want)

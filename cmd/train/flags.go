@@ -33,6 +33,7 @@ type configFlags struct {
 	criticWarmup                                int
 	learningStarts                              int64
 	noBufferCkpt                                bool
+	dqnTarget                                   string
 }
 
 func (f *configFlags) register(fs *flag.FlagSet) {
@@ -75,6 +76,7 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.trainFreq, "train-freq", 0, "dqn/sac: steps of each env per collection (default 4 dqn, 1 sac)")
 	fs.IntVar(&f.gradSteps, "gradient-steps", 0, "dqn/sac: updates after each collection (default 1; -1: as many as the transitions collected)")
 	fs.IntVar(&f.batchSize, "batch-size", 0, "dqn/sac: rows per update (default 32 dqn, 256 sac)")
+	fs.StringVar(&f.dqnTarget, "dqn-target", "", "dqn: the bootstrap target, double (Double DQN's, the default) or max (SB3's and the original DQN's)")
 	fs.BoolVar(&f.noBufferCkpt, "no-buffer-checkpoint", false, "dqn/sac: leave the replay buffer out of the checkpoints (smaller, faster; a resume starts with an empty buffer and is then approximate)")
 	f.head.Register(fs)
 }
@@ -142,6 +144,7 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 		"gradient-steps":       func(c *engine.Config) { c.GradientSteps = f.gradSteps },
 		"batch-size":           func(c *engine.Config) { c.BatchSize = f.batchSize },
 		"no-buffer-checkpoint": func(c *engine.Config) { c.NoBufferCheckpoint = f.noBufferCkpt },
+		"dqn-target":           func(c *engine.Config) { c.DQNTarget = f.dqnTarget },
 		// How a foreign --init-policy is bound (as batcher's and eval's flags).
 		"head":          func(c *engine.Config) { c.Head = f.head.Head },
 		"action-space":  func(c *engine.Config) { c.ActionSpace = f.head.ActionSpace },

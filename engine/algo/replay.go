@@ -38,6 +38,9 @@ type ReplaySettings struct {
 	// BufferSize is the replay buffer's capacity in transitions.
 	BufferSize int
 	NoSpin     bool
+	// MaxTarget makes DQN bootstrap from max_a Q_target(s′, a) (SB3's target) instead of
+	// Double DQN's.
+	MaxTarget bool
 	// EntCoef fixes SAC's α when positive; 0 tunes it automatically from 1 (SB3's "auto").
 	EntCoef float64
 	// Rng draws the initial weights.

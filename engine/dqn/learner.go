@@ -59,7 +59,7 @@ func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
 		return nil, fmt.Errorf("%w: target_update_interval = %d env steps, want at least 1", ErrConfig, s.TargetEvery)
 	}
 	d, err := New(Config{Hidden: s.Hidden, Act: act, Gamma: s.Gamma, LR: s.LR, AdamEps: s.AdamEps, MaxGradNorm: noClip(s.MaxGradNorm),
-		TargetEvery: math.MaxInt, Tau: s.Tau, Minibatch: s.Minibatch, Towers: s.Towers, NoSpin: s.NoSpin}, s.ObsDim, s.Actions, s.Rng)
+		TargetEvery: math.MaxInt, Tau: s.Tau, Vanilla: s.MaxTarget, Minibatch: s.Minibatch, Towers: s.Towers, NoSpin: s.NoSpin}, s.ObsDim, s.Actions, s.Rng)
 	if err != nil {
 		return nil, err
 	}
