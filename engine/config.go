@@ -185,6 +185,12 @@ type Config struct {
 	// CriticWarmup is, when sac fine-tunes an InitPolicy, the updates its new critics take
 	// alone (the actor and α held) before the actor moves. Default 1000; -1: none.
 	CriticWarmup int `json:"critic_warmup,omitempty"`
+	// OverlapCollection collects each collection's next TrainFreq steps while the learner
+	// runs its updates, instead of after them: the batchers then act with the network of one
+	// collection before (train_freq steps behind the learner), and the updates per env step
+	// stay as configured. The pipeline drains at the end of every iteration, so runs and
+	// resumes stay deterministic. Off by default, as SB3 (and the presets' figures) run.
+	OverlapCollection bool `json:"overlap_collection,omitempty"`
 }
 
 // WithDefaults fills zero fields and validates the result; errors name the field.

@@ -194,6 +194,9 @@ func (c Config) replayFieldsSet() []string {
 	if c.DQNTarget != "" {
 		set = append(set, "dqn_target "+c.DQNTarget)
 	}
+	if c.OverlapCollection {
+		set = append(set, "overlap_collection")
+	}
 	return set
 }
 

@@ -32,7 +32,9 @@ import (
 // before LearningStarts), steps every env TrainFreq times, adds the transitions to the replay
 // buffer (the final observation as the next one where an episode ended), and, once more than
 // LearningStarts env steps are collected, runs GradientSteps updates on minibatches sampled
-// uniformly from the buffer with the run's sampling stream.
+// uniformly from the buffer with the run's sampling stream. With OverlapCollection the next
+// collection starts (published, its env steps on the batchers' goroutines) before a
+// collection's updates run, and the last collection of an iteration has none beside it.
 
 // ReplayMetrics are what an off-policy iteration adds to its metrics.
 type ReplayMetrics struct {
@@ -296,27 +298,50 @@ func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
 	var collect, learn, publish time.Duration
 	var eps []batcher.Episode
 	updates, rows := 0, 0
-	for range cfg.RolloutSteps / cfg.TrainFreq {
-		p0 := time.Now()
-		if err := r.publish(ctx); err != nil {
+	collections := cfg.RolloutSteps / cfg.TrainFreq
+	var next <-chan collection // the collection in flight (OverlapCollection)
+	defer func() {
+		if next != nil { // an error left it running: the batchers are closed only after it
+			<-next
+		}
+	}()
+	for j := range collections {
+		var c collection
+		if next != nil {
+			c, next = <-next, nil
+		} else {
+			p0 := time.Now()
+			if err := r.publish(ctx); err != nil {
+				return Metrics{}, err
+			}
+			publish += time.Since(p0)
+			c = r.collect(ctx)
+		}
+		if c.err != nil {
+			return Metrics{}, c.err
+		}
+		collect += c.took
+		if err := r.add(c.ro); err != nil {
 			return Metrics{}, err
 		}
-		c0 := time.Now()
-		publish += c0.Sub(p0)
-		ro, err := r.b.Collect(ctx, cfg.TrainFreq)
-		if err != nil {
-			return Metrics{}, err
-		}
-		if err := r.add(ro); err != nil {
-			return Metrics{}, err
-		}
-		eps = append(eps, ro.Episodes...)
-		n := ro.T * ro.N
+		eps = append(eps, c.ro.Episodes...)
+		n := c.ro.T * c.ro.N
 		rows += n
 		r.steps += int64(n)
 		r.l.Collected(r.steps)
+		if cfg.OverlapCollection && j+1 < collections {
+			// The next collection acts with the network as it is now, before this one's
+			// updates; the rollout's buffers are free again (add copied them).
+			p0 := time.Now()
+			if err := r.publish(ctx); err != nil {
+				return Metrics{}, err
+			}
+			publish += time.Since(p0)
+			ch := make(chan collection, 1)
+			go func() { ch <- r.collect(ctx) }()
+			next = ch
+		}
 		l0 := time.Now()
-		collect += l0.Sub(c0)
 		k, err := r.learn(ctx, n)
 		if err != nil {
 			return Metrics{}, err
@@ -350,6 +375,22 @@ func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
 	r.eps += int64(len(eps))
 	m.EpisodesAll = r.eps
 	return m, nil
+}
+
+// collection is a collection's rollout, or its error, and how long it took.
+type collection struct {
+	ro   *batcher.Rollout
+	err  error
+	took time.Duration
+}
+
+// collect steps every env TrainFreq times with the policy published last. With
+// OverlapCollection it runs on a goroutine of its own beside the learner's updates: it uses
+// the batchers only, and the learner's updates use neither them nor the rollout.
+func (r *replayRun) collect(ctx context.Context) collection {
+	c0 := time.Now()
+	ro, err := r.b.Collect(ctx, r.cfg.TrainFreq)
+	return collection{ro: ro, err: err, took: time.Since(c0)}
 }
 
 // exploration is the exploration rate of the next collection: 1 (random actions) before

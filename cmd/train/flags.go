@@ -34,6 +34,7 @@ type configFlags struct {
 	learningStarts                              int64
 	noBufferCkpt                                bool
 	dqnTarget                                   string
+	overlap                                     bool
 }
 
 func (f *configFlags) register(fs *flag.FlagSet) {
@@ -77,6 +78,7 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.gradSteps, "gradient-steps", 0, "dqn/sac: updates after each collection (default 1; -1: as many as the transitions collected)")
 	fs.IntVar(&f.batchSize, "batch-size", 0, "dqn/sac: rows per update (default 32 dqn, 256 sac)")
 	fs.StringVar(&f.dqnTarget, "dqn-target", "", "dqn: the bootstrap target, double (Double DQN's, the default) or max (SB3's and the original DQN's)")
+	fs.BoolVar(&f.overlap, "overlap-collection", false, "dqn/sac: collect the next train_freq steps while the learner updates (the batchers act one collection behind it; same updates per env step)")
 	fs.BoolVar(&f.noBufferCkpt, "no-buffer-checkpoint", false, "dqn/sac: leave the replay buffer out of the checkpoints (smaller, faster; a resume starts with an empty buffer and is then approximate)")
 	f.head.Register(fs)
 }
@@ -145,6 +147,7 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 		"batch-size":           func(c *engine.Config) { c.BatchSize = f.batchSize },
 		"no-buffer-checkpoint": func(c *engine.Config) { c.NoBufferCheckpoint = f.noBufferCkpt },
 		"dqn-target":           func(c *engine.Config) { c.DQNTarget = f.dqnTarget },
+		"overlap-collection":   func(c *engine.Config) { c.OverlapCollection = f.overlap },
 		// How a foreign --init-policy is bound (as batcher's and eval's flags).
 		"head":          func(c *engine.Config) { c.Head = f.head.Head },
 		"action-space":  func(c *engine.Config) { c.ActionSpace = f.head.ActionSpace },
