@@ -42,8 +42,8 @@ func init() {
 	}
 }
 
-// maxFrames bounds the frames of an episode that lasts the env's time limit: about 5 MB of
-// GIF at 480×480 (a HalfCheetah frame compresses to about 22 kB).
+// maxFrames bounds the frames of an episode that lasts the env's time limit: about 7 MB of
+// GIF at 480×480 (a HalfCheetah frame compresses to about 29 kB).
 const maxFrames = 250
 
 // stepsPerFrame is the fewest steps of dt seconds a frame can show: at least 0.03 s (a browser

@@ -118,6 +118,7 @@ func writeShots(w io.Writer, cam Camera, ep Episode) (int, error) {
 	var (
 		g     *GIF
 		frame *image.Paletted
+		q     = newQuantizer()
 	)
 	ret, t := 0.0, 0
 	err := cam.Shoot(ep, func(step int, img *image.RGBA) error {
@@ -131,7 +132,9 @@ func writeShots(w io.Writer, cam Camera, ep Episode) (int, error) {
 			}
 			frame = image.NewPaletted(image.Rect(0, 0, cam.Width, cam.Height), nil)
 		}
-		q := newQuantizer(img)
+		if err := q.cut(img); err != nil {
+			return err
+		}
 		frame.Palette = q.pal
 		for ; t < step && t < len(ep.Rewards); t++ {
 			ret += float64(ep.Rewards[t])

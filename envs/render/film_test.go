@@ -31,7 +31,10 @@ func TestQuantizer(t *testing.T) {
 		k := (x/10 + 10*(y/4)) % 200
 		return color.RGBA{uint8(8 * (k % 8)), uint8(8 * (k / 8 % 5)), uint8(40 * (k / 40)), 255}
 	})
-	q := newQuantizer(few)
+	q := newQuantizer()
+	if err := q.cut(few); err != nil {
+		t.Fatal(err)
+	}
 	if len(q.pal) > 256 || q.pal[len(q.pal)-2] != (color.RGBA{255, 255, 255, 255}) || q.pal[len(q.pal)-1] != (color.RGBA{0, 0, 0, 255}) {
 		t.Fatalf("palette of %d colours ending %v", len(q.pal), q.pal[len(q.pal)-2:])
 	}
@@ -45,7 +48,9 @@ func TestQuantizer(t *testing.T) {
 		}
 	}
 	grad := rgba(256, 256, func(x, y int) color.RGBA { return color.RGBA{uint8(x), uint8(y), uint8((x + y) / 2), 255} })
-	q = newQuantizer(grad)
+	if err := q.cut(grad); err != nil {
+		t.Fatal(err)
+	}
 	if len(q.pal) != 256 {
 		t.Fatalf("a gradient of 65,536 colours cut to %d", len(q.pal))
 	}
