@@ -29,6 +29,7 @@ type Camera struct {
 var (
 	camerasMu sync.Mutex
 	cameras   = map[string]func() (Camera, error){}
+	opened    = map[string]Camera{} // cameras that opened once: not checked again
 )
 
 // RegisterCamera registers open as the maker of env id's Camera (package envs/mujoco does, in
@@ -38,13 +39,25 @@ func RegisterCamera(id string, open func() (Camera, error)) {
 	camerasMu.Lock()
 	defer camerasMu.Unlock()
 	cameras[id] = open
+	delete(opened, id)
 }
 
-func cameraFor(id string) (func() (Camera, error), bool) {
+// camera returns env id's Camera, opening it the first time (later calls reuse it: making a
+// renderer takes a second or more); ok is false when id has none.
+func camera(id string) (c Camera, ok bool, err error) {
 	camerasMu.Lock()
 	defer camerasMu.Unlock()
-	c, ok := cameras[id]
-	return c, ok
+	if c, ok := opened[id]; ok {
+		return c, true, nil
+	}
+	open, ok := cameras[id]
+	if !ok {
+		return Camera{}, false, nil
+	}
+	if c, err = open(); err == nil {
+		opened[id] = c
+	}
+	return c, true, err
 }
 
 // Film draws the episodes of one env as animated GIFs, with the return so far and the step in
@@ -61,18 +74,17 @@ type Film struct {
 	camera *Camera
 }
 
-// FilmOf returns the Film of envID. For a simulated env it makes the renderer once to check
-// that it can draw here (a MuJoCo env on a machine without EGL is an error that says what to
-// install).
+// FilmOf returns the Film of envID. For a simulated env it makes the renderer once a process
+// to check that it can draw here (a MuJoCo env on a machine without EGL is an error that says
+// what to install; a failure is checked again on the next call).
 func FilmOf(envID string) (Film, error) {
 	if s, err := For(envID); err == nil {
 		return Film{ID: envID, Width: s.Width, Height: s.Height, FPS: s.FPS, Every: 1, Delay: delayOf(s.FPS), scene: &s}, nil
 	}
-	open, ok := cameraFor(envID)
+	c, ok, err := camera(envID)
 	if !ok {
 		return Film{}, fmt.Errorf("%w %q: episodes are drawn for %s", ErrUnsupported, envID, strings.Join(FilmIDs(), ", "))
 	}
-	c, err := open()
 	if err != nil {
 		return Film{}, fmt.Errorf("render: %s: %w", envID, err)
 	}
