@@ -183,7 +183,7 @@ type Config struct {
 	// buffer and so is not the run an uninterrupted one would have been.
 	NoBufferCheckpoint bool `json:"no_buffer_checkpoint,omitempty"`
 	// CriticWarmup is, when sac fine-tunes an InitPolicy, the updates its new critics take
-	// alone (the actor and α held) before the actor moves. Default 1000; -1: none.
+	// alone (the actor and α held) before the actor moves. Default 2000; -1: none.
 	CriticWarmup int `json:"critic_warmup,omitempty"`
 	// OverlapCollection collects each collection's next TrainFreq steps while the learner
 	// runs its updates, instead of after them: the batchers then act with the network of one

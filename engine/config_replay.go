@@ -67,7 +67,7 @@ func (c Config) replayDefaults(spec envs.Spec) (Config, error) {
 			c.Activation = "relu"
 		}
 	} else if !dqn {
-		orDefault(&c.CriticWarmup, 1000)
+		orDefault(&c.CriticWarmup, 2000)
 	}
 	if c.EntCoef < 0 {
 		c.EntCoef = 0

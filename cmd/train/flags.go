@@ -71,7 +71,7 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.ckptEvery, "checkpoint-every", 0, "iterations between checkpoints (default 10; may change on --resume)")
 	fs.BoolVar(&f.normObs, "norm-obs", false, "normalise observations by their running mean and variance, the map frozen into policy.onnx (--norm-obs=false turns a preset's off)")
 	fs.BoolVar(&f.normReward, "norm-reward", false, "scale rewards by the running std of the discounted return (--norm-reward=false turns a preset's off)")
-	fs.IntVar(&f.criticWarmup, "critic-warmup", 0, "sac fine-tuning an --init-policy: updates its new critics take alone before the actor moves (default 1000; -1: none)")
+	fs.IntVar(&f.criticWarmup, "critic-warmup", 0, "sac fine-tuning an --init-policy: updates its new critics take alone before the actor moves (default 2000; -1: none)")
 	fs.IntVar(&f.bufferSize, "buffer-size", 0, "dqn/sac: transitions the replay buffer keeps (default 1000000, or total-steps when fewer)")
 	fs.Int64Var(&f.learningStarts, "learning-starts", 0, "dqn/sac: env steps of uniformly random actions before the first update (default 100; 0 given here: learn from the first collection)")
 	fs.IntVar(&f.trainFreq, "train-freq", 0, "dqn/sac: steps of each env per collection (default 4 dqn, 1 sac)")
