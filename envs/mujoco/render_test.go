@@ -304,3 +304,37 @@ func TestMain(m *testing.M) {
 	fmt.Println("child: ok")
 	os.Exit(0)
 }
+
+// TestFilmLastState: the film's last frame is of the episode's last recorded state stepped
+// once more with its last action (the record holds the states before each step); that state
+// is the one the episode ended in, up to the solver's warm start (the record does not keep
+// it): its observation is the episode's last to 1e-4 for HalfCheetah and Hopper, both in
+// contact with the floor (they were equal as float32 when this was written).
+func TestFilmLastState(t *testing.T) {
+	for _, id := range []string{"HalfCheetah-v4", "Hopper-v4"} {
+		ep := recordEpisode(t, id, 12)
+		n := ep.Length()
+		e, err := envs.New(id, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		ph, _ := envs.PhysicsOf(e)
+		if err := ph.SetState(0, ep.QPos[(n-1)*ep.NQ:n*ep.NQ], ep.QVel[(n-1)*ep.NV:n*ep.NV]); err != nil {
+			t.Fatal(err)
+		}
+		obs, _, _, _, err := e.Step(envs.Actions{Box: ep.Actions[(n-1)*ep.ActDim : n*ep.ActDim]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ep.Obs[n*ep.ObsDim : (n+1)*ep.ObsDim]
+		for j := range want {
+			if math.Abs(float64(obs[j]-want[j])) > 1e-4 {
+				t.Errorf("%s: observation %d after the replayed last step is %v, the episode ended at %v", id, j, obs[j], want[j])
+			}
+		}
+		e.Close()
+	}
+}
