@@ -8,9 +8,12 @@
 set -euo pipefail
 header=/usr/include/mujoco/mujoco.h
 render=(libegl1 libegl-mesa0 libgl1-mesa-dri)
-# renders: libEGL.so.1 and Mesa's software driver (llvmpipe) are installed.
+# renders: libEGL.so.1, Mesa's EGL vendor (libegl-mesa0: libEGL.so.1 alone is glvnd's dispatcher,
+# which finds no display without it) and Mesa's software driver (llvmpipe) are installed.
 renders() {
-	/sbin/ldconfig -p 2>/dev/null | grep -q 'libEGL\.so\.1 ' && compgen -G '/usr/lib/*/dri/swrast_dri.so' >/dev/null
+	/sbin/ldconfig -p 2>/dev/null | grep -q 'libEGL\.so\.1 ' &&
+		compgen -G '/usr/share/glvnd/egl_vendor.d/*mesa*.json' >/dev/null &&
+		compgen -G '/usr/lib/*/dri/swrast_dri.so' >/dev/null
 }
 pkgs=()
 [[ -f $header ]] || pkgs+=(libmujoco-dev)
