@@ -13,13 +13,18 @@ import (
 )
 
 // TestOffPolicyFlags: --algo dqn and --algo sac with --env alone take RL Zoo's preset for
-// the env; the off-policy flags set their fields over it (--learning-starts 0 is an explicit
-// 0, learning from the first collection); a short dqn run writes its summary and the replay
-// figures in metrics.jsonl.
+// the env (dqn's with SB3's max target); the off-policy flags, --dqn-target among them, set
+// their fields over it (--learning-starts 0 is an explicit 0, learning from the first
+// collection); a short dqn run writes its summary and the replay figures in metrics.jsonl.
 func TestOffPolicyFlags(t *testing.T) {
 	cfg, c, err := configure(t, nil, "--algo", "dqn", "--env", "CartPole-v1")
-	if err != nil || !c.ok || cfg.Preset != "dqn/CartPole-v1" || cfg.TotalSteps != 50_000 || cfg.TrainFreq != 256 || cfg.GradientSteps != 128 {
+	if err != nil || !c.ok || cfg.Preset != "dqn/CartPole-v1" || cfg.TotalSteps != 50_000 || cfg.TrainFreq != 256 || cfg.GradientSteps != 128 ||
+		cfg.DQNTarget != "max" {
 		t.Fatalf("--algo dqn --env CartPole-v1: %+v %v", cfg, err)
+	}
+	cfg, _, err = configure(t, nil, "--algo", "dqn", "--env", "CartPole-v1", "--dqn-target", "double")
+	if err != nil || cfg.DQNTarget != "double" {
+		t.Fatalf("--dqn-target double over the preset's max: %q %v", cfg.DQNTarget, err)
 	}
 	cfg, c, err = configure(t, nil, "--algo", "sac", "--env", "Pendulum-v1")
 	if err != nil || !c.ok || cfg.Preset != "sac/Pendulum-v1" || cfg.TotalSteps != 20_000 || cfg.LR != 1e-3 {
