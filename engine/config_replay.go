@@ -128,10 +128,8 @@ func (c Config) checkReplay(spec envs.Spec, discrete bool) error {
 		return bad("CheckpointEvery = %d", c.CheckpointEvery)
 	case c.EvalEpisodes < -1 || c.EvalEpisodes > maxEvalEpisodes:
 		return bad("EvalEpisodes = %d, want 1 to %d, or -1 for no evaluation", c.EvalEpisodes, maxEvalEpisodes)
-	case c.InitPolicy == "" && c.Activation != "relu" && c.Activation != "tanh":
+	case c.Activation != "" && c.Activation != "relu" && c.Activation != "tanh": // a fine-tune's may be empty: the InitPolicy's
 		return bad("Activation %q; choose relu or tanh", c.Activation)
-	case c.InitPolicy != "" && (len(c.Hidden) > 0 || c.Activation != ""):
-		return bad("hidden and activation shape a new network; fine-tuning init_policy trains its own network as it is: drop them")
 	case c.CriticWarmup < -1 || c.CriticWarmup != 0 && (c.InitPolicy == "" || discrete):
 		return bad("critic_warmup = %d: it is the updates sac's new critics take alone when fine-tuning an init_policy (-1 for none)", c.CriticWarmup)
 	case c.NormObs || c.NormReward:

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/towerrl/towerrl/engine/algo"
@@ -30,6 +31,9 @@ func (r *replayRun) importInit(initData []byte, s *algo.ReplaySettings) error {
 	if err != nil {
 		return fmt.Errorf("engine: fine-tuning %s with --algo %s: %w", r.cfg.InitPolicy, r.cfg.Algo, err)
 	}
+	if err := r.cfg.sameNetwork(d); err != nil {
+		return err
+	}
 	s.Hidden, s.Activation = d.Hidden(), d.ActivationName()
 	s.Init = &algo.InitNet{Params: d.Params, LogStdMin: d.LogStdMin, LogStdMax: d.LogStdMax, CriticWarmup: max(r.cfg.CriticWarmup, 0),
 		InitAlpha: fineTuneAlpha}
@@ -42,6 +46,18 @@ func (r *replayRun) importInit(initData []byte, s *algo.ReplaySettings) error {
 		log.Info(msg)
 	}
 	return nil
+}
+
+// sameNetwork refuses hidden or activation (given, or from a preset) other than the network
+// of the InitPolicy d: a fine-tune trains the policy's own network. The same ones are
+// accepted, so a preset of the same network (RL Zoo's SAC presets and SB3's SAC actor are
+// 256×256 ReLU) tunes the rest of the run.
+func (c Config) sameNetwork(d *policy.Dense) error {
+	if (len(c.Hidden) == 0 || slices.Equal(c.Hidden, d.Hidden())) && (c.Activation == "" || c.Activation == d.ActivationName()) {
+		return nil
+	}
+	return fmt.Errorf("%w: hidden %v and activation %q (given, or from --preset) differ from the network of init_policy %s, %v %s: a fine-tune trains the policy's own network; drop them, or pass the preset's other settings in a --config file",
+		ErrConfig, c.Hidden, c.Activation, c.InitPolicy, d.Hidden(), d.ActivationName())
 }
 
 // policyModel is policy.onnx: the acting network's export, or a fine-tune's original graph

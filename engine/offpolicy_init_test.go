@@ -30,11 +30,12 @@ func fixturePath(t *testing.T, elem ...string) string {
 }
 
 // fineTuneRuns are small off-policy fine-tunes of foreign exports: SB3's SAC Pendulum actor
-// (its new critics alone for the first 100 of 500 updates, 2 towers) and SB3's DQN CartPole
+// (its new critics alone for the first 100 of 500 updates, 2 towers; the hidden layers and
+// activation given are the actor's own, as a preset's may be, so they are taken) and SB3's DQN CartPole
 // Q-network (the older export recipe: the Q-network alone).
 func fineTuneRuns(t *testing.T) []Config {
 	return []Config{
-		{Env: "Pendulum-v1", Algo: "sac", InitPolicy: fixturePath(t, "foreign", "sb3_sac_pendulum.onnx"), TotalSteps: 12 * 100, TrainFreq: 2,
+		{Env: "Pendulum-v1", Algo: "sac", InitPolicy: fixturePath(t, "foreign", "sb3_sac_pendulum.onnx"), Hidden: []int{256, 256}, Activation: "relu", TotalSteps: 12 * 100, TrainFreq: 2,
 			RolloutSteps: 100, LearningStarts: 200, BatchSize: 32, Towers: 2, CriticWarmup: 100, CheckpointEvery: 4, Seed: 6, EvalEpisodes: -1},
 		{Env: "CartPole-v1", Algo: "dqn", InitPolicy: fixturePath(t, "dqn", "sb3_dqn_cartpole_qnet.onnx"), TotalSteps: 12 * 200, Envs: 2,
 			TrainFreq: 4, RolloutSteps: 100, GradientSteps: 2, LearningStarts: 200, TargetUpdateInterval: 100, CheckpointEvery: 4, Seed: 5,
@@ -222,7 +223,7 @@ func runGraph(t *testing.T, model []byte, obs []float32, rowLen int) []float32 {
 }
 
 // TestReplayFineTuneRefuses: what an off-policy fine-tune cannot take is refused before
-// anything is written, saying what to do: a network shape beside the InitPolicy's, a critic
+// anything is written, saying what to do: a network shape other than the InitPolicy's, a critic
 // warm-up without one (or for dqn), and a policy that is not the algorithm's kind.
 func TestReplayFineTuneRefuses(t *testing.T) {
 	sacInit := fixturePath(t, "foreign", "sb3_sac_pendulum.onnx")
@@ -231,7 +232,8 @@ func TestReplayFineTuneRefuses(t *testing.T) {
 		cfg  Config
 		want []string
 	}{
-		{"hidden", Config{Env: "Pendulum-v1", Algo: "sac", InitPolicy: sacInit, Hidden: []int{64}}, []string{"hidden", "drop them"}},
+		{"hidden", Config{Env: "Pendulum-v1", Algo: "sac", InitPolicy: sacInit, Hidden: []int{64}, TotalSteps: 1000}, []string{"hidden [64]", "[256 256] relu", "drop them"}},
+		{"activation", Config{Env: "Pendulum-v1", Algo: "sac", InitPolicy: sacInit, Activation: "tanh", TotalSteps: 1000}, []string{`activation "tanh"`, "drop them"}},
 		{"warm-up from scratch", Config{Env: "Pendulum-v1", Algo: "sac", CriticWarmup: 10}, []string{"critic_warmup"}},
 		{"warm-up for dqn", Config{Env: "CartPole-v1", Algo: "dqn", InitPolicy: fixturePath(t, "dqn", "sb3_dqn_cartpole_qnet.onnx"), CriticWarmup: 10},
 			[]string{"critic_warmup"}},

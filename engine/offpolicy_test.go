@@ -165,7 +165,6 @@ func TestReplayConfig(t *testing.T) {
 		{Config{Env: "Pendulum-v1", Algo: "sac", ExplorationFraction: 0.2}, "sac explores by sampling"},
 		{Config{Env: "CartPole-v1", Algo: "dqn", BufferSize: 1 << 50}, "buffer_size"},
 		{Config{Env: "CartPole-v1", Algo: "dqn", Tau: 2}, "tau = 2"},
-		{Config{Env: "CartPole-v1", Algo: "dqn", InitPolicy: "x.onnx", Hidden: []int{32}}, "fine-tuning init_policy trains its own network"},
 		{Config{Env: "Pendulum-v1", Algo: "sac", CriticWarmup: 5}, "critic_warmup = 5"},
 		{Config{Env: "CartPole-v1", Algo: "dqn", NormObs: true}, "norm_obs"},
 		{Config{Env: "CartPole-v1", Algo: "dqn", DQNTarget: "triple"}, `dqn_target "triple"; choose double`},
