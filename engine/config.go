@@ -191,6 +191,14 @@ type Config struct {
 	// stay as configured. The pipeline drains at the end of every iteration, so runs and
 	// resumes stay deterministic. Off by default, as SB3 (and the presets' figures) run.
 	OverlapCollection bool `json:"overlap_collection,omitempty"`
+	// UseSDE: sac explores with generalized State-Dependent Exploration (gSDE, SB3's use_sde;
+	// see docs/offpolicy.md): noise that is a function of the state, z·W for the actor's last
+	// hidden layer z and a matrix W drawn at each collection's start, or every SDESampleFreq
+	// steps of each env when positive (SB3's sde_sample_freq; default −1, 0 here: at each
+	// collection's start only). LogStdInit is then the start of its log σ matrix (SB3's
+	// log_std_init; default −3, and a 0 takes it).
+	UseSDE        bool `json:"use_sde,omitempty"`
+	SDESampleFreq int  `json:"sde_sample_freq,omitempty"`
 }
 
 // WithDefaults fills zero fields and validates the result; errors name the field.

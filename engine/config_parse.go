@@ -134,7 +134,7 @@ func explicitZeros(data []byte, c *Config) {
 var configAliases = map[string]string{
 	"learning_rate": "lr", "n_steps": "rollout_steps", "num_steps": "rollout_steps", "num_envs": "envs",
 	"n_envs": "envs", "n_epochs": "epochs", "update_epochs": "epochs", "num_minibatches": "minibatches",
-	"clip_range": "clip_coef", "total_timesteps": "total_steps", "seed_": "seed", "env_id": "env",
+	"clip_range": "clip_coef", "log_std_init": "logstd_init", "total_timesteps": "total_steps", "seed_": "seed", "env_id": "env",
 }
 
 // configFields lists Config's JSON field names.

@@ -134,8 +134,20 @@ func (c Config) checkReplay(spec envs.Spec, discrete bool) error {
 		return bad("critic_warmup = %d: it is the updates sac's new critics take alone when fine-tuning an init_policy (-1 for none)", c.CriticWarmup)
 	case c.NormObs || c.NormReward:
 		return bad("norm_obs and norm_reward are not supported by --algo %s yet; drop them", c.Algo)
-	case c.Shared || c.LogStdInit != 0:
-		return bad("shared_trunk and logstd_init are PPO's (the native actor-critic); drop them for --algo %s", c.Algo)
+	case c.Shared:
+		return bad("shared_trunk is PPO's (the native actor-critic); drop it for --algo %s", c.Algo)
+	case c.LogStdInit != 0 && !c.UseSDE:
+		return bad("logstd_init is PPO's Gaussian head's, and sac's only with use_sde (gSDE's log σ): set use_sde (--use-sde), or drop it (--logstd-init 0) for --algo %s", c.Algo)
+	case c.UseSDE && c.InitPolicy != "":
+		return bad("use_sde with init_policy: a foreign actor outputs its own log std, and gSDE's is a parameter matrix of a new actor; fine-tune it without use_sde")
+	case c.UseSDE && c.Algo != "sac":
+		return bad("use_sde (gSDE) is sac's exploration; --algo %s explores otherwise: drop it", c.Algo)
+	case c.SDESampleFreq != 0 && !c.UseSDE:
+		return bad("sde_sample_freq %d is gSDE's; set use_sde (--use-sde) or drop it", c.SDESampleFreq)
+	case c.SDESampleFreq > 0 && c.OverlapCollection:
+		return bad("sde_sample_freq %d draws gSDE's noise within a collection, from the stream the updates draw from: it cannot run beside them with overlap_collection; drop one of them", c.SDESampleFreq)
+	case c.SDESampleFreq < -1:
+		return bad("sde_sample_freq = %d, want the steps of each env between gSDE's draws (at least 1), or -1 (or 0) for one draw per collection", c.SDESampleFreq)
 	}
 	if discrete {
 		switch {
@@ -195,6 +207,12 @@ func (c Config) replayFieldsSet() []string {
 	if c.OverlapCollection {
 		set = append(set, "overlap_collection")
 	}
+	if c.UseSDE {
+		set = append(set, "use_sde (sac's gSDE)")
+	}
+	if c.SDESampleFreq != 0 {
+		set = append(set, fmt.Sprintf("sde_sample_freq %d", c.SDESampleFreq))
+	}
 	return set
 }
 
@@ -204,6 +222,7 @@ func (c Config) replaySettings(spec envs.Spec) algo.ReplaySettings {
 	s := algo.ReplaySettings{ObsDim: spec.Observation.Dim(), Hidden: c.Hidden, Activation: c.Activation, Gamma: c.Gamma, LR: c.LR,
 		AdamEps: c.AdamEps, MaxGradNorm: c.MaxGradNorm, Tau: c.Tau, TargetEvery: c.TargetUpdateInterval,
 		Minibatch: c.BatchSize, Towers: c.Towers, NoSpin: c.NoSpin, EntCoef: c.EntCoef, BufferSize: c.BufferSize, MaxTarget: c.DQNTarget == "max",
+		UseSDE: c.UseSDE, LogStdInit: float64(c.LogStdInit),
 		Explore: algo.LinearSchedule{Initial: c.ExplorationInitialEps, Final: c.finalEps(), Fraction: c.ExplorationFraction, Total: c.TotalSteps}}
 	if d, ok := spec.Action.(envs.Discrete); ok {
 		s.Actions = d.N

@@ -20,7 +20,8 @@ import (
 // checkpoints, during a checkpoint or a resume, and near the end. PPO's (which evaluates every
 // 4 iterations, keeping best_policy.onnx: kills land in evaluations too), and the off-policy
 // loop's with DQN and SAC (their checkpoints hold the replay buffer and the sampling stream),
-// and SAC fine-tuning a foreign actor.
+// SAC fine-tuning a foreign actor, and SAC with gSDE (its noise matrix drawn from the sampling
+// stream every 2 steps, so that collections are made of several pieces).
 var killRuns = map[string]Config{
 	"ppo": {Env: "CartPole-v1", TotalSteps: 512 * 24, CheckpointEvery: 3, Seed: 11, EvalEpisodes: 2, EvalEvery: 4},
 	"dqn": {Env: "CartPole-v1", Algo: "dqn", TotalSteps: 200 * 24, Envs: 2, TrainFreq: 4, RolloutSteps: 100, LearningStarts: 300,
@@ -32,6 +33,8 @@ var killRuns = map[string]Config{
 	"sac-init": {Env: "Pendulum-v1", Algo: "sac", InitPolicy: absPath(filepath.Join("..", "testdata", "foreign", "sb3_sac_pendulum.onnx")),
 		TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, GradientSteps: 2, LearningStarts: 200, BatchSize: 32, CriticWarmup: 100,
 		CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
+	"sac-sde": {Env: "Pendulum-v1", Algo: "sac", TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, GradientSteps: 2, LearningStarts: 200,
+		BatchSize: 32, Hidden: []int{32, 32}, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1, UseSDE: true, SDESampleFreq: 2, LogStdInit: -2},
 }
 
 // absPath is p made absolute (a config's InitPolicy is stored so); p itself if that fails.
@@ -68,7 +71,7 @@ func TestMain(m *testing.M) {
 // short version kills 5 times (3 for each off-policy run); -short=false with TOWERRL_KILLS=20
 // runs the 20.
 func TestKillAndResume(t *testing.T) {
-	for _, name := range []string{"ppo", "dqn", "sac", "sac-init"} {
+	for _, name := range []string{"ppo", "dqn", "sac", "sac-init", "sac-sde"} {
 		t.Run(name, func(t *testing.T) {
 			kills := 5
 			if name != "ppo" {

@@ -35,6 +35,11 @@ import (
 // uniformly from the buffer with the run's sampling stream. With OverlapCollection the next
 // collection starts (published, its env steps on the batchers' goroutines) before a
 // collection's updates run, and the last collection of an iteration has none beside it.
+//
+// A learner that is an algo.NoisyActing (SAC with gSDE) acts with a graph of its own: the
+// batchers are bound to it, its noise drawn from the sampling stream at each publish (each
+// collection's start, and every SDESampleFreq steps within one, the collection then being made
+// of several Collects: collectPieces), while evaluations and policy.onnx use Export.
 
 // ReplayMetrics are what an off-policy iteration adds to its metrics.
 type ReplayMetrics struct {
@@ -61,7 +66,9 @@ type replayRun struct {
 	l     algo.ReplayLearner
 	pcg   *rand.PCG // the sampling stream (minibatches, SAC's noise)
 	rng   *rand.Rand
-	pol   *bind.Policy
+	pol   *bind.Policy // the batchers' policy
+	eval  *bind.Policy // evaluations' and drawn episodes': pol, or Export's for a NoisyActing learner
+	noisy algo.NoisyActing
 	b     *batcher.Batcher
 	stats []float64 // one update's statistics
 	sums  []float64 // their sums over an iteration
@@ -217,7 +224,7 @@ func (l *replayLoop) finish(ctx context.Context) (res Result, err error) {
 			return res, err
 		}
 		ev, err := batcher.Evaluate(ctx, batcher.EvalConfig{Env: r.spec, Episodes: r.cfg.EvalEpisodes, Seed: r.cfg.Seed + evalSeedOffset,
-			Deterministic: true}, r.pol.WithModel(model, r.version))
+			Deterministic: true}, r.eval.WithModel(model, r.version))
 		if err != nil {
 			return res, err
 		}
@@ -240,7 +247,7 @@ func (r *replayRun) evaluateAfter(ctx context.Context, ev *evaluator, it int, pr
 	if err != nil {
 		return false, err
 	}
-	pol := r.pol.WithModel(model, r.version)
+	pol := r.eval.WithModel(model, r.version)
 	if gifDue {
 		if m.GIF, err = ev.draw(ctx, pol, r.steps); err != nil {
 			return false, err
@@ -278,8 +285,17 @@ func newReplayRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options,
 	r.stats = make([]float64, len(r.l.StatNames()))
 	r.sums = make([]float64, len(r.stats))
 	model, err := r.l.Export(r.hb.Spec, 0)
+	if r.noisy, _ = r.l.(algo.NoisyActing); r.noisy != nil && err == nil {
+		// Evaluations bind Export's graph, without the acting noise's weight.
+		if r.eval, err = bind.New(ctx, model, 0, spec, bind.Config{Session: opts.Session}); err == nil {
+			model, err = r.noisy.ExportActing(r.hb.Spec, 0)
+		}
+	}
 	if err == nil {
 		r.pol, err = bind.New(ctx, model, 0, spec, bind.Config{Session: opts.Session, Publish: r.l.PublishLayout()})
+	}
+	if r.eval == nil {
+		r.eval = r.pol
 	}
 	if err == nil {
 		r.b, err = batcher.New(ctx, batcher.Config{Env: spec, Workers: cfg.Workers, EnvsPerWorker: cfg.Envs, Steps: cfg.TrainFreq,
@@ -321,11 +337,13 @@ func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
 			return Metrics{}, c.err
 		}
 		collect += c.took
+		publish += c.publish
+		eps = append(eps, c.earlierEps...)
 		if err := r.add(c.ro); err != nil {
 			return Metrics{}, err
 		}
 		eps = append(eps, c.ro.Episodes...)
-		n := c.ro.T * c.ro.N
+		n := c.ro.T*c.ro.N + c.earlier
 		rows += n
 		r.steps += int64(n)
 		r.l.Collected(r.steps)
@@ -377,20 +395,60 @@ func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
 	return m, nil
 }
 
-// collection is a collection's rollout, or its error, and how long it took.
+// collection is a collection's rollout, or its error, and how long it took; collected in
+// pieces (collectPieces), also what the earlier pieces collected, already in the buffer, and
+// how long their publishes took.
 type collection struct {
-	ro   *batcher.Rollout
-	err  error
-	took time.Duration
+	ro         *batcher.Rollout
+	err        error
+	took       time.Duration
+	earlier    int               // the earlier pieces' transitions
+	earlierEps []batcher.Episode // their episodes
+	publish    time.Duration     // the publishes before them
 }
 
 // collect steps every env TrainFreq times with the policy published last. With
 // OverlapCollection it runs on a goroutine of its own beside the learner's updates: it uses
 // the batchers only, and the learner's updates use neither them nor the rollout.
 func (r *replayRun) collect(ctx context.Context) collection {
+	if r.noisy != nil && r.cfg.SDESampleFreq > 0 && r.cfg.SDESampleFreq < r.cfg.TrainFreq {
+		return r.collectPieces(ctx)
+	}
 	c0 := time.Now()
 	ro, err := r.b.Collect(ctx, r.cfg.TrainFreq)
 	return collection{ro: ro, err: err, took: time.Since(c0)}
+}
+
+// collectPieces is collect for a NoisyActing learner (gSDE) with SDESampleFreq < TrainFreq: the
+// collection in pieces of SDESampleFreq steps of every env, the acting noise drawn and
+// published anew before each piece after the first (SB3's sde_sample_freq); all but the last
+// piece go into the buffer here. It draws from the sampling stream and adds to the buffer, so
+// it never runs beside the updates (the config refuses sde_sample_freq with
+// overlap_collection).
+func (r *replayRun) collectPieces(ctx context.Context) collection {
+	var c collection
+	f := r.cfg.SDESampleFreq
+	for done := 0; ; done += f {
+		if done > 0 {
+			p0 := time.Now()
+			if c.err = r.publish(ctx); c.err != nil {
+				return c
+			}
+			c.publish += time.Since(p0)
+		}
+		c0 := time.Now()
+		ro, err := r.b.Collect(ctx, min(f, r.cfg.TrainFreq-done))
+		c.took += time.Since(c0)
+		if c.err = err; err != nil || done+f >= r.cfg.TrainFreq {
+			c.ro = ro
+			return c
+		}
+		if c.err = r.add(ro); c.err != nil {
+			return c
+		}
+		c.earlier += ro.T * ro.N
+		c.earlierEps = append(c.earlierEps, ro.Episodes...)
+	}
 }
 
 // exploration is the exploration rate of the next collection: 1 (random actions) before
@@ -407,8 +465,11 @@ func (r *replayRun) exploration() float64 {
 }
 
 // publish makes the learner's acting network the batchers' policy, with the exploration
-// rate of the moment.
+// rate of the moment (and a NoisyActing learner's noise drawn anew).
 func (r *replayRun) publish(ctx context.Context) error {
+	if r.noisy != nil {
+		r.noisy.ResampleNoise(r.rng)
+	}
 	r.explore = r.exploration()
 	return r.b.PublishExplore(ctx, r.version, r.l.Acting(), r.explore)
 }

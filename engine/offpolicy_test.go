@@ -34,6 +34,11 @@ func TestReplayResumeMatchesUninterrupted(t *testing.T) {
 	for _, cfg := range replayRuns() {
 		t.Run(cfg.Algo, func(t *testing.T) { resumeMatches(t, cfg) })
 	}
+	// SAC with gSDE: the acting noise drawn at each collection's start (one env: SB3 with
+	// n_envs 1, as the preset runs it).
+	sde := replayRuns()[1]
+	sde.UseSDE, sde.LogStdInit = true, -2
+	t.Run("sac-gSDE", func(t *testing.T) { resumeMatches(t, sde) })
 }
 
 // TestReplayRun checks what an off-policy run writes: metrics lines with the buffer's fill,
@@ -135,6 +140,11 @@ func TestReplayConfig(t *testing.T) {
 		s.RolloutSteps != 1000 || s.EntCoef != 0 {
 		t.Fatalf("sac defaults: %+v", s)
 	}
+	// SB3's name of gSDE's log σ start gets towerrl's in the error.
+	if _, err := ParseConfig([]byte(`{"env": "Pendulum-v1", "algo": "sac", "use_sde": true, "log_std_init": -3.67}`)); err == nil ||
+		!strings.Contains(err.Error(), `"logstd_init"`) {
+		t.Fatalf("log_std_init: %v, want the error to name logstd_init", err)
+	}
 	p, err := ParseConfig([]byte(`{"env": "Acrobot-v1", "algo": "dqn", "learning_starts": 0, "exploration_final_eps": 0}`))
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +180,12 @@ func TestReplayConfig(t *testing.T) {
 		{Config{Env: "CartPole-v1", Algo: "dqn", DQNTarget: "triple"}, `dqn_target "triple"; choose double`},
 		{Config{Env: "Pendulum-v1", Algo: "sac", DQNTarget: "max"}, "sac has twin critics"},
 		{Config{Env: "CartPole-v1", DQNTarget: "max"}, "dqn_target max"},
+		{Config{Env: "CartPole-v1", Algo: "dqn", UseSDE: true}, "use_sde (gSDE) is sac's"},
+		{Config{Env: "CartPole-v1", UseSDE: true}, "use_sde (sac's gSDE)"},
+		{Config{Env: "Pendulum-v1", Algo: "sac", SDESampleFreq: 4}, "set use_sde"},
+		{Config{Env: "Pendulum-v1", Algo: "sac", UseSDE: true, SDESampleFreq: -2}, "sde_sample_freq = -2"},
+		{Config{Env: "Pendulum-v1", Algo: "sac", UseSDE: true, SDESampleFreq: 4, OverlapCollection: true}, "with overlap_collection"},
+		{Config{Env: "Pendulum-v1", Algo: "sac", LogStdInit: -3}, "sac's only with use_sde"},
 	} {
 		if _, err := tc.cfg.WithDefaults(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error saying %q", tc.cfg, err, tc.want)
@@ -256,5 +272,40 @@ func TestReplayTensorBoard(t *testing.T) {
 				t.Errorf("charts/SPS: %d points for %d iterations", len(got["charts/SPS"]), len(ms))
 			}
 		})
+	}
+}
+
+// TestReplaySDE: a SAC run with gSDE (the batchers acting with its noise matrix) evaluates the
+// actor's export, which policy.onnx is: deterministic tanh(clip(μ)), without the acting
+// graph's matrix, so that the final evaluation scores the file as eval does; the
+// evaluations during training and gSDE's σ are in the metrics.
+func TestReplaySDE(t *testing.T) {
+	cfg := killRuns["sac-sde"]
+	cfg.TotalSteps, cfg.EvalEvery, cfg.EvalEpisodes = 50*12, 300, 2
+	dir := filepath.Join(t.TempDir(), "run")
+	res, err := Train(context.Background(), cfg, Options{Out: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := readMetrics(t, dir)
+	evals := 0
+	for _, m := range ms {
+		if m.Eval != nil {
+			evals++
+		}
+	}
+	last := ms[len(ms)-1]
+	if sd := float64(last.Stats["sde_std"]); evals != 2 || !(sd > 0 && sd < 1) {
+		t.Fatalf("%d evaluations during training, gSDE's σ %v; want 2 and about e⁻²", evals, sd)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, policyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), "sac/actor") || strings.Contains(string(data), "sde.weight") {
+		t.Fatal("policy.onnx is not the actor's export, or holds the acting noise's matrix")
+	}
+	if ev := scoreFile(t, filepath.Join(dir, policyFile), cfg); ev.ReturnMean != res.EvalReturnMean {
+		t.Fatalf("policy.onnx scores %v, the run's final evaluation %v", ev.ReturnMean, res.EvalReturnMean)
 	}
 }

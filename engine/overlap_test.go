@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestReplayOverlap runs replayRuns' dqn and sac runs with OverlapCollection and checks it
+// TestReplayOverlap runs replayRuns' dqn and sac runs (and sac with gSDE) with OverlapCollection and checks it
 // against the same runs without: every iteration collects the same env steps and runs the
 // same updates; the metrics are identical while the actions are random (before
 // learning_starts nothing has been learnt, so the batchers lose nothing by acting one
@@ -17,8 +17,15 @@ import (
 // resumed is then the uninterrupted one (resumeMatches): the pipeline drains at the end of
 // every iteration.
 func TestReplayOverlap(t *testing.T) {
-	for _, cfg := range replayRuns() {
-		t.Run(cfg.Algo, func(t *testing.T) {
+	runs := replayRuns()
+	sde := runs[1] // SAC with gSDE: its noise drawn at each publish, before the updates beside the collection
+	sde.UseSDE, sde.LogStdInit = true, -2
+	for _, cfg := range append(runs, sde) {
+		name := cfg.Algo
+		if cfg.UseSDE {
+			name += "-gSDE"
+		}
+		t.Run(name, func(t *testing.T) {
 			if cfg.Algo == "dqn" {
 				// At the default 1e-4 the greedy actions of CartPole's Q-network do not
 				// change within one collection of these short runs.

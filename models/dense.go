@@ -127,6 +127,43 @@ func (d *DenseGraph) TanhRange(x, out string, lo, hi float32) error {
 	return nil
 }
 
+// Add makes out hold x + y, two values of the same width, element by element.
+func (d *DenseGraph) Add(x, y, out string) error {
+	wx, okx := d.widths[x]
+	wy, oky := d.widths[y]
+	if _, taken := d.widths[out]; !okx || !oky || wx != wy || taken {
+		return fmt.Errorf("%w: adding %q (width %d) and %q (width %d) into %q", ErrConfig, x, wx, y, wy, out)
+	}
+	d.e.node("Add", []string{x, y}, out, out+".add")
+	d.widths[out] = wx
+	return nil
+}
+
+// Square makes out hold x², element by element.
+func (d *DenseGraph) Square(x, out string) error {
+	w, ok := d.widths[x]
+	if _, taken := d.widths[out]; !ok || taken {
+		return fmt.Errorf("%w: squaring %q into %q", ErrConfig, x, out)
+	}
+	d.e.node("Mul", []string{x, x}, out, out+".square")
+	d.widths[out] = w
+	return nil
+}
+
+// HalfLog makes out hold ½·log(x), element by element: the log standard deviation of a
+// variance.
+func (d *DenseGraph) HalfLog(x, out string) error {
+	w, ok := d.widths[x]
+	if _, taken := d.widths[out]; !ok || taken {
+		return fmt.Errorf("%w: ½·log of %q into %q", ErrConfig, x, out)
+	}
+	d.e.g.Initializer = append(d.e.g.Initializer, floatTensor(out+".half", nil, []float32{0.5}))
+	d.e.node("Log", []string{x}, out+".log", out+".log")
+	d.e.node("Mul", []string{out + ".log", out + ".half"}, out, out+".halve")
+	d.widths[out] = w
+	return nil
+}
+
 // Marshal names the graph's outputs (values it holds, in order) and writes the model with the
 // towerrl.* metadata of spec (the head and spaces the batchers bind it by) and towerrl.version
 // version; producer says what made it (ProducerVersion, e.g. "sac/actor").

@@ -22,10 +22,24 @@ the entropy coefficient's loss −mean(log α · (log π + target entropy)) (α 
 the value before its step), then Polyak on the critics' targets. The actor's log std is
 clamped (SB3) or squashed by tanh into its bounds (CleanRL); the action is tanh(μ + σ·ε) and
 log π subtracts Σ log(1 − a² + 1e-6).
+
+sac_sde is SAC with generalized State-Dependent Exploration, as SB3's SAC with use_sde
+computes it (StateDependentNoiseDistribution: full_std, exp, learn_features off, squashed; the
+actor's mean through Hardtanh(-clip_mean, clip_mean)): the actor outputs the mean only, its
+log std is a [last hidden width, |A|] parameter (flat after the network's, in the actor's
+vector), and one exploration matrix W = exp(log std) * eps_w (the reparameterised sample of
+reset_noise) makes the noise latent @ W of every row, observations and next observations
+alike, the latent (the last hidden layer) detached; log pi is Normal(mean, sqrt(latent² @ std²
++ 1e-6)) at atanh of the squashed action (SB3's bijector inverse), less the tanh correction.
+
+    /usr/bin/python3 scripts/gen_fixtures_offpolicy.py [CASE ...]
+
+writes only the named cases (all without arguments).
 """
 import json
 import math
 import os
+import sys
 
 import numpy as np
 import torch
@@ -211,6 +225,102 @@ def sac_case(name, seed, obs_dim, act_dim, hidden, act, batch, updates, gamma, l
     write(name, out)
 
 
+def sac_sde_case(name, seed, obs_dim, act_dim, hidden, act, batch, updates, gamma, lr, tau, target_every,
+                 log_std_init, clip_mean, init_alpha):
+    rng = np.random.default_rng(seed)
+    a_sizes = [obs_dim] + hidden + [act_dim]
+    c_sizes = [obs_dim + act_dim] + hidden + [1]
+    latent_dim = hidden[-1]
+    actor0 = np.concatenate([init_flat(rng, a_sizes),
+                             np.full(latent_dim * act_dim, log_std_init, dtype=np.float32)]).astype(np.float32)
+    q0 = np.concatenate([init_flat(rng, c_sizes), init_flat(rng, c_sizes)])
+    pc, pa = len(q0) // 2, len(actor0) - latent_dim * act_dim
+    actor = torch.tensor(actor0.astype(np.float64), requires_grad=True)
+    critic = torch.tensor(q0.astype(np.float64), requires_grad=True)
+    target = critic.detach().clone()
+    log_alpha = torch.tensor([math.log(init_alpha)], requires_grad=True)
+    a_opt = torch.optim.Adam([actor], lr=lr, eps=1e-8)
+    c_opt = torch.optim.Adam([critic], lr=lr, eps=1e-8)
+    al_opt = torch.optim.Adam([log_alpha], lr=lr, eps=1e-8)
+    target_entropy = -float(act_dim)
+    out = dict(obs_dim=obs_dim, act_dim=act_dim, hidden=hidden, act=act, batch=batch, gamma=gamma, lr=lr, tau=tau,
+               target_every=target_every, sde=True, log_std_init=log_std_init, clip_mean=clip_mean,
+               init_alpha=init_alpha, actor=lst(actor0), critic=lst(q0), updates=[])
+
+    def q_both(flat, x, a):
+        xa = torch.cat([x, a], dim=1)
+        return forward(flat[:pc], c_sizes, xa, act).view(-1), forward(flat[pc:], c_sizes, xa, act).view(-1)
+
+    def pi(x, w):
+        """SB3's Actor.action_log_prob with use_sde: the squashed action and log pi."""
+        h = x
+        off = 0
+        for k, n in zip(a_sizes[:-2], a_sizes[1:-1]):
+            wt = actor[off:off + k * n].view(k, n)
+            b = actor[off + k * n:off + (k + 1) * n]
+            off += (k + 1) * n
+            h = h @ wt + b
+            h = torch.relu(h) if act == "relu" else torch.tanh(h)
+        k, n = a_sizes[-2], a_sizes[-1]
+        mean = h @ actor[off:off + k * n].view(k, n) + actor[off + k * n:off + (k + 1) * n]
+        mean = torch.nn.functional.hardtanh(mean, -clip_mean, clip_mean)
+        std = actor[pa:].view(latent_dim, act_dim).exp()
+        z = h.detach()
+        dist = torch.distributions.Normal(mean, torch.sqrt((z ** 2) @ (std ** 2) + 1e-6))
+        a = torch.tanh(mean + z @ w)
+        eps = torch.finfo(a.dtype).eps
+        y = a.clamp(min=-1.0 + eps, max=1.0 - eps)
+        g = 0.5 * (y.log1p() - (-y).log1p())
+        logp = dist.log_prob(g).sum(1) - torch.log(1.0 - torch.tanh(g) ** 2 + 1e-6).sum(1)
+        return a, logp
+
+    for u in range(updates):
+        obs = f32(rng.normal(size=(batch, obs_dim)))
+        nxt = f32(rng.normal(size=(batch, obs_dim)))
+        acts = f32(rng.uniform(-1, 1, size=(batch, act_dim)))
+        rew = f32(rng.normal(size=batch))
+        term = f32(rng.random(batch) < 0.25)
+        eps_w = f32(rng.normal(size=(latent_dim, act_dim)))
+        t64 = lambda v: torch.tensor(v.astype(np.float64))  # noqa: E731
+        o, no, ac, r, d = t64(obs), t64(nxt), t64(acts), t64(rew), t64(term)
+        alpha = float(log_alpha.detach().exp())
+        # reset_noise: W = std * eps_w, with log std's value before this update; the critics'
+        # step needs no gradient through it, the actor's gets it through the same draw.
+        with torch.no_grad():
+            w_now = actor[pa:].view(latent_dim, act_dim).exp() * t64(eps_w)
+            a2, logp2 = pi(no, w_now)
+            t1, t2 = q_both(target, no, a2)
+            y = r + (1 - d) * gamma * (torch.min(t1, t2) - alpha * logp2)
+        q1, q2 = q_both(critic, o, ac)
+        critic_loss = 0.5 * (torch.nn.functional.mse_loss(q1, y) + torch.nn.functional.mse_loss(q2, y))
+        c_opt.zero_grad()
+        critic_loss.backward()
+        critic_grad = critic.grad.clone()
+        c_opt.step()
+        w = actor[pa:].view(latent_dim, act_dim).exp() * t64(eps_w)
+        a_pi, logp = pi(o, w)
+        p1, p2 = q_both(critic, o, a_pi)
+        actor_loss = (alpha * logp - torch.min(p1, p2)).mean()
+        a_opt.zero_grad()
+        actor_loss.backward()
+        actor_grad = actor.grad.clone()
+        a_opt.step()
+        alpha_loss = -(log_alpha * (logp.detach() + target_entropy)).mean()
+        al_opt.zero_grad()
+        alpha_loss.backward()
+        al_opt.step()
+        if (u + 1) % target_every == 0:
+            polyak(target, critic.detach(), tau)
+        out["updates"].append(dict(
+            obs=lst(obs), next_obs=lst(nxt), actions=lst(acts), rewards=lst(rew), terminated=lst(term),
+            eps_w=lst(eps_w), alpha=alpha,
+            critic_loss=float(critic_loss), q1=float(q1.mean()), q2=float(q2.mean()), critic_grad=lst(critic_grad),
+            critic=lst(critic), target=lst(target),
+            actor_loss=float(actor_loss), logp=float(logp.mean()), actor_grad=lst(actor_grad), actor=lst(actor),
+            alpha_loss=float(alpha_loss), log_alpha=float(log_alpha)))
+    write(name, out)
+
+
 def write(name, obj):
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, name + ".json")
@@ -220,12 +330,29 @@ def write(name, obj):
     print("wrote", os.path.relpath(path))
 
 
+CASES = {
+    "dqn_double": lambda: dqn_case(
+        "dqn_double", 1, obs_dim=4, n_act=3, hidden=[16, 16], act="relu", batch=16, updates=3, gamma=0.9,
+        lr=0.01, max_grad_norm=0.3, target_every=2, tau=1.0, vanilla=False),
+    "dqn_vanilla": lambda: dqn_case(
+        "dqn_vanilla", 2, obs_dim=5, n_act=4, hidden=[12, 10], act="tanh", batch=16, updates=3, gamma=0.99,
+        lr=0.01, max_grad_norm=-1, target_every=1, tau=0.1, vanilla=True),
+    "sac_clamp": lambda: sac_case(
+        "sac_clamp", 3, obs_dim=5, act_dim=3, hidden=[16, 16], act="relu", batch=16, updates=3, gamma=0.99,
+        lr=0.01, tau=0.1, target_every=1, mode="clamp", lo=-0.3, hi=0.2, init_alpha=1.0),
+    "sac_tanh": lambda: sac_case(
+        "sac_tanh", 4, obs_dim=4, act_dim=2, hidden=[12, 12], act="tanh", batch=16, updates=3, gamma=0.9,
+        lr=0.01, tau=0.5, target_every=2, mode="tanh", lo=-5.0, hi=2.0, init_alpha=0.5),
+    # gSDE: the mean clipped at ±0.15 so that the clip bites (about half the values), log std from -1 so that the noise
+    # and its gradient are not negligible, two action dimensions for the matrix's layout.
+    "sac_sde": lambda: sac_sde_case(
+        "sac_sde", 5, obs_dim=4, act_dim=2, hidden=[16, 12], act="relu", batch=16, updates=3, gamma=0.95,
+        lr=0.01, tau=0.2, target_every=1, log_std_init=-1.0, clip_mean=0.15, init_alpha=0.5),
+}
+
 if __name__ == "__main__":
-    dqn_case("dqn_double", 1, obs_dim=4, n_act=3, hidden=[16, 16], act="relu", batch=16, updates=3, gamma=0.9,
-             lr=0.01, max_grad_norm=0.3, target_every=2, tau=1.0, vanilla=False)
-    dqn_case("dqn_vanilla", 2, obs_dim=5, n_act=4, hidden=[12, 10], act="tanh", batch=16, updates=3, gamma=0.99,
-             lr=0.01, max_grad_norm=-1, target_every=1, tau=0.1, vanilla=True)
-    sac_case("sac_clamp", 3, obs_dim=5, act_dim=3, hidden=[16, 16], act="relu", batch=16, updates=3, gamma=0.99,
-             lr=0.01, tau=0.1, target_every=1, mode="clamp", lo=-0.3, hi=0.2, init_alpha=1.0)
-    sac_case("sac_tanh", 4, obs_dim=4, act_dim=2, hidden=[12, 12], act="tanh", batch=16, updates=3, gamma=0.9,
-             lr=0.01, tau=0.5, target_every=2, mode="tanh", lo=-5.0, hi=2.0, init_alpha=0.5)
+    names = sys.argv[1:] or list(CASES)
+    for n in names:
+        if n not in CASES:
+            sys.exit(f"unknown case {n!r}; the cases are {', '.join(CASES)}")
+        CASES[n]()

@@ -30,9 +30,9 @@ type configFlags struct {
 	head                                              cli.HeadFlags
 	// Off-policy algorithms (dqn, sac).
 	bufferSize, trainFreq, gradSteps, batchSize int
-	criticWarmup                                int
+	criticWarmup, sdeFreq                       int
 	learningStarts                              int64
-	noBufferCkpt                                bool
+	noBufferCkpt, useSDE                        bool
 	dqnTarget                                   string
 	overlap                                     bool
 }
@@ -63,7 +63,7 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.ent, "ent-coef", 0, "entropy bonus weight (default 0.01 Discrete, 0 Box; 0 given here: none)")
 	fs.StringVar(&f.hidden, "hidden", "", "MLP widths, comma-separated (default 64,64)")
 	fs.StringVar(&f.activation, "activation", "", "hidden activation: tanh or relu (default tanh)")
-	fs.Float64Var(&f.logStd, "logstd-init", 0, "Gaussian head's initial log std (default 0)")
+	fs.Float64Var(&f.logStd, "logstd-init", 0, "Gaussian head's initial log std (default 0; sac with --use-sde: gSDE's log σ matrix, default -3)")
 	fs.IntVar(&f.evalEps, "eval-episodes", 0, "deterministic episodes of the final evaluation (default 10; -1: none; may change on --resume)")
 	fs.Int64Var(&f.evalEvery, "eval-every", 0, "evaluate --eval-episodes deterministic episodes every N iterations during training (env steps for dqn and sac), keeping the best policy as best_policy.onnx (default 0: only at the end; may change on --resume)")
 	fs.Float64Var(&f.stopAt, "stop-at-return", 0, "end the run (checkpoint, policy.onnx, exit 0) once an evaluation's mean return reaches this; needs --eval-every (may change on --resume)")
@@ -79,6 +79,8 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.batchSize, "batch-size", 0, "dqn/sac: rows per update (default 32 dqn, 256 sac)")
 	fs.StringVar(&f.dqnTarget, "dqn-target", "", "dqn: the bootstrap target, double (Double DQN's, the default) or max (SB3's and the original DQN's)")
 	fs.BoolVar(&f.overlap, "overlap-collection", false, "dqn/sac: collect the next train_freq steps while the learner updates (the batchers act one collection behind it; same updates per env step)")
+	fs.BoolVar(&f.useSDE, "use-sde", false, "sac: explore with gSDE, noise that is a function of the state drawn at each collection's start (SB3's use_sde; --use-sde=false turns a preset's off)")
+	fs.IntVar(&f.sdeFreq, "sde-sample-freq", 0, "sac with --use-sde: steps of each env between gSDE's draws within a collection (default -1: one draw per collection)")
 	fs.BoolVar(&f.noBufferCkpt, "no-buffer-checkpoint", false, "dqn/sac: leave the replay buffer out of the checkpoints (smaller, faster; a resume starts with an empty buffer and is then approximate)")
 	f.head.Register(fs)
 }
@@ -148,6 +150,8 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 		"no-buffer-checkpoint": func(c *engine.Config) { c.NoBufferCheckpoint = f.noBufferCkpt },
 		"dqn-target":           func(c *engine.Config) { c.DQNTarget = f.dqnTarget },
 		"overlap-collection":   func(c *engine.Config) { c.OverlapCollection = f.overlap },
+		"use-sde":              func(c *engine.Config) { c.UseSDE = f.useSDE },
+		"sde-sample-freq":      func(c *engine.Config) { c.SDESampleFreq = f.sdeFreq },
 		// How a foreign --init-policy is bound (as batcher's and eval's flags).
 		"head":          func(c *engine.Config) { c.Head = f.head.Head },
 		"action-space":  func(c *engine.Config) { c.ActionSpace = f.head.ActionSpace },

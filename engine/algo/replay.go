@@ -43,6 +43,10 @@ type ReplaySettings struct {
 	MaxTarget bool
 	// EntCoef fixes SAC's α when positive; 0 tunes it automatically from 1 (SB3's "auto").
 	EntCoef float64
+	// UseSDE: SAC explores with gSDE, its log σ matrix starting at LogStdInit (0: SB3's −3);
+	// its learner is then a NoisyActing.
+	UseSDE     bool
+	LogStdInit float64
 	// Rng draws the initial weights.
 	Rng *rand.Rand
 	// Explore is DQN's ε-greedy schedule over the env steps collected; unused by a learner
@@ -124,6 +128,20 @@ type ReplayLearner interface {
 	Load(c *models.Checkpoint) (buffer bool, err error)
 	// Close stops the learner's towers.
 	Close() error
+}
+
+// NoisyActing is a ReplayLearner whose batchers act with a graph of their own, not its
+// Export: SAC with gSDE, whose acting graph adds noise that is a function of the state, drawn
+// as a matrix that travels with the published weights (its part of Acting and
+// PublishLayout). The loop binds the batchers to ExportActing, evaluates Export (policy.onnx),
+// and calls ResampleNoise before publishing at each collection's start (and every
+// sde_sample_freq steps within one).
+type NoisyActing interface {
+	ReplayLearner
+	// ExportActing is the acting graph, its weights laid out as PublishLayout says.
+	ExportActing(spec head.Spec, version int64) ([]byte, error)
+	// ResampleNoise draws the acting noise anew from rng, into Acting.
+	ResampleNoise(rng *rand.Rand)
 }
 
 // ReplayFactory makes an off-policy learner.

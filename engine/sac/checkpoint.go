@@ -23,6 +23,9 @@ func (s *SAC) state() (tensors []struct {
 	add("sac.critic", s.criticP)
 	add("sac.critic_target", s.target)
 	add("sac.log_alpha", s.logAlpha)
+	if s.sde != nil {
+		add("sac.sde_acting_w", s.sde.actW)
+	}
 	opts = map[string]*learner.Adam{"sac.actor": s.actorOpt, "sac.critic": s.criticOpt, "sac.alpha": s.alphaOpt}
 	for _, name := range []string{"sac.actor", "sac.critic", "sac.alpha"} {
 		st := opts[name].State()
@@ -34,7 +37,8 @@ func (s *SAC) state() (tensors []struct {
 
 // Store puts SAC's state into c: the actor, the critics and their targets ("sac.actor",
 // "sac.critic", "sac.critic_target", flat in engine/internal/mlp's layout, Q_1 then Q_2),
-// log α ("sac.log_alpha"), each optimiser's moments ("sac.actor.adam.m", ..., "sac.alpha.adam.v")
+// log α ("sac.log_alpha"), with UseSDE gSDE's acting W ("sac.sde_acting_w"; log σ is the
+// tail of "sac.actor"), each optimiser's moments ("sac.actor.adam.m", ..., "sac.alpha.adam.v")
 // and step count (Ints "sac.actor.adam_steps", ...), and the update count (Ints "sac.updates").
 // With Load, a resumed SAC takes the same steps, bit for bit, as one never stopped, given the
 // same noise.

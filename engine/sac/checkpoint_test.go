@@ -43,14 +43,23 @@ func addTransitions(t *testing.T, buf *replay.Buffer, data *rand.Rand, n int) {
 // TestResumeBitIdentical: a run checkpointed after three updates (SAC's state, the replay
 // buffer's snapshot and the sampling RNG, through the checkpoint file format) and resumed in a
 // SAC built from another seed goes on exactly as the run never stopped: after three more
-// updates, with more transitions added, every tensor and count has the same bits.
+// updates, with more transitions added, every tensor and count has the same bits. With gSDE
+// too, the acting W drawn before each update as the loop draws it at each collection.
 func TestResumeBitIdentical(t *testing.T) {
-	cfg := Config{Hidden: []int{8, 8}, Minibatch: 8, Towers: 2, NoSpin: true}
+	for _, sde := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "gSDE"}[sde], func(t *testing.T) {
+			resumeBitIdentical(t, Config{Hidden: []int{8, 8}, Minibatch: 8, Towers: 2, NoSpin: true, UseSDE: sde})
+		})
+	}
+}
+
+func resumeBitIdentical(t *testing.T, cfg Config) {
 	bcfg := replay.Config{Capacity: 30, ObsDim: 3, ActDim: 2}
 	ctx := context.Background()
 	steps := func(s *SAC, buf *replay.Buffer, rng *rand.Rand, n int) {
 		batch := replay.NewBatch(cfg.Minibatch, 3, 2)
 		for range n {
+			s.ResampleActingNoise(rng)
 			if err := buf.Sample(rng, batch); err != nil {
 				t.Fatal(err)
 			}
@@ -130,6 +139,9 @@ func TestResumeBitIdentical(t *testing.T) {
 	}
 	if endA.Ints["sac.updates"] != 6 || endA.Ints["sac.critic.adam_steps"] != 6 {
 		t.Errorf("counts %v, want 6 updates", endA.Ints)
+	}
+	if _, ok := endA.Tensor("sac.sde_acting_w"); ok != cfg.UseSDE {
+		t.Errorf("the checkpoint holds gSDE's acting W: %v, with gSDE %v", ok, cfg.UseSDE)
 	}
 }
 

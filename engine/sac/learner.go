@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/towerrl/towerrl/bind"
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/engine/internal/offpolicy"
 	"github.com/towerrl/towerrl/internal/kernels"
@@ -36,6 +35,10 @@ func check(s algo.ReplaySettings) error {
 // its loss, and the mean log π of the actor's actions.
 var LearnerStatNames = []string{"qf_loss", "qf1_loss", "qf2_loss", "qf1_values", "qf2_values", "actor_loss", "alpha", "alpha_loss", "logp"}
 
+// SDEStatNames are LearnerStatNames with gSDE: the mean of its σ matrix follows (SB3's
+// train/std).
+var SDEStatNames = append(slices.Clip(LearnerStatNames), "sde_std")
+
 // replayLearner is SAC as the engine's off-policy loop drives it (algo.ReplayLearner).
 type replayLearner struct {
 	*SAC
@@ -60,7 +63,7 @@ func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
 		return nil, fmt.Errorf("%w: activation %q; choose relu or tanh", ErrConfig, s.Activation)
 	}
 	cfg := Config{Hidden: s.Hidden, Act: act, Gamma: s.Gamma, Tau: s.Tau, TargetEvery: s.TargetEvery, LR: s.LR, AdamEps: s.AdamEps,
-		MaxGradNorm: s.MaxGradNorm, Minibatch: s.Minibatch, Towers: s.Towers, NoSpin: s.NoSpin}
+		MaxGradNorm: s.MaxGradNorm, Minibatch: s.Minibatch, Towers: s.Towers, NoSpin: s.NoSpin, UseSDE: s.UseSDE, LogStdInit: s.LogStdInit}
 	if s.EntCoef > 0 {
 		cfg.InitAlpha, cfg.FixedAlpha = s.EntCoef, true
 	}
@@ -85,10 +88,19 @@ func newLearner(s algo.ReplaySettings) (algo.ReplayLearner, error) {
 	if err != nil {
 		return nil, errors.Join(err, sc.Close())
 	}
-	return &replayLearner{SAC: sc, mem: mem, warm: warm}, nil
+	l := &replayLearner{SAC: sc, mem: mem, warm: warm}
+	if cfg.UseSDE {
+		return gsdeLearner{l}, nil
+	}
+	return l, nil
 }
 
-func (l *replayLearner) StatNames() []string { return LearnerStatNames }
+func (l *replayLearner) StatNames() []string {
+	if l.sde != nil {
+		return SDEStatNames
+	}
+	return LearnerStatNames
+}
 
 // Add stores the squashed actions tanh(u) of the raw draws u the tanh-gaussian head's
 // batchers report.
@@ -116,6 +128,9 @@ func (l *replayLearner) Update(ctx context.Context, rng *rand.Rand, stats []floa
 		return err
 	}
 	copy(stats, []float64{st.CriticLoss, st.Q1Loss, st.Q2Loss, st.Q1, st.Q2, st.ActorLoss, st.Alpha, st.AlphaLoss, st.LogP})
+	if l.sde != nil {
+		stats[len(LearnerStatNames)] = l.SDEStd()
+	}
 	return nil
 }
 
@@ -124,13 +139,19 @@ func (l *replayLearner) Collected(int64) {}
 // Exploration: SAC explores by sampling its actor (rate 0).
 func (l *replayLearner) Exploration(int64) (float64, bool) { return 0, false }
 
-func (l *replayLearner) Acting() []float32           { return l.actorP }
-func (l *replayLearner) PublishLayout() []bind.Param { return l.actor.PublishLayout("actor") }
-func (l *replayLearner) Head() policyhead.Kind       { return policyhead.TanhGaussianKind }
+func (l *replayLearner) Head() policyhead.Kind { return policyhead.TanhGaussianKind }
+
+// Acting, PublishLayout: SAC's (with gSDE, the actor's weights and the acting W).
 
 func (l *replayLearner) Export(spec policyhead.Spec, version int64) ([]byte, error) {
 	return l.ExportActor(spec, version)
 }
+
+// gsdeLearner is replayLearner with gSDE (algo.NoisyActing): the batchers act with
+// ExportActing's graph, whose acting W ResampleNoise draws at each collection's start.
+type gsdeLearner struct{ *replayLearner }
+
+func (l gsdeLearner) ResampleNoise(rng *rand.Rand) { l.ResampleActingNoise(rng) }
 
 // Store puts SAC's state into c, and the buffer with withBuffer.
 func (l *replayLearner) Store(c *models.Checkpoint, withBuffer bool) error {

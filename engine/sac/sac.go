@@ -19,6 +19,13 @@
 // log π(a|s) = Σ_j [log N(u_j; μ_j, σ_j) − log(1 − a_j² + 10⁻⁶)], u = μ + σ·ε. Actions are
 // in [−1, 1]; scaling them to an env's bounds is the acting side's job.
 //
+// With Config.UseSDE the actor explores with generalized State-Dependent Exploration (gSDE,
+// Raffin, Kober and Stulp 2021, as SB3's SAC with use_sde computes it; see sde.go): the
+// network outputs only the mean, clipped to [−ClipMean, ClipMean], and the noise is z·W, z
+// the actor's last hidden layer (its features, detached) and W a [features, |A|] matrix of
+// N(0, σ_kj²) entries, σ = exp(log σ) a parameter matrix of the actor (not a network output),
+// W drawn once per update for every row (ε′ and ε above become one matrix of noise).
+//
 // Steps 1 and 2 each split the minibatch over the learner's towers (learner.Towers: each
 // tower's gradient on its rows with the native dense networks of engine/internal/mlp,
 // averaged, optionally clipped, applied by learner's Adam), as PPO's minibatches are; the
@@ -88,6 +95,13 @@ type Config struct {
 	Minibatch            int         // rows per update; default 256
 	Towers               int         // towers each step's minibatch is split over; default 1
 	NoSpin               bool        // towers park at once instead of spinning
+	// UseSDE explores with gSDE (SB3's use_sde): the actor's log σ is a [last hidden width,
+	// |A|] parameter matrix starting at LogStdInit (default −3, SB3's SAC's), the mean is
+	// clipped to [−ClipMean, ClipMean] (default 2; negative: not clipped). LogStd and its
+	// bounds do not apply.
+	UseSDE     bool
+	LogStdInit float64
+	ClipMean   float64
 }
 
 func (c Config) withDefaults(actDim int) (Config, error) {
@@ -129,6 +143,9 @@ func (c Config) withDefaults(actDim int) (Config, error) {
 	if c.Towers == 0 {
 		c.Towers = 1
 	}
+	if err := c.sdeDefaults(); err != nil {
+		return c, err
+	}
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch {
 	case !(c.LR > 0) || !(c.CriticLR > 0) || !(c.AlphaLR > 0) || !finite(c.LR+c.CriticLR+c.AlphaLR):
@@ -159,6 +176,8 @@ type SAC struct {
 	mb                  *learner.SampleBatch // the minibatch in the towers' layout (see pack)
 	alphaGrad           []float32
 	updates             int64
+	sde                 *sdeState // gSDE's matrices; nil without UseSDE
+	acting              []float32 // what the batchers act with (Acting): actorP, then gSDE's acting W
 }
 
 // Stats report one update.
@@ -183,7 +202,11 @@ func New(cfg Config, obsDim, actDim int, rng *rand.Rand) (*SAC, error) {
 	if err != nil {
 		return nil, err
 	}
-	actor, err := mlp.New(obsDim, cfg.Hidden, 2*actDim, cfg.Act)
+	outs := 2 * actDim // the mean, then the log std
+	if cfg.UseSDE {
+		outs = actDim // the mean; log σ is a parameter matrix
+	}
+	actor, err := mlp.New(obsDim, cfg.Hidden, outs, cfg.Act)
 	if err == nil {
 		err = actor.CheckRows(cfg.Minibatch)
 	}
@@ -198,9 +221,10 @@ func New(cfg Config, obsDim, actDim int, rng *rand.Rand) (*SAC, error) {
 		return nil, fmt.Errorf("sac: the critics: %w", err)
 	}
 	s := &SAC{cfg: cfg, actor: actor, critic: critic, obsDim: obsDim, actDim: actDim,
-		actorP: make([]float32, actor.NumParams()), criticP: make([]float32, 2*critic.NumParams()),
-		logAlpha: []float32{float32(math.Log(cfg.InitAlpha))}, alphaGrad: make([]float32, 1)}
-	actor.Init(s.actorP, rng)
+		criticP: make([]float32, 2*critic.NumParams()), logAlpha: []float32{float32(math.Log(cfg.InitAlpha))},
+		alphaGrad: make([]float32, 1)}
+	s.newActing()
+	actor.Init(s.actorP[:actor.NumParams()], rng)
 	pc := critic.NumParams()
 	critic.Init(s.criticP[:pc], rng)
 	critic.Init(s.criticP[pc:], rng)
@@ -225,13 +249,15 @@ func New(cfg Config, obsDim, actDim int, rng *rand.Rand) (*SAC, error) {
 func (s *SAC) Config() Config { return s.cfg }
 
 // Actor is the actor's shape: its 2·actDim outputs are the mean, then the log std before its
-// bound. Its parameters are ActorParams, in engine/internal/mlp's layout.
+// bound (with UseSDE, its actDim outputs are the mean). Its parameters are the first
+// Actor().NumParams() of ActorParams, in engine/internal/mlp's layout.
 func (s *SAC) Actor() mlp.Net { return s.actor }
 
 // Critic is one critic's shape (input: the observation, then the action).
 func (s *SAC) Critic() mlp.Net { return s.critic }
 
-// ActorParams are the actor's parameters.
+// ActorParams are the actor's parameters: the network's, then with UseSDE gSDE's log σ
+// matrix [features, actDim] row-major.
 func (s *SAC) ActorParams() []float32 { return s.actorP }
 
 // CriticParams are Q_1's parameters, then Q_2's.
@@ -256,10 +282,15 @@ func (s *SAC) SetUpdates(n int64) { s.updates = n }
 
 // Update takes one SAC update on b (Config.Minibatch rows), drawing the noise from rng: ε′ for
 // every row's next observation (row by row, each row's actDim values in order), then ε for
-// every row's observation.
+// every row's observation; with UseSDE, gSDE's matrix ε_W instead (features × actDim values,
+// row-major), the noise of every row's actions, W = σ ⊙ ε_W.
 func (s *SAC) Update(ctx context.Context, b *replay.Batch, rng *rand.Rand) (Stats, error) {
 	if err := s.check(b); err != nil {
 		return Stats{}, err
+	}
+	if s.sde != nil {
+		s.sde.drawUpdate(rng)
+		return s.update(ctx, b)
 	}
 	n, a := b.Len(), s.actDim
 	for i := range n {
@@ -315,6 +346,9 @@ func (s *SAC) pack(b *replay.Batch) {
 	copy(s.mb.Terminated, b.Terminated)
 	_ = s.mb.SetLen(n) // n is the batch's capacity
 	s.alpha = math.Exp(float64(s.logAlpha[0]))
+	if s.sde != nil {
+		s.sde.prepare(s.sdeLogStd())
+	}
 }
 
 // criticStep is step 1: the critics' gradient on the towers and their Adam step.
@@ -433,6 +467,7 @@ type criticTower struct {
 	t1, t2 *mlp.Work // the targets on (s′, a′)
 	q1, q2 *mlp.Work // the critics on (s, a)
 	head   *head
+	sde    *sdeHead // gSDE's head in place of head; nil without UseSDE
 	y      []float64
 }
 
@@ -441,7 +476,8 @@ func (s *SAC) criticTower(_ int, dev device.Device, rows int, params []float32) 
 		return nil, fmt.Errorf("sac: towers run on the CPU, not %s", dev)
 	}
 	return &criticTower{s: s, rows: rows, pi: s.actor.NewWork(rows), t1: s.critic.NewWork(rows), t2: s.critic.NewWork(rows),
-		q1: s.critic.NewWork(rows), q2: s.critic.NewWork(rows), head: newHead(&s.cfg, rows, s.actDim), y: make([]float64, rows)}, nil
+		q1: s.critic.NewWork(rows), q2: s.critic.NewWork(rows), head: newHead(&s.cfg, rows, s.actDim), sde: s.newSDEHead(rows),
+		y: make([]float64, rows)}, nil
 }
 
 func (t *criticTower) StatNames() []string { return CriticStatNames }
@@ -462,6 +498,10 @@ func (t *criticTower) Grad(mb *learner.SampleBatch, grads []float32, stats []flo
 	logp := t.y // log π(a′|s′) until y replaces it
 	for i := range n {
 		copy(in[i*ci:i*ci+o], mb.Obs[(2*i+1)*o:(2*i+2)*o])
+		if t.sde != nil {
+			logp[i] = t.sde.sample(i, t.pi, in[i*ci+o:(i+1)*ci])
+			continue
+		}
 		logp[i] = t.head.sample(i, out[i*2*a:(i+1)*2*a], mb.Actions[i*3*a+2*a:(i+1)*3*a], in[i*ci+o:(i+1)*ci])
 	}
 	copy(t.t2.In(), in)
@@ -505,6 +545,7 @@ type actorTower struct {
 	q1, q2   *mlp.Work // the critics on (s, a)
 	dx1, dx2 []float32 // ∂loss/∂(the critics' action inputs), transposed: [A×rows]
 	head     *head
+	sde      *sdeHead // gSDE's head in place of head; nil without UseSDE
 	dA       []float64
 }
 
@@ -513,7 +554,8 @@ func (s *SAC) actorTower(_ int, dev device.Device, rows int, params []float32) (
 		return nil, fmt.Errorf("sac: towers run on the CPU, not %s", dev)
 	}
 	return &actorTower{s: s, rows: rows, pi: s.actor.NewWork(rows), q1: s.critic.NewWork(rows), q2: s.critic.NewWork(rows),
-		dx1: make([]float32, rows*s.actDim), dx2: make([]float32, rows*s.actDim), head: newHead(&s.cfg, rows, s.actDim), dA: make([]float64, s.actDim)}, nil
+		dx1: make([]float32, rows*s.actDim), dx2: make([]float32, rows*s.actDim), head: newHead(&s.cfg, rows, s.actDim),
+		sde: s.newSDEHead(rows), dA: make([]float64, s.actDim)}, nil
 }
 
 func (t *actorTower) StatNames() []string { return ActorStatNames }
@@ -534,7 +576,12 @@ func (t *actorTower) Grad(mb *learner.SampleBatch, grads []float32, stats []floa
 	var loss, mlogp float64
 	for i := range n {
 		copy(in[i*ci:i*ci+o], mb.Obs[2*i*o:(2*i+1)*o])
-		lp := t.head.sample(i, out[i*2*a:(i+1)*2*a], mb.Actions[i*3*a+a:i*3*a+2*a], in[i*ci+o:(i+1)*ci])
+		var lp float64
+		if t.sde != nil {
+			lp = t.sde.sample(i, t.pi, in[i*ci+o:(i+1)*ci])
+		} else {
+			lp = t.head.sample(i, out[i*2*a:(i+1)*2*a], mb.Actions[i*3*a+a:i*3*a+2*a], in[i*ci+o:(i+1)*ci])
+		}
 		loss += s.alpha * lp
 		mlogp += lp
 	}
@@ -565,9 +612,17 @@ func (t *actorTower) Grad(mb *learner.SampleBatch, grads []float32, stats []floa
 		for j := range a {
 			t.dA[j] = float64(t.dx1[j*n+i]) + float64(t.dx2[j*n+i])
 		}
+		if t.sde != nil {
+			t.sde.backward(i, s.alpha*inv, t.dA, dOut[i*a:(i+1)*a])
+			continue
+		}
 		t.head.backward(i, s.alpha*inv, t.dA, dOut[i*2*a:(i+1)*2*a])
 	}
-	s.actor.Backward(s.actorP, t.pi, grads, nil)
+	np := s.actor.NumParams()
+	s.actor.Backward(s.actorP[:np], t.pi, grads[:np], nil)
+	if t.sde != nil {
+		t.sde.logStdGrad(t.pi, grads[np:])
+	}
 	stats[0], stats[1] = loss*inv, mlogp*inv
 	return nil
 }

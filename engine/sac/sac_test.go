@@ -30,6 +30,9 @@ type fixture struct {
 	LogStdMin   float64   `json:"log_std_min"`
 	LogStdMax   float64   `json:"log_std_max"`
 	InitAlpha   float64   `json:"init_alpha"`
+	SDE         bool      `json:"sde"` // gSDE (sac_sde)
+	LogStdInit  float64   `json:"log_std_init"`
+	ClipMean    float64   `json:"clip_mean"`
 	Actor       []float32 `json:"actor"`
 	Critic      []float32 `json:"critic"`
 	Updates     []update  `json:"updates"`
@@ -43,6 +46,8 @@ type update struct {
 	Terminated []float32 `json:"terminated"`
 	Eps        []float32 `json:"eps"`
 	EpsNext    []float32 `json:"eps_next"`
+	EpsW       []float32 `json:"eps_w"` // gSDE's ε_W, features × actions
+
 	Alpha      float64   `json:"alpha"`
 	CriticLoss float64   `json:"critic_loss"`
 	Q1         float64   `json:"q1"`
@@ -67,13 +72,19 @@ func (f *fixture) config(towers int) Config {
 	if f.LogStd == "tanh" {
 		c.LogStd = Tanh
 	}
+	if f.SDE {
+		c.UseSDE, c.LogStdInit, c.ClipMean, c.LogStdMin, c.LogStdMax = true, f.LogStdInit, f.ClipMean, 0, 0
+	}
 	return c
 }
 
 // fill writes u's minibatch and noise into s's towers' batch and returns the minibatch.
 func fill(s *SAC, f *fixture, u *update) *replay.Batch {
 	a := f.ActDim
-	for i := range f.Batch {
+	for k, e := range u.EpsW {
+		s.sde.eps[k] = float64(e)
+	}
+	for i := 0; u.Eps != nil && i < f.Batch; i++ {
 		copy(s.mb.Actions[i*3*a+a:i*3*a+2*a], u.Eps[i*a:(i+1)*a])
 		copy(s.mb.Actions[i*3*a+2*a:(i+1)*3*a], u.EpsNext[i*a:(i+1)*a])
 	}
@@ -82,13 +93,13 @@ func fill(s *SAC, f *fixture, u *update) *replay.Batch {
 }
 
 // TestAgainstPyTorch runs each fixture's three updates (SB3's SAC step, the log std clamped
-// to [−0.3, 0.2] so that the clamp bites, or squashed by tanh into CleanRL's [−5, 2]) with
-// PyTorch's noise, step by step on one tower and through update on two: the critics' loss,
+// to [−0.3, 0.2] so that the clamp bites, or squashed by tanh into CleanRL's [−5, 2]; or with
+// gSDE, its log σ matrix from −1 and the mean clipped at ±0.15) with PyTorch's noise, step by step on one tower and through update on two: the critics' loss,
 // mean Q-values and gradient, the actor's loss, mean log π and gradient (through the updated
 // critics), α's loss, the three Adam steps and the critics' targets (Polyak every update with
 // τ = 0.1, every second with τ = 0.5) match PyTorch's within 1e-5 of the largest value.
 func TestAgainstPyTorch(t *testing.T) {
-	for _, name := range []string{"sac_clamp", "sac_tanh"} {
+	for _, name := range []string{"sac_clamp", "sac_tanh", "sac_sde"} {
 		f := &fixture{}
 		offpolicytest.Load(t, name, f)
 		for _, towers := range []int{1, 2} {

@@ -165,6 +165,16 @@ func (w *Work) In() []float32 { return w.x }
 // Out is the output [rows, Out] of the last Forward.
 func (w *Work) Out() []float32 { return w.h[len(w.h)-1] }
 
+// Latent is the last hidden layer's output [rows, Sizes[len−2]] of the last Forward, after
+// its activation: the features SAC's gSDE draws its noise from. It is nil for a network
+// without hidden layers. The caller must not write it (Backward reads it).
+func (w *Work) Latent() []float32 {
+	if len(w.h) < 2 {
+		return nil
+	}
+	return w.h[len(w.h)-2]
+}
+
 // DOut is ∂loss/∂output [rows, Out], for the caller to write before Backward.
 func (w *Work) DOut() []float32 { return w.d[len(w.d)-1] }
 
@@ -238,8 +248,15 @@ func Polyak(target, p []float32, tau float64) {
 // its layers named scope.0, scope.1, … (their weights scope.L.weight [in, out] and scope.L.bias,
 // as the graph's initialisers), and returns the name of the value holding its outputs.
 func (n Net) Export(g *models.DenseGraph, p []float32, x, scope string) (string, error) {
+	_, out, err := n.ExportLatent(g, p, x, scope)
+	return out, err
+}
+
+// ExportLatent is Export that also returns the name of the value holding the last hidden
+// layer's output (Work.Latent's; x itself for a network without hidden layers).
+func (n Net) ExportLatent(g *models.DenseGraph, p []float32, x, scope string) (latent, out string, err error) {
 	if len(p) != n.NumParams() {
-		return "", fmt.Errorf("%w: %d parameters for a network of %d", ErrShape, len(p), n.NumParams())
+		return "", "", fmt.Errorf("%w: %d parameters for a network of %d", ErrShape, len(p), n.NumParams())
 	}
 	var act models.Activation
 	switch n.Act {
@@ -248,18 +265,18 @@ func (n Net) Export(g *models.DenseGraph, p []float32, x, scope string) (string,
 	case kernels.ReLU:
 		act = models.ReLU
 	}
-	for l, out := range n.Sizes {
+	latent = x
+	for l, width := range n.Sizes {
 		w, b := n.Layer(l)
 		a := act
 		if l == len(n.Sizes)-1 {
-			a = ""
+			a, latent = "", x
 		}
-		var err error
-		if x, err = g.Dense(x, fmt.Sprintf("%s.%d", scope, l), p[w:b], p[b:b+out], a); err != nil {
-			return "", err
+		if x, err = g.Dense(x, fmt.Sprintf("%s.%d", scope, l), p[w:b], p[b:b+width], a); err != nil {
+			return "", "", err
 		}
 	}
-	return x, nil
+	return latent, x, nil
 }
 
 // PublishLayout places parameters p's layers in the graph Export builds with scope scope
