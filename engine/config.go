@@ -71,7 +71,7 @@ type Config struct {
 	Hidden     []int   `json:"hidden"`       // MLP widths; default 64, 64
 	Activation string  `json:"activation"`   // tanh (default) or relu
 	Shared     bool    `json:"shared_trunk"` // one trunk for actor and critic
-	LogStdInit float32 `json:"logstd_init"`  // Gaussian log_std start; default 0
+	LogStdInit float32 `json:"logstd_init"`  // Gaussian log_std start; default 0 (sac with use_sde: gSDE's log σ, default −3)
 
 	// NoSpin: the learner's towers park at once when they wait for each other instead of
 	// spinning briefly first (learner.TowersConfig.NoSpin), for machines shared with other
