@@ -29,9 +29,9 @@ var killRuns = map[string]Config{
 	"sac": {Env: "Pendulum-v1", Algo: "sac", TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, GradientSteps: 2, LearningStarts: 200,
 		BatchSize: 32, Hidden: []int{32, 32}, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
 	// SAC fine-tuning SB3's Pendulum actor: the checkpoints also hold the policy fine-tuned,
-	// and kills land before and after the new critics' warm-up (the first 100 of 400 updates).
+	// and kills land before and after the new critics' warm-up (the first 50 of 200 updates).
 	"sac-init": {Env: "Pendulum-v1", Algo: "sac", InitPolicy: absPath(filepath.Join("..", "testdata", "foreign", "sb3_sac_pendulum.onnx")),
-		TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, GradientSteps: 2, LearningStarts: 200, BatchSize: 32, CriticWarmup: 100,
+		TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, LearningStarts: 200, BatchSize: 32, CriticWarmup: 50,
 		CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1},
 	"sac-sde": {Env: "Pendulum-v1", Algo: "sac", TotalSteps: 50 * 24, TrainFreq: 5, RolloutSteps: 50, GradientSteps: 2, LearningStarts: 200,
 		BatchSize: 32, Hidden: []int{32, 32}, CheckpointEvery: 3, Seed: 11, EvalEpisodes: -1, UseSDE: true, SDESampleFreq: 2, LogStdInit: -2},

@@ -30,13 +30,13 @@ func fixturePath(t *testing.T, elem ...string) string {
 }
 
 // fineTuneRuns are small off-policy fine-tunes of foreign exports: SB3's SAC Pendulum actor
-// (its new critics alone for the first 100 of 500 updates, 2 towers; the hidden layers and
+// (its new critics alone for the first 50 of 250 updates, 2 towers; the hidden layers and
 // activation given are the actor's own, as a preset's may be, so they are taken) and SB3's DQN CartPole
 // Q-network (the older export recipe: the Q-network alone).
 func fineTuneRuns(t *testing.T) []Config {
 	return []Config{
-		{Env: "Pendulum-v1", Algo: "sac", InitPolicy: fixturePath(t, "foreign", "sb3_sac_pendulum.onnx"), Hidden: []int{256, 256}, Activation: "relu", TotalSteps: 12 * 100, TrainFreq: 2,
-			RolloutSteps: 100, LearningStarts: 200, BatchSize: 32, Towers: 2, CriticWarmup: 100, CheckpointEvery: 4, Seed: 6, EvalEpisodes: -1},
+		{Env: "Pendulum-v1", Algo: "sac", InitPolicy: fixturePath(t, "foreign", "sb3_sac_pendulum.onnx"), Hidden: []int{256, 256}, Activation: "relu", TotalSteps: 12 * 100, TrainFreq: 4,
+			RolloutSteps: 100, LearningStarts: 200, BatchSize: 32, Towers: 2, CriticWarmup: 50, CheckpointEvery: 4, Seed: 6, EvalEpisodes: -1},
 		{Env: "CartPole-v1", Algo: "dqn", InitPolicy: fixturePath(t, "dqn", "sb3_dqn_cartpole_qnet.onnx"), TotalSteps: 12 * 200, Envs: 2,
 			TrainFreq: 4, RolloutSteps: 100, GradientSteps: 2, LearningStarts: 200, TargetUpdateInterval: 100, CheckpointEvery: 4, Seed: 5,
 			EvalEpisodes: -1},
@@ -109,8 +109,9 @@ func TestReplayFineTune(t *testing.T) {
 				}
 			}
 			if cfg.Algo == "sac" {
-				// 100 warm-up updates of 500: the first 250 collections … iteration 3 ends at update 100.
-				for _, m := range ms[:3] {
+				// 50 warm-up updates of 250, one per collection of 4 steps after the first 200
+				// steps: iteration 4 ends at update 50.
+				for _, m := range ms[:4] {
 					if m.Stats != nil && m.Stats["actor_loss"] != 0 {
 						t.Fatalf("iteration %d (%d updates): actor loss %v during the critics' warm-up", m.Iteration, m.Replay.Updates, m.Stats["actor_loss"])
 					}
