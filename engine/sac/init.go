@@ -24,12 +24,15 @@ func (s *SAC) StartActor(p []float32) error {
 }
 
 // WarmUpdate is an update of the critics alone: Update's critics' step and target step on b,
-// with the actor and α held. It draws the same noise as Update (ε′, then ε, which it does
-// not use), so a run's random stream does not depend on where the warm-up ends, and counts
+// with the actor and α held; not with UseSDE. It draws the same noise as Update (ε′, then ε,
+// which it does not use), so a run's random stream does not depend on where the warm-up ends, and counts
 // as an update (Updates).
 func (s *SAC) WarmUpdate(ctx context.Context, b *replay.Batch, rng *rand.Rand) (Stats, error) {
 	if err := s.check(b); err != nil {
 		return Stats{}, err
+	}
+	if s.sde != nil {
+		return Stats{}, fmt.Errorf("%w: a critics-only warm-up with gSDE (a fine-tune starts from an actor with its own log std; UseSDE makes a new one)", ErrConfig)
 	}
 	n, a := b.Len(), s.actDim
 	for i := range n {
