@@ -326,11 +326,9 @@ func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
 		if next != nil {
 			c, next = <-next, nil
 		} else {
-			p0 := time.Now()
-			if err := r.publish(ctx); err != nil {
+			if err := r.publishTimed(ctx, &publish); err != nil {
 				return Metrics{}, err
 			}
-			publish += time.Since(p0)
 			c = r.collect(ctx)
 		}
 		if c.err != nil {
@@ -350,11 +348,9 @@ func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
 		if cfg.OverlapCollection && j+1 < collections {
 			// The next collection acts with the network as it is now, before this one's
 			// updates; the rollout's buffers are free again (add copied them).
-			p0 := time.Now()
-			if err := r.publish(ctx); err != nil {
+			if err := r.publishTimed(ctx, &publish); err != nil {
 				return Metrics{}, err
 			}
-			publish += time.Since(p0)
 			ch := make(chan collection, 1)
 			go func() { ch <- r.collect(ctx) }()
 			next = ch
@@ -395,6 +391,14 @@ func (r *replayRun) iterate(ctx context.Context, it int) (Metrics, error) {
 	return m, nil
 }
 
+// publishTimed is publish, its time added to *took.
+func (r *replayRun) publishTimed(ctx context.Context, took *time.Duration) error {
+	p0 := time.Now()
+	err := r.publish(ctx)
+	*took += time.Since(p0)
+	return err
+}
+
 // collection is a collection's rollout, or its error, and how long it took; collected in
 // pieces (collectPieces), also what the earlier pieces collected, already in the buffer, and
 // how long their publishes took.
@@ -430,11 +434,9 @@ func (r *replayRun) collectPieces(ctx context.Context) collection {
 	f := r.cfg.SDESampleFreq
 	for done := 0; ; done += f {
 		if done > 0 {
-			p0 := time.Now()
-			if c.err = r.publish(ctx); c.err != nil {
+			if c.err = r.publishTimed(ctx, &c.publish); c.err != nil {
 				return c
 			}
-			c.publish += time.Since(p0)
 		}
 		c0 := time.Now()
 		ro, err := r.b.Collect(ctx, min(f, r.cfg.TrainFreq-done))
