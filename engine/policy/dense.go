@@ -12,7 +12,6 @@ import (
 	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/models/head"
 	"github.com/towerrl/towerrl/models/layout"
-	"github.com/towerrl/towerrl/onnx/graph"
 	"github.com/towerrl/towerrl/onnx/onnxpb"
 )
 
@@ -76,14 +75,7 @@ func ImportDense(data []byte, h Head) (*Dense, error) {
 	if spec.N > 0 {
 		want = head.QValuesKind
 	}
-	var mp onnxpb.ModelProto
-	if err := proto.Unmarshal(data, &mp); err != nil {
-		return nil, fmt.Errorf("%w: not a readable ONNX model: %v", graph.ErrModel, err)
-	}
-	if err := checkObsInput(&mp, spec); err != nil {
-		return nil, err
-	}
-	b, err := layout.Recognise(&mp, nil, spec, o)
+	mp, b, err := recognise(data, spec, o)
 	if err != nil {
 		return nil, err
 	}
@@ -92,8 +84,8 @@ func ImportDense(data []byte, h Head) (*Dense, error) {
 		return nil, fmt.Errorf("%w: it was bound with the %s head (%s), and this algorithm trains a %s network; %s",
 			ErrFineTune, b.Head, notes, want, wrongHeadAdvice(want))
 	}
-	x := newDenseIndex(&mp)
-	d := &Dense{Binding: b, proto: &mp}
+	x := newDenseIndex(mp)
+	d := &Dense{Binding: b, proto: mp}
 	outs := []string{b.Params}
 	if want == head.TanhGaussianKind {
 		switch {

@@ -99,19 +99,10 @@ func LoadForeign(ctx context.Context, data []byte, spec head.Spec, o ForeignOpti
 
 // loadForeign is LoadForeign with the overrides of models/layout and the new critic's rng.
 func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Overrides, session onnx.Config, rng *rand.Rand) (*Foreign, error) {
-	var mp onnxpb.ModelProto
-	if err := proto.Unmarshal(data, &mp); err != nil {
-		return nil, fmt.Errorf("%w: not a readable ONNX model: %v", graph.ErrModel, err)
-	}
 	if session.Logger == nil {
 		session.Logger = zap.NewNop()
 	}
-	// Recognised as the batchers recognise it (from the graph's declarations, no probing
-	// session), so the learner and the batchers bind the same tensors.
-	if err := checkObsInput(&mp, spec); err != nil {
-		return nil, err
-	}
-	b, err := layout.Recognise(&mp, nil, spec, o)
+	mp, b, err := recognise(data, spec, o)
 	if err != nil {
 		return nil, err
 	}
@@ -126,14 +117,14 @@ func loadForeign(ctx context.Context, data []byte, spec head.Spec, o layout.Over
 		return nil, fmt.Errorf("%w: no action distribution could be found in the graph (%s); it runs in eval and batcher with --deterministic. Name the logits or the mean and log_std with --logits-output and --logstd-output if the graph computes them",
 			ErrFineTune, notes)
 	}
-	orig, err := graph.New(&mp)
+	orig, err := graph.New(mp)
 	if err != nil {
 		return nil, err
 	}
 	m, train := orig, data
 	critic := b.Value == ""
 	if critic {
-		if m, train, err = withCritic(&mp, &b, spec, session.Logger, rng); err != nil {
+		if m, train, err = withCritic(mp, &b, spec, session.Logger, rng); err != nil {
 			return nil, err
 		}
 	}
@@ -318,6 +309,24 @@ func (f *Foreign) Artifact(model []byte, version int64) ([]byte, error) {
 		copy(dst.Data().([]float32), src.Data().([]float32))
 	}
 	return f.orig.WriteBack(f.origParams, graph.WriteOptions{Version: strconv.FormatInt(version, 10)})
+}
+
+// recognise parses data, a foreign ONNX policy, and binds it as the batchers bind it: from the
+// graph's declarations, with no probing session, so that a learner training it and the
+// batchers running it bind the same tensors.
+func recognise(data []byte, spec head.Spec, o layout.Overrides) (*onnxpb.ModelProto, layout.Binding, error) {
+	var mp onnxpb.ModelProto
+	if err := proto.Unmarshal(data, &mp); err != nil {
+		return nil, layout.Binding{}, fmt.Errorf("%w: not a readable ONNX model: %v", graph.ErrModel, err)
+	}
+	if err := checkObsInput(&mp, spec); err != nil {
+		return nil, layout.Binding{}, err
+	}
+	b, err := layout.Recognise(&mp, nil, spec, o)
+	if err != nil {
+		return nil, layout.Binding{}, err
+	}
+	return &mp, b, nil
 }
 
 // checkObsInput refuses a policy none of whose graph inputs can take the env's observations:
