@@ -236,8 +236,9 @@ func (l *replayLoop) finish(ctx context.Context) (res Result, err error) {
 
 // evaluateAfter runs the evaluation and draws the episode due (Config.EvalEvery and GifEvery,
 // counted in env steps) after iteration it, whose collections took the env steps from prev
-// to r.steps: of the acting network's export, which is also what best_policy.onnx keeps. It
-// reports whether the evaluation reached StopAtReturn.
+// to r.steps: of the acting network's export. best_policy.onnx keeps what policy.onnx would
+// be (a fine-tune's original graph, with its names). It reports whether the evaluation reached
+// StopAtReturn.
 func (r *replayRun) evaluateAfter(ctx context.Context, ev *evaluator, it int, prev int64, m *Metrics) (bool, error) {
 	evalDue, gifDue := ev.due(prev, r.steps), ev.gifDue(prev, r.steps)
 	if !evalDue && !gifDue {
@@ -256,7 +257,13 @@ func (r *replayRun) evaluateAfter(ctx context.Context, ev *evaluator, it int, pr
 	if !evalDue {
 		return false, nil
 	}
-	if m.Eval, err = ev.evaluate(ctx, pol, model, it+1, r.steps); err != nil {
+	artifact := model
+	if r.init != nil { // best_policy.onnx is what policy.onnx would be: the original graph
+		if artifact, err = r.policyModel(); err != nil {
+			return false, err
+		}
+	}
+	if m.Eval, err = ev.evaluate(ctx, pol, artifact, it+1, r.steps); err != nil {
 		return false, err
 	}
 	return ev.reaches(m.Eval), nil

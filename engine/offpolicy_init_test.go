@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/towerrl/towerrl/engine/policy"
+	"github.com/towerrl/towerrl/engine/rundir"
 	"github.com/towerrl/towerrl/envs"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
@@ -55,11 +56,13 @@ func TestReplayFineTuneResume(t *testing.T) {
 // TestReplayFineTune: a fine-tune writes back the original graph — every name, the opset,
 // the inputs and outputs with their fixed batch — with the trained weights, which are the
 // learner's (the checkpoint's acting network, run through the graph in ONNX Runtime, gives
-// the native network's outputs); SAC's actor holds still while its critics warm up.
+// the native network's outputs), and so is best_policy.onnx of its evaluations during
+// training; SAC's actor holds still while its critics warm up.
 func TestReplayFineTune(t *testing.T) {
 	ctx := context.Background()
 	for _, cfg := range fineTuneRuns(t) {
 		t.Run(cfg.Algo, func(t *testing.T) {
+			cfg.EvalEvery, cfg.EvalEpisodes = cfg.TotalSteps/3, 1
 			dir := filepath.Join(t.TempDir(), "run")
 			var ms []Metrics
 			if _, err := Train(ctx, cfg, Options{Out: dir, Progress: func(m Metrics) { ms = append(ms, m) }}); err != nil {
@@ -75,6 +78,13 @@ func TestReplayFineTune(t *testing.T) {
 			}
 			if !proto.Equal(structure(t, got), structure(t, orig)) {
 				t.Fatal("policy.onnx differs from the InitPolicy beyond its initializers' values")
+			}
+			best, err := os.ReadFile(filepath.Join(dir, rundir.BestPolicyFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(structure(t, best), structure(t, orig)) {
+				t.Fatal("best_policy.onnx differs from the InitPolicy beyond its initializers' values")
 			}
 			spec, err := envs.Lookup(cfg.Env)
 			if err != nil {
