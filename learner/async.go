@@ -215,6 +215,10 @@ func (l *Learner) post(r Result) {
 func (l *Learner) learn(ctx context.Context) {
 	defer l.wg.Done()
 	shuffler := NewShuffler(l.stacks[0])
+	// A feed-forward stack is not shuffled in place: order, the permutations of its passes
+	// so far composed, tells the towers which rows to gather (Towers.updateRows). Every stack
+	// holds up to TrainBatch rows.
+	order, next := make([]int, l.cfg.TrainBatch), make([]int, l.cfg.TrainBatch)
 	mb := l.towers.cfg.Minibatch
 	src := rand.NewPCG(0, 0)
 	rng := rand.New(src)
@@ -230,13 +234,21 @@ func (l *Learner) learn(ctx context.Context) {
 		l.stackWait.Add(int64(time.Since(t0)))
 		stack := l.stacks[s]
 		res := Result{Samples: stack.Len(), Stats: make([]float64, len(l.towers.StatNames()))}
-		units := stack.Len()
-		if stack.Recurrent() {
+		units, rows := stack.Len(), !stack.Recurrent()
+		if !rows {
 			units = len(stack.SeqLens)
+		}
+		for i := range order[:units] {
+			order[i] = i
 		}
 	passes:
 		for range l.cfg.SGDIters {
-			if err := shuffler.Shuffle(rng, stack); err != nil {
+			if rows {
+				for i, p := range shuffler.permutation(rng, units) { // what Shuffle would do to the stack
+					next[i] = order[p]
+				}
+				order, next = next, order
+			} else if err := shuffler.Shuffle(rng, stack); err != nil {
 				res.Err = err
 				break
 			}
@@ -245,7 +257,13 @@ func (l *Learner) learn(ctx context.Context) {
 				if hi-lo < l.towers.N() {
 					break // a remainder too small to split over the towers
 				}
-				st, err := l.towers.Update(ctx, stack, lo, hi)
+				var st UpdateStats
+				var err error
+				if rows {
+					st, err = l.towers.updateRows(ctx, stack, order[:units], lo, hi)
+				} else {
+					st, err = l.towers.Update(ctx, stack, lo, hi)
+				}
 				if err != nil {
 					res.Err = err
 					break passes

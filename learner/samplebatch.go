@@ -133,6 +133,22 @@ func (b *SampleBatch) gatherRows(src *SampleBatch, perm []int) {
 	gather(b.Version, src.Version, perm, 1)
 }
 
+// gatherFrom makes b the rows rows of src (a feed-forward batch), in that order: row k of b
+// is row rows[k] of src.
+func (b *SampleBatch) gatherFrom(src *SampleBatch, rows []int) error {
+	if err := b.sameLayout(src); err != nil {
+		return err
+	}
+	if len(rows) > b.capacity {
+		return fmt.Errorf("%w: %d rows into a batch of capacity %d", ErrBatch, len(rows), b.capacity)
+	}
+	b.Reset()
+	b.seqs = false
+	b.gatherRows(src, rows)
+	b.n = len(rows)
+	return nil
+}
+
 // gather writes the d values of row perm[i] of src to row i of dst.
 func gather[T any](dst, src []T, perm []int, d int) {
 	switch d {
@@ -247,11 +263,7 @@ func (s *Shuffler) Shuffle(rng *rand.Rand, b *SampleBatch) error {
 	if b.Recurrent() {
 		units = len(b.SeqLens)
 	}
-	perm := s.perm[:units]
-	for i := range perm {
-		perm[i] = i
-	}
-	rng.Shuffle(units, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	perm := s.permutation(rng, units)
 	if !b.Recurrent() {
 		s.scratch.gatherRows(b, perm)
 		b.copyRows(0, s.scratch, 0, b.n)
@@ -275,6 +287,17 @@ func (s *Shuffler) Shuffle(rng *rand.Rand, b *SampleBatch) error {
 	copy(b.SeqLens, s.scratch.SeqLens)
 	copy(b.State, s.scratch.State[:units*sd])
 	return nil
+}
+
+// permutation draws the order Shuffle puts units rows (or sequences) in: unit i of the
+// shuffled batch is unit perm[i] of the batch before. It is valid until the next call.
+func (s *Shuffler) permutation(rng *rand.Rand, units int) []int {
+	perm := s.perm[:units]
+	for i := range perm {
+		perm[i] = i
+	}
+	rng.Shuffle(units, func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+	return perm
 }
 
 // Footprint is the least memory a training run's rollouts and learner take: Copies rollouts of

@@ -82,6 +82,7 @@ type Towers struct {
 	jobs []towerJob // per tower: this update's slice, written by Update before pool.Run
 	errs []error    // per tower: its job's error, read by Update after pool.Run
 	avg  []float64  // averaged statistics, returned in UpdateStats
+	adv  []float32  // a shuffled minibatch's advantages, standardised here (updateRows)
 	sums []float64  // square sums of the averaged gradient's normBlocks (tower i writes its shard's)
 
 	// With more than one tower and an optimiser that can step in ranges, each tower also takes
@@ -93,11 +94,13 @@ type Towers struct {
 	norm    float64       // this update's gradient norm, written by tower 0
 }
 
-// towerJob asks a tower for the gradient of rows [lo, hi) of b (sequences, for recurrent data).
+// towerJob asks a tower for the gradient of rows [lo, hi) of b (sequences, for recurrent data),
+// or, when rows is set, of b's rows rows (a feed-forward batch in a shuffled order).
 type towerJob struct {
 	ctx    context.Context
 	b      *SampleBatch
 	lo, hi int
+	rows   []int
 }
 
 // UpdateStats reports one update.
@@ -164,6 +167,9 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 		t.stats = append(t.stats, make([]float64, len(t.names)))
 	}
 	t.avg = make([]float64, len(t.names))
+	if cfg.NormalizeAdvantages && !layout.Recurrent() {
+		t.adv = make([]float32, cfg.Minibatch)
+	}
 	t.sums = make([]float64, (len(params)+normBlock-1)/normBlock)
 	if st, ok := opt.(rangeStepper); ok && cfg.N > 1 {
 		if st.size() != len(params) {
@@ -181,7 +187,12 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 // compute copies tower i's slice, computes its gradient and takes part in the averaging; with a
 // stepper, it then applies tower i's shard of the step.
 func (t *Towers) compute(i int, job towerJob) error {
-	err := job.b.CopyRange(t.slices[i], job.lo, job.hi)
+	var err error
+	if job.rows != nil {
+		err = t.slices[i].gatherFrom(job.b, job.rows)
+	} else {
+		err = job.b.CopyRange(t.slices[i], job.lo, job.hi)
+	}
 	if err == nil {
 		err = t.towers[i].Grad(t.slices[i], t.grads[i], t.stats[i])
 	}
@@ -273,6 +284,27 @@ func (t *Towers) Weights(dst []float32) (int64, error) {
 // to a multiple of N, split evenly, one slice per tower, and the averaged gradient applied once.
 // With NormalizeAdvantages, b's advantages in the range are standardised in place first.
 func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (UpdateStats, error) {
+	return t.update(ctx, b, nil, lo, hi)
+}
+
+// updateRows is Update on a feed-forward batch b in the order order (row k of the shuffled
+// batch is b's row order[k]): it trains on what Update trains on rows [lo, hi) of b shuffled
+// by Shuffler.Shuffle with that permutation, the same bits, without moving b's rows. Each tower
+// gathers its own slice, in parallel, where a Shuffle gathers the whole batch on one goroutine
+// and then copies it back. The standardised advantages are written back to their rows of b,
+// as Update writes them to its range.
+func (t *Towers) updateRows(ctx context.Context, b *SampleBatch, order []int, lo, hi int) (UpdateStats, error) {
+	if b.Recurrent() {
+		return UpdateStats{}, fmt.Errorf("%w: a batch of sequences cannot be trained by rows", ErrBatch)
+	}
+	if lo < 0 || hi > len(order) || lo > hi {
+		return UpdateStats{}, fmt.Errorf("%w: rows [%d, %d) of an order of %d", ErrBatch, lo, hi, len(order))
+	}
+	return t.update(ctx, b, order, lo, hi)
+}
+
+// update is Update, and with order set updateRows.
+func (t *Towers) update(ctx context.Context, b *SampleBatch, order []int, lo, hi int) (UpdateStats, error) {
 	n := len(t.towers)
 	units := hi - lo
 	per := min(units/n, t.per)
@@ -285,17 +317,16 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 		r0, r1 = seqRows(b.SeqLens, lo), seqRows(b.SeqLens, hi)
 	}
 	if t.cfg.NormalizeAdvantages {
-		if sr, ok := t.coll.(SumReducer); ok {
-			if err := normalizeAcross(ctx, sr, b.Advantages[r0:r1]); err != nil {
-				return UpdateStats{}, fmt.Errorf("learner: standardising advantages across processes: %w", err)
-			}
-		} else {
-			Standardize(b.Advantages[r0:r1])
+		if err := t.standardize(ctx, b, order, r0, r1); err != nil {
+			return UpdateStats{}, err
 		}
 	}
 	start := time.Now()
 	for i := range n {
-		t.jobs[i] = towerJob{ctx, b, lo + i*per, lo + (i+1)*per}
+		t.jobs[i] = towerJob{ctx: ctx, b: b, lo: lo + i*per, hi: lo + (i+1)*per}
+		if order != nil {
+			t.jobs[i].rows = order[lo+i*per : lo+(i+1)*per]
+		}
 	}
 	lr := t.opt.CurrentLR()
 	if t.stepper != nil {
@@ -337,6 +368,30 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 		}
 	}
 	return UpdateStats{Rows: r1 - r0, GradNorm: norm, LR: lr, Grad: grad, Stats: t.avg}, nil
+}
+
+// standardize standardises the advantages of rows [r0, r1) of b in place, or with order set,
+// of b's rows order[r0:r1], gathered in that order (the sums run in the order of the shuffled
+// rows) and written back.
+func (t *Towers) standardize(ctx context.Context, b *SampleBatch, order []int, r0, r1 int) error {
+	adv := b.Advantages[r0:r1]
+	if order != nil {
+		adv = t.adv[:r1-r0]
+		gather(adv, b.Advantages, order[r0:r1], 1)
+	}
+	if sr, ok := t.coll.(SumReducer); ok {
+		if err := normalizeAcross(ctx, sr, adv); err != nil {
+			return fmt.Errorf("learner: standardising advantages across processes: %w", err)
+		}
+	} else {
+		Standardize(adv)
+	}
+	if order != nil {
+		for k, r := range order[r0:r1] {
+			b.Advantages[r] = adv[k]
+		}
+	}
+	return nil
 }
 
 // seqRows is the row at which sequence k starts.
