@@ -84,6 +84,7 @@ fixtures:
 	/usr/bin/python3 scripts/gen_fixtures_foreign.py
 	/usr/bin/python3 scripts/gen_fixture_softmax.py
 	/usr/bin/python3 scripts/gen_fixture_sb3_dqn.py
+	/usr/bin/python3 scripts/gen_fixture_dqn_trained.py
 	$(GO) build -o bin/ ./cmd/train ./cmd/eval ./cmd/infer
 	/usr/bin/python3 scripts/back_to_pytorch.py --bin bin
 	/usr/bin/python3 scripts/gen_fixtures_mujoco.py

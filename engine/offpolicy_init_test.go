@@ -32,13 +32,14 @@ func fixturePath(t *testing.T, elem ...string) string {
 
 // fineTuneRuns are small off-policy fine-tunes of foreign exports: SB3's SAC Pendulum actor
 // (its new critics alone for the first 50 of 250 updates, 2 towers; the hidden layers and
-// activation given are the actor's own, as a preset's may be, so they are taken) and SB3's DQN CartPole
-// Q-network (the older export recipe: the Q-network alone).
+// activation given are the actor's own, as a preset's may be, so they are taken) and a DQN CartPole
+// Q-network trained in PyTorch as SB3 trains it (scripts/gen_fixture_dqn_trained.py), exported by
+// SB3's older recipe (the Q-network alone).
 func fineTuneRuns(t *testing.T) []Config {
 	return []Config{
 		{Env: "Pendulum-v1", Algo: "sac", InitPolicy: fixturePath(t, "foreign", "sb3_sac_pendulum.onnx"), Hidden: []int{256, 256}, Activation: "relu", TotalSteps: 12 * 100, TrainFreq: 4,
 			RolloutSteps: 100, LearningStarts: 200, BatchSize: 32, Towers: 2, CriticWarmup: 50, CheckpointEvery: 4, Seed: 6, EvalEpisodes: -1},
-		{Env: "CartPole-v1", Algo: "dqn", InitPolicy: fixturePath(t, "dqn", "sb3_dqn_cartpole_qnet.onnx"), TotalSteps: 12 * 200, Envs: 2,
+		{Env: "CartPole-v1", Algo: "dqn", InitPolicy: fixturePath(t, "dqn", "dqn_cartpole_trained.onnx"), TotalSteps: 12 * 200, Envs: 2,
 			TrainFreq: 4, RolloutSteps: 100, GradientSteps: 2, LearningStarts: 200, TargetUpdateInterval: 100, CheckpointEvery: 4, Seed: 5,
 			EvalEpisodes: -1},
 	}
