@@ -567,13 +567,7 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[
 				w.phys.State(i, r.QPos[(base+i)*nq:(base+i+1)*nq], r.QVel[(base+i)*nv:(base+i+1)*nv])
 			}
 		}
-		for i, l := range w.length {
-			w.starts[i] = 0
-			if l == 0 {
-				w.starts[i] = 1
-			}
-		}
-		copy(r.EpisodeStarts[base:base+m], w.starts)
+		markStarts(w.starts, r.EpisodeStarts[base:base+m], w.length)
 		for j, st := range w.stIn {
 			sz := w.stSize[j]
 			copy(r.States[j][base*sz:(base+m)*sz], st)
@@ -591,16 +585,7 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[
 		copy(r.EnvActions[base*ad:(base+m)*ad], envActs)
 		copy(r.LogP[base:base+m], logp)
 		copy(r.Values[base:base+m], value)
-		for i := range m {
-			r.Version[base+i] = version
-		}
-		if w.acts.Discrete != nil {
-			for i, a := range envActs[:m] {
-				w.acts.Discrete[i] = int(a)
-			}
-		} else {
-			copy(w.acts.Box, envActs)
-		}
+		w.envActions(r.Version[base:base+m], version, envActs)
 		t3 := time.Now()
 		if err := w.env.Step(w.acts); err != nil {
 			return err
@@ -609,17 +594,9 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[
 		copy(r.Rewards[base:base+m], bufs.Rewards)
 		copy(r.Terminated[base:base+m], bufs.Terminated)
 		copy(r.Truncated[base:base+m], bufs.Truncated)
-		for i := range m {
-			w.ret[i] += float64(bufs.Rewards[i])
-			w.length[i]++
-			if bufs.Terminated[i] != 0 || bufs.Truncated[i] != 0 {
-				copy(r.FinalObs[(base+i)*od:(base+i+1)*od], bufs.FinalObs[i*od:(i+1)*od])
-				*episodes = append(*episodes, Episode{Env: off + i, Return: w.ret[i], Length: w.length[i], Version: version})
-				w.ret[i], w.length[i] = 0, 0
-			}
-		}
+		w.tally(r, base, version, bufs, episodes)
 		t5 := time.Now()
-		if err := w.truncationValues(r, base, od); err != nil {
+		if err := w.truncationValues(r); err != nil {
 			return err
 		}
 		w.resetStates(bufs.Terminated, bufs.Truncated)
@@ -634,12 +611,7 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[
 	copy(r.LastObs[off*od:(off+m)*od], bufs.Obs)
 	tl := time.Now()
 	if v, ok := w.agent.(valuer); ok {
-		for i, l := range w.length {
-			w.starts[i] = 0
-			if l == 0 {
-				w.starts[i] = 1
-			}
-		}
+		markStarts(w.starts, nil, w.length)
 		if err := v.values(bufs.Obs, w.stIn, w.starts, m, r.LastValues[off:off+m]); err != nil {
 			return err
 		}
@@ -651,25 +623,81 @@ func (w *worker) rollout(ctx context.Context, r *Rollout, steps int, episodes *[
 	return nil
 }
 
-// truncationValues evaluates, with the agent that acted, the final observations of the episodes
-// of this step (rows base..base+M) that were truncated and not terminated.
-func (w *worker) truncationValues(r *Rollout, base, od int) error {
-	v, ok := w.agent.(valuer)
-	if !ok {
-		return nil
+// markStarts sets starts[i] (and dst[i], unless dst is nil) to 1 where an env's episode has
+// not taken a step yet (its length is 0), else 0.
+func markStarts(starts, dst []float32, length []int) {
+	starts = starts[:len(length)]
+	if dst == nil {
+		dst = starts
 	}
+	dst = dst[:len(length)]
+	for i, l := range length {
+		var s float32
+		if l == 0 {
+			s = 1
+		}
+		starts[i], dst[i] = s, s
+	}
+}
+
+// envActions writes the step's policy version into ver (the worker's rows of Rollout.Version)
+// and the env actions envActs into w.acts, in one pass for a Discrete space.
+func (w *worker) envActions(ver []int64, version int64, envActs []float32) {
+	d := w.acts.Discrete
+	if d == nil {
+		for i := range ver {
+			ver[i] = version
+		}
+		copy(w.acts.Box, envActs)
+		return
+	}
+	d, envActs = d[:len(ver)], envActs[:len(ver)]
+	for i := range ver {
+		ver[i], d[i] = version, int(envActs[i])
+	}
+}
+
+// tally adds the step's rewards to the running returns and lengths, and for each episode that
+// ended (in env order) keeps its final observation in row base+i of r, records it in
+// *episodes and, when it was truncated and not terminated and the agent gives values, gathers
+// it for truncationValues.
+func (w *worker) tally(r *Rollout, base int, version int64, bufs envs.Buffers, episodes *[]Episode) {
+	_, values := w.agent.(valuer)
 	w.finRow = w.finRow[:0]
-	for i := range w.m {
-		if row := base + i; r.Truncated[row] != 0 && r.Terminated[row] == 0 {
-			k := len(w.finRow)
-			copy(w.fin[k*od:(k+1)*od], r.FinalObs[row*od:(row+1)*od])
-			for j, sz := range w.stSize { // the state the episode's last step left
-				copy(w.finSt[j][k*sz:(k+1)*sz], w.stIn[j][i*sz:(i+1)*sz])
-			}
-			w.finRow = append(w.finRow, row)
+	ret, length := w.ret, w.length[:len(w.ret)]
+	rew, term, trunc := bufs.Rewards[:len(ret)], bufs.Terminated[:len(ret)], bufs.Truncated[:len(ret)]
+	for i := range ret {
+		ret[i] += float64(rew[i])
+		length[i]++
+		if term[i] != 0 || trunc[i] != 0 {
+			w.endEpisode(r, base, i, version, values && term[i] == 0, bufs.FinalObs, episodes)
 		}
 	}
-	if len(w.finRow) == 0 {
+}
+
+// endEpisode records env i's episode, which ended at this step (see tally).
+func (w *worker) endEpisode(r *Rollout, base, i int, version int64, truncated bool, finalObs []float32, episodes *[]Episode) {
+	od, row := r.ObsDim, base+i
+	final := finalObs[i*od : (i+1)*od]
+	copy(r.FinalObs[row*od:(row+1)*od], final)
+	*episodes = append(*episodes, Episode{Env: w.index*w.m + i, Return: w.ret[i], Length: w.length[i], Version: version})
+	w.ret[i], w.length[i] = 0, 0
+	if !truncated {
+		return
+	}
+	k := len(w.finRow)
+	copy(w.fin[k*od:(k+1)*od], final)
+	for j, sz := range w.stSize { // the state the episode's last step left
+		copy(w.finSt[j][k*sz:(k+1)*sz], w.stIn[j][i*sz:(i+1)*sz])
+	}
+	w.finRow = append(w.finRow, row)
+}
+
+// truncationValues evaluates, with the agent that acted, the final observations of this
+// step's episodes that were truncated and not terminated, which tally gathered.
+func (w *worker) truncationValues(r *Rollout) error {
+	v, ok := w.agent.(valuer)
+	if !ok || len(w.finRow) == 0 {
 		return nil
 	}
 	if err := v.values(w.fin, w.finSt, nil, len(w.finRow), w.finV); err != nil {

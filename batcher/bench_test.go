@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,6 +72,47 @@ func BenchmarkBatcher(b *testing.B) {
 	b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/busy, "%inference")
 	b.ReportMetric(100*(t.Sampling-before.Sampling).Seconds()/busy, "%sampling")
 	b.ReportMetric(100*(t.Buffers-before.Buffers).Seconds()/busy, "%buffers")
+}
+
+// BenchmarkWorker collects CartPole-v1 with the 64×64 tanh MLP actor-critic, sampled, one
+// worker of 1024 envs (issue 32's `batcher --workers 1`), and reports the process's CPU time
+// (user + system, getrusage) per env step, "cpu-ns/step", and the split of the worker's time.
+// CPU time depends far less than steps/s on other load; to compare two versions of the
+// batcher, build each one's test binary and run them in turns, several rounds.
+//
+//	go test ./batcher -run '^$' -bench 'Worker$' -benchtime 100x -count 10
+func BenchmarkWorker(b *testing.B) {
+	const envs, steps = 1024, 64
+	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
+	bt := newBatcher(b, Config{Env: envSpec("CartPole-v1"), Workers: 1, EnvsPerWorker: envs, Steps: steps}, p)
+	ctx := context.Background()
+	if _, err := bt.Collect(ctx, steps); err != nil {
+		b.Fatal(err)
+	}
+	before, cpu0 := bt.Timings(), cpuTime(b)
+	for b.Loop() {
+		if _, err := bt.Collect(ctx, steps); err != nil {
+			b.Fatal(err)
+		}
+	}
+	t, cpu := bt.Timings(), cpuTime(b)-cpu0
+	n := float64(t.Steps - before.Steps)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "steps/s")
+	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/step")
+	busy := (t.Env + t.Inference + t.Sampling + t.Buffers - before.Env - before.Inference - before.Sampling - before.Buffers).Seconds()
+	b.ReportMetric(100*(t.Env-before.Env).Seconds()/busy, "%env")
+	b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/busy, "%inference")
+	b.ReportMetric(100*(t.Sampling-before.Sampling).Seconds()/busy, "%sampling")
+	b.ReportMetric(100*(t.Buffers-before.Buffers).Seconds()/busy, "%buffers")
+}
+
+// cpuTime is the process's CPU time so far, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // ortAlone runs the model at path in workers sessions at once (one goroutine each, ONNX
