@@ -18,13 +18,14 @@ import (
 // BenchmarkTowersUpdate times one PPO update (forward, backward, averaging over towers, global
 // norm clipping, Adam) of the 64×64 tanh MLP actor-critic with CartPole shapes at minibatch 512,
 // for 1 and 2 towers, and reports samples/s; also at minibatch 128 (`make demo`'s: 4 envs × 128
-// steps in 4 minibatches, where the fixed cost per update matters most) and 4096 (where it
-// matters least). The scaling figure is towers=2 against towers=1, both at the default
+// steps in 4 minibatches, where the fixed cost per update matters most), 4096 (where it
+// matters least) and, for 2 towers, 16384 (issue 32's PPO run: 2 workers × 256 envs × 128
+// steps in 4 minibatches). The scaling figure is towers=2 against towers=1, both at the default
 // GOMAXPROCS (one tower runs as fast with -cpu 1). Two towers need both CPUs at once,
 // so anything else running on the machine slows them more than one tower: compare figures
 // taken on a quiet machine, with -count 5, or see BenchmarkTowersScaling.
 func BenchmarkTowersUpdate(b *testing.B) {
-	for _, c := range []struct{ n, mb int }{{1, 512}, {2, 512}, {1, 128}, {2, 128}, {1, 4096}, {2, 4096}} {
+	for _, c := range []struct{ n, mb int }{{1, 512}, {2, 512}, {1, 128}, {2, 128}, {1, 4096}, {2, 4096}, {2, 16384}} {
 		n, mb := c.n, c.mb
 		name := fmt.Sprintf("towers=%d", n)
 		if mb != 512 {
