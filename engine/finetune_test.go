@@ -57,8 +57,8 @@ func TestFineTuneWeakPolicies(t *testing.T) {
 // TestFineTuneRecurrent fine-tunes the weakened PyTorch recurrent policies (RLlib's LSTM
 // export, Sample Factory's GRU export at batch 1, neither with a value output) on
 // CartPoleNoVel-v1, where the velocities are hidden and only memory can recover them, with no
-// flags, and a feed-forward policy (towerrl's own MLP) trained the same way with the same
-// budget; the three runs go in parallel. The feed-forward policy must stay below 100; the
+// flags, and a feed-forward policy (towerrl's own MLP) trained the same way with the longer
+// of their budgets; the three runs go in parallel. The feed-forward policy must stay below 100; the
 // recurrent ones must reach 200 over 100 evaluation episodes and gain at least 50 on the weak
 // policy (they start at 65 and 164).
 //
@@ -80,12 +80,19 @@ func TestFineTuneWeakPolicies(t *testing.T) {
 // (LSTM 158–359, GRU 227–488), 8 envs and 2 minibatches (LSTM 253–390, GRU 113–221), and the
 // value loss flowing back into the recurrent core as in RLlib (LSTM 41–50, GRU 56–75 on seeds
 // 2–3). So this test asserts what held on every seed measured at 200k steps.
+//
+// The LSTM trains 100k steps of that budget, not 200k: on the test's seed (1) it reaches 500
+// after 100k steps (447 after 200k), four times its bar, and the recurrent runs are most of
+// make test's engine time (each took 576–625 s of a loaded first pass). The GRU keeps its 200k:
+// on seed 1 it reached 221.0 after 100k and 215.9 after 150k against its bar of 214. The
+// feed-forward policy trains the longest budget (200k), so that it stays below 100 with at
+// least as many steps as either recurrent policy.
 func TestFineTuneRecurrent(t *testing.T) {
 	const (
-		env   = "CartPoleNoVel-v1"
-		steps = 200_000
+		env     = "CartPoleNoVel-v1"
+		ffSteps = 200_000
 	)
-	train := func(t *testing.T, init string) Result {
+	train := func(t *testing.T, init string, steps int64) Result {
 		t.Helper()
 		// EntCoef −1: no entropy bonus for the feed-forward policy either (fine-tuning's default).
 		res, err := Train(context.Background(), Config{Env: env, InitPolicy: init, TotalSteps: steps, Seed: 1, EvalEpisodes: 100, EntCoef: -1},
@@ -97,13 +104,17 @@ func TestFineTuneRecurrent(t *testing.T) {
 	}
 	t.Run("feed-forward", func(t *testing.T) {
 		t.Parallel()
-		ff := train(t, "")
+		ff := train(t, "", ffSteps)
 		t.Logf("feed-forward MLP trained from scratch: %.1f ± %.1f over %d episodes in %.1f s", ff.EvalReturnMean, ff.EvalReturnStd, ff.EvalEpisodes, ff.TrainSeconds)
 		if ff.EvalReturnMean > 100 {
 			t.Errorf("a feed-forward policy reaches %.1f on %s: the env does not need memory", ff.EvalReturnMean, env)
 		}
 	})
-	for _, name := range []string{"rllib_cartpole_lstm_weak", "sf_cartpole_gru_weak"} {
+	for _, tc := range []struct {
+		name  string
+		steps int64
+	}{{"rllib_cartpole_lstm_weak", 100_000}, {"sf_cartpole_gru_weak", ffSteps}} {
+		name := tc.name
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			src := filepath.Join("..", "testdata", "foreign", name+".onnx")
@@ -114,7 +125,7 @@ func TestFineTuneRecurrent(t *testing.T) {
 			if fx.Env != env {
 				t.Fatalf("fixture env %q", fx.Env)
 			}
-			res := train(t, src)
+			res := train(t, src, tc.steps)
 			t.Logf("%s: PyTorch return %.1f, fine-tuned %.1f ± %.1f over %d episodes in %.1f s",
 				name, fx.PytorchReturn.Mean, res.EvalReturnMean, res.EvalReturnStd, res.EvalEpisodes, res.TrainSeconds)
 			if res.EvalReturnMean < 200 || res.EvalReturnMean < fx.PytorchReturn.Mean+50 {
