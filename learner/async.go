@@ -214,7 +214,11 @@ func (l *Learner) post(r Result) {
 
 func (l *Learner) learn(ctx context.Context) {
 	defer l.wg.Done()
-	shuffler := NewShuffler(l.stacks[0])
+	// Only a stack of sequences is shuffled in place, with scratch as large as the stack.
+	shuffler := &Shuffler{perm: make([]int, l.cfg.TrainBatch)}
+	if l.stacks[0].Recurrent() {
+		shuffler = NewShuffler(l.stacks[0])
+	}
 	// A feed-forward stack is not shuffled in place: order, the permutations of its passes
 	// so far composed, tells the towers which rows to gather (Towers.updateRows). Every stack
 	// holds up to TrainBatch rows.

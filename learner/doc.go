@@ -34,7 +34,9 @@
 // loader goroutines take a batch and an idle stack and load it (on a device, the host-to-device
 // copy); the learner goroutine takes a loaded stack, runs SGDIters shuffled passes of
 // minibatches over it without reloading, returns the stack to idle and posts a [Result] on the
-// outqueue. [Learner.Weights] reads the latest parameters and their version without stopping
+// outqueue. A stack of rows stays where it was loaded: each pass draws a permutation, and each
+// tower gathers its slice of a minibatch from the stack in the order the passes' permutations
+// compose to, in parallel; a stack of sequences is shuffled in place, whole sequences. [Learner.Weights] reads the latest parameters and their version without stopping
 // training. [Timers] report queue wait, load, gradient and stack-wait time.
 //
 // # Ownership and threading
