@@ -64,8 +64,8 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.hidden, "hidden", "", "MLP widths, comma-separated (default 64,64)")
 	fs.StringVar(&f.activation, "activation", "", "hidden activation: tanh or relu (default tanh)")
 	fs.Float64Var(&f.logStd, "logstd-init", 0, "Gaussian head's initial log std (default 0; sac with --use-sde: gSDE's log σ matrix, default -3)")
-	fs.IntVar(&f.evalEps, "eval-episodes", 0, "deterministic episodes of the final evaluation (default 10; -1: none; may change on --resume)")
-	fs.Int64Var(&f.evalEvery, "eval-every", 0, "evaluate --eval-episodes deterministic episodes every N iterations during training (env steps for dqn and sac), keeping the best policy as best_policy.onnx (default 0: only at the end; may change on --resume)")
+	fs.IntVar(&f.evalEps, "eval-episodes", 0, "deterministic episodes of the final evaluation (default 10; -1: none, and no evaluations during training; may change on --resume)")
+	fs.Int64Var(&f.evalEvery, "eval-every", 0, "evaluate --eval-episodes deterministic episodes every N iterations during training (env steps for dqn and sac), keeping the best policy as best_policy.onnx (default 0: only at the end, and no --stop-at-return; may change on --resume)")
 	fs.Float64Var(&f.stopAt, "stop-at-return", 0, "end the run (checkpoint, policy.onnx, exit 0) once an evaluation's mean return reaches this; needs --eval-every (may change on --resume)")
 	fs.Int64Var(&f.gifEvery, "gif-every", 0, "draw one deterministic episode every N iterations (env steps for dqn and sac) into the run directory's gifs/ and TensorBoard's images, as eval --gif does, MuJoCo envs filmed offscreen by MuJoCo (default 0: none; may change on --resume)")
 	fs.IntVar(&f.ckptEvery, "checkpoint-every", 0, "iterations between checkpoints (default 10; may change on --resume)")
@@ -97,6 +97,8 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 			hidden = append(hidden, w)
 		}
 	}
+	given := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	set := map[string]func(*engine.Config){
 		"env":           func(c *engine.Config) { c.Env = f.env },
 		"algo":          func(c *engine.Config) { c.Algo = f.algo },
@@ -122,13 +124,29 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 				c.EntCoef = -1 // an explicit 0: no bonus (engine.ParseConfig's convention)
 			}
 		},
-		"hidden":           func(c *engine.Config) { c.Hidden = hidden },
-		"activation":       func(c *engine.Config) { c.Activation = f.activation },
-		"logstd-init":      func(c *engine.Config) { c.LogStdInit = float32(f.logStd) },
-		"norm-obs":         func(c *engine.Config) { c.NormObs = f.normObs },
-		"norm-reward":      func(c *engine.Config) { c.NormReward = f.normReward },
-		"eval-episodes":    func(c *engine.Config) { c.EvalEpisodes = f.evalEps },
-		"eval-every":       func(c *engine.Config) { c.EvalEvery = f.evalEvery },
+		"hidden":      func(c *engine.Config) { c.Hidden = hidden },
+		"activation":  func(c *engine.Config) { c.Activation = f.activation },
+		"logstd-init": func(c *engine.Config) { c.LogStdInit = float32(f.logStd) },
+		"norm-obs":    func(c *engine.Config) { c.NormObs = f.normObs },
+		"norm-reward": func(c *engine.Config) { c.NormReward = f.normReward },
+		// No evaluations asked for drops a preset's evaluations during training and the
+		// stop_at_return they serve (dqn's CartPole and MountainCar presets), unless those
+		// flags are given too.
+		"eval-episodes": func(c *engine.Config) {
+			if c.EvalEpisodes = f.evalEps; f.evalEps < 0 {
+				if !given["eval-every"] {
+					c.EvalEvery = 0
+				}
+				if !given["stop-at-return"] {
+					c.StopAtReturn = nil
+				}
+			}
+		},
+		"eval-every": func(c *engine.Config) {
+			if c.EvalEvery = f.evalEvery; f.evalEvery == 0 && !given["stop-at-return"] {
+				c.StopAtReturn = nil
+			}
+		},
 		"stop-at-return":   func(c *engine.Config) { r := f.stopAt; c.StopAtReturn = &r },
 		"gif-every":        func(c *engine.Config) { c.GifEvery = f.gifEvery },
 		"checkpoint-every": func(c *engine.Config) { c.CheckpointEvery = f.ckptEvery },
@@ -159,14 +177,14 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 		"logstd-output": func(c *engine.Config) { c.LogStdOutput = f.head.LogStd },
 		"value-output":  func(c *engine.Config) { c.ValueOutput = f.head.Value },
 	}
-	var given []func(*engine.Config)
+	var edits []func(*engine.Config)
 	fs.Visit(func(fl *flag.Flag) {
 		if o, ok := set[fl.Name]; ok {
-			given = append(given, o)
+			edits = append(edits, o)
 		}
 	})
 	return func(c *engine.Config) {
-		for _, o := range given {
+		for _, o := range edits {
 			o(c)
 		}
 	}, nil

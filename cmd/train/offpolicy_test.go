@@ -17,7 +17,7 @@ import (
 // solved); the off-policy flags, --dqn-target among them, set their fields over it
 // (--learning-starts 0 is an explicit 0, learning from the first collection), and a --config
 // file's null stop_at_return with eval_every 0 leaves RL Zoo's plain run (as
-// docs/offpolicy.md says); a short dqn run writes its summary and the replay figures in
+// docs/offpolicy.md says), and so do --eval-every 0 and --eval-episodes -1; a short dqn run writes its summary and the replay figures in
 // metrics.jsonl.
 func TestOffPolicyFlags(t *testing.T) {
 	cfg, c, err := configure(t, nil, "--algo", "dqn", "--env", "CartPole-v1")
@@ -32,6 +32,18 @@ func TestOffPolicyFlags(t *testing.T) {
 	cfg, c, err = configure(t, nil, "--algo", "sac", "--env", "Pendulum-v1")
 	if err != nil || !c.ok || cfg.Preset != "sac/Pendulum-v1" || cfg.TotalSteps != 20_000 || cfg.LR != 1e-3 {
 		t.Fatalf("--algo sac --env Pendulum-v1: %+v %v", cfg, err)
+	}
+	// No evaluations asked for on the command line drops the preset's, and the stop they
+	// serve; --stop-at-return given keeps it.
+	for _, args := range [][]string{{"--eval-every", "0"}, {"--eval-episodes", "-1"}} {
+		cfg, _, err = configure(t, nil, append([]string{"--algo", "dqn", "--env", "CartPole-v1"}, args...)...)
+		if err != nil || cfg.EvalEvery != 0 || cfg.StopAtReturn != nil {
+			t.Fatalf("%v over the preset: eval_every %d, stop_at_return %v (%v)", args, cfg.EvalEvery, cfg.StopAtReturn, err)
+		}
+	}
+	cfg, _, err = configure(t, nil, "--algo", "dqn", "--env", "CartPole-v1", "--eval-every", "0", "--stop-at-return", "400")
+	if err != nil || cfg.StopAtReturn == nil || *cfg.StopAtReturn != 400 {
+		t.Fatalf("--eval-every 0 --stop-at-return 400: stop_at_return %v (%v)", cfg.StopAtReturn, err)
 	}
 	plain := []byte(`{"eval_every": 0, "stop_at_return": null}`)
 	cfg, _, err = configure(t, plain, "--algo", "dqn", "--env", "CartPole-v1", "--learning-starts", "0", "--batch-size", "16",
