@@ -1,7 +1,11 @@
 //go:build !race
 
 // The fine-tuning runs are too slow under the race detector; make test runs them in its
-// first pass.
+// first pass. The three tests below run in parallel with each other (after engine's other
+// tests): each is a synchronous PPO run, deterministic under its seed however the cores are
+// shared, and a run keeps about one core busy (one batcher worker and one learner tower, in
+// turn), so one after the other they left the second core idle, for most of the GRU's 200k
+// steps among others.
 
 package engine
 
@@ -20,6 +24,7 @@ import (
 // written policy.onnx must keep the original's inputs, outputs, opset and batch, and load in
 // ONNX Runtime.
 func TestFineTuneWeakPolicies(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		steps int64
@@ -88,6 +93,7 @@ func TestFineTuneWeakPolicies(t *testing.T) {
 // feed-forward policy trains the longest budget (200k), so that it stays below 100 with at
 // least as many steps as either recurrent policy.
 func TestFineTuneRecurrent(t *testing.T) {
+	t.Parallel()
 	const (
 		env     = "CartPoleNoVel-v1"
 		ffSteps = 200_000
@@ -143,6 +149,7 @@ func TestFineTuneRecurrent(t *testing.T) {
 // of the two means (PyTorch's over its 50 episodes, ours over 100). Before the log_std layer
 // was kept out of PPO's reach this run scored −898 (seed 2: −635) against PyTorch's −194.
 func TestFineTuneSAC(t *testing.T) {
+	t.Parallel()
 	const name = "sb3_sac_pendulum"
 	src := filepath.Join("..", "testdata", "foreign", name+".onnx")
 	var fx struct {
