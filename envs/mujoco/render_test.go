@@ -3,18 +3,13 @@
 package mujoco
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"image"
 	"image/color"
-	"image/gif"
-	"image/png"
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -145,105 +140,6 @@ func changed(a, b image.Image) float64 {
 		}
 	}
 	return float64(d) / float64(n)
-}
-
-// TestFilmMatchesReference: the camera's frames of a HalfCheetah episode are, pixel for pixel,
-// the frames twr_ref_render draws of the same states with plain MuJoCo calls (a fresh mjData,
-// mj_forward, the model's "track" camera, its own EGL context, rows flipped by hand); the
-// frames are taken before steps 0, 4 and 8 and at the end (10); those of 0 and 8 are compared.
-func TestFilmMatchesReference(t *testing.T) {
-	const id = "HalfCheetah-v4"
-	ep := recordEpisode(t, id, 10)
-	steps, frames := shots(t, id, ep)
-	if !slices.Equal(steps, []int{0, 4, 8, 10}) {
-		t.Fatalf("frames at steps %v, want 0, 4, 8, 10", steps)
-	}
-	md, err := defs(id).model()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	for k, step := range steps[:3] {
-		if step == 4 {
-			continue // two states are enough: each reference frame takes a new context (a second or more)
-		}
-		ref, err := refRender(md, ep.QPos[step*9:(step+1)*9], ep.QVel[step*9:(step+1)*9], 480, 480)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img := frames[k]
-		bad := 0
-		for p := range 480 * 480 {
-			if img.Pix[4*p] != ref[3*p] || img.Pix[4*p+1] != ref[3*p+1] || img.Pix[4*p+2] != ref[3*p+2] || img.Pix[4*p+3] != 255 {
-				bad++
-			}
-		}
-		if bad > 0 {
-			t.Errorf("step %d: %d of 480×480 pixels differ from the reference", step, bad)
-		}
-	}
-}
-
-// TestFilm: a 30-step HalfCheetah episode written as a GIF: 9 frames (before steps 0, 4, …, 28,
-// and the end) of 480×480 shown 0.2 s each, in full colour (many colours, not a blank
-// frame), captioned (white and black pixels in the corner), the body moving from frame to
-// frame (a share of the pixels changes between consecutive frames). Set TOWERRL_FRAME_DIR to
-// keep the GIF and its first and last frames as PNGs there.
-func TestFilm(t *testing.T) {
-	const id = "HalfCheetah-v4"
-	ep := recordEpisode(t, id, 30)
-	f := filmOf(t, id)
-	var buf bytes.Buffer
-	n, err := f.Write(&buf, ep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := gif.DecodeAll(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n != 9 || f.Frames(30) != 9 || len(g.Image) != 9 || g.Config.Width != 480 || g.Config.Height != 480 || g.Delay[0] != 20 || f.FPS != 5 {
-		t.Fatalf("%d frames (Frames says %d), GIF of %d frames %d×%d shown %d hundredths, fps %d; want 9 of 480×480, 20, 5",
-			n, f.Frames(30), len(g.Image), g.Config.Width, g.Config.Height, g.Delay[0], f.FPS)
-	}
-	t.Logf("%d frames, %d bytes", n, buf.Len())
-	for i, img := range g.Image {
-		if c := colours(img); c < 64 {
-			t.Errorf("frame %d has %d colours", i, c)
-		}
-		if i > 0 {
-			if d := changed(g.Image[i-1], img); d < 0.02 {
-				t.Errorf("frames %d and %d differ in %.1f%% of their pixels", i-1, i, 100*d)
-			}
-		}
-		corner := img.SubImage(image.Rect(0, 0, 200, 20))
-		white, black := 0, 0
-		for y := range 20 {
-			for x := range 200 {
-				switch color.RGBAModel.Convert(corner.At(x, y)) {
-				case color.RGBA{255, 255, 255, 255}:
-					white++
-				case color.RGBA{0, 0, 0, 255}:
-					black++
-				}
-			}
-		}
-		if white < 50 || black < 50 {
-			t.Errorf("frame %d: %d white and %d black pixels in the caption's corner", i, white, black)
-		}
-	}
-	if dir := os.Getenv("TOWERRL_FRAME_DIR"); dir != "" {
-		for _, i := range []int{0, len(g.Image) - 1} {
-			out, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.png", id, i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			png.Encode(out, g.Image[i])
-			out.Close()
-		}
-		os.WriteFile(filepath.Join(dir, id+".gif"), buf.Bytes(), 0o644)
-	}
 }
 
 // TestFilmRefused: an episode without its physical states, or of another env, is an error;
