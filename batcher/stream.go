@@ -124,9 +124,10 @@ type streamSlot struct {
 
 // workerWait is one worker's backpressure.
 type workerWait struct {
-	mu    sync.Mutex    // guards total and since
+	mu    sync.Mutex    // guards total, since and seen
 	total time.Duration // the waits finished
 	since time.Time     // the start of the wait in progress; zero for none
+	seen  time.Duration // the most read has returned
 }
 
 // begin and end bracket a wait, on the worker's goroutine.
@@ -143,14 +144,20 @@ func (w *workerWait) end(t time.Time) {
 	w.mu.Unlock()
 }
 
-// read returns the waits up to now, the one in progress included.
+// read returns the waits up to now, the one in progress included, and never less than it
+// returned before: a wait's end is timed on the worker before it takes the lock, so a read
+// between the two, with a later now, counts the wait as longer than it will be recorded, and
+// a counter that went back would give a negative idle time (engine's batcher_idle, -0.07
+// once under load).
 func (w *workerWait) read(now time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.since.IsZero() {
-		return w.total
+	v := w.total
+	if !w.since.IsZero() {
+		v += max(0, now.Sub(w.since))
 	}
-	return w.total + max(0, now.Sub(w.since))
+	w.seen = max(w.seen, v)
+	return w.seen
 }
 
 // Stream switches the workers to continuous collection: they fill StreamConfig.Slots rollout

@@ -701,3 +701,24 @@ func BenchmarkStream(b *testing.B) {
 		})
 	}
 }
+
+// TestWorkerWaitMonotonic: a wait's end is timed on the worker before it takes the lock, so
+// a read in between, with a later time, sees the wait longer than it is then recorded; the
+// count read afterwards must not go back (engine's batcher_idle came out -0.07 under load).
+func TestWorkerWaitMonotonic(t *testing.T) {
+	var w workerWait
+	t0 := time.Unix(1000, 0)
+	w.begin(t0)
+	if got := w.read(t0.Add(100 * time.Millisecond)); got != 100*time.Millisecond {
+		t.Fatalf("a wait in progress for 100ms reads %v", got)
+	}
+	w.end(t0.Add(50 * time.Millisecond)) // timed before the read above took its time
+	if got := w.read(t0.Add(200 * time.Millisecond)); got != 100*time.Millisecond {
+		t.Fatalf("after a read of 100ms the count reads %v, want it held at 100ms", got)
+	}
+	w.begin(t0.Add(300 * time.Millisecond))
+	w.end(t0.Add(400 * time.Millisecond))
+	if got := w.read(t0.Add(500 * time.Millisecond)); got != 150*time.Millisecond {
+		t.Fatalf("two waits of 50ms and 100ms read %v, want 150ms", got)
+	}
+}
