@@ -284,15 +284,7 @@ func TestTowersEquivalence(t *testing.T) {
 	data := NewSampleBatch(400, 3, 1, 0)
 	fill(data, 400, 7)
 	train := func(n, mb int) []float32 {
-		params := []float32{0.1, -0.2, 0.3, 0}
-		cfg := TowersConfig{N: n, Minibatch: mb, MaxGradNorm: 0.5, NormalizeAdvantages: true}
-		tw, err := NewTowers(cfg, params, NewAdam(4, Constant(0.05), 0, 0, 1e-5), data, linearFactory(nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tw.Close()
-		b := NewSampleBatch(400, 3, 1, 0)
-		b.Append(data)
+		tw, params, b := linearTowers(t, n, mb, data)
 		for lo := 0; lo+mb <= 400; lo += mb {
 			st, err := tw.Update(context.Background(), b, lo, lo+mb)
 			if err != nil {
@@ -333,15 +325,7 @@ func TestUpdateRowsMatchesShuffle(t *testing.T) {
 	for _, n := range []int{1, 2, 3} {
 		for _, mb := range []int{64, 100} {
 			train := func(byRows bool) ([]float32, *SampleBatch) {
-				params := []float32{0.1, -0.2, 0.3, 0}
-				cfg := TowersConfig{N: n, Minibatch: mb, MaxGradNorm: 0.5, NormalizeAdvantages: true}
-				tw, err := NewTowers(cfg, params, NewAdam(4, Constant(0.05), 0, 0, 1e-5), data, linearFactory(nil))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tw.Close()
-				b := NewSampleBatch(rows, 3, 1, 0)
-				b.Append(data)
+				tw, params, b := linearTowers(t, n, mb, data)
 				sh, rng := NewShuffler(b), rand.New(rand.NewPCG(5, 6))
 				order, next := make([]int, rows), make([]int, rows)
 				for i := range order {
@@ -395,17 +379,27 @@ func TestUpdateRowsMatchesShuffle(t *testing.T) {
 	}
 }
 
-// trainTruncated trains one tower on rows [lo, lo+use) of each minibatch [lo, lo+mb).
-func trainTruncated(t *testing.T, data *SampleBatch, mb, use int) []float32 {
+// linearTowers makes n towers of linearFactory's model over minibatches of mb rows, with
+// gradient clipping at 0.5, standardised advantages and Adam at lr 0.05 from the parameters
+// (0.1, -0.2, 0.3, 0), which it returns, and a copy of data to train on. They are closed when
+// the test ends.
+func linearTowers(t *testing.T, n, mb int, data *SampleBatch) (*Towers, []float32, *SampleBatch) {
+	t.Helper()
 	params := []float32{0.1, -0.2, 0.3, 0}
-	tw, err := NewTowers(TowersConfig{N: 1, Minibatch: use, MaxGradNorm: 0.5, NormalizeAdvantages: true}, params,
-		NewAdam(4, Constant(0.05), 0, 0, 1e-5), data, linearFactory(nil))
+	cfg := TowersConfig{N: n, Minibatch: mb, MaxGradNorm: 0.5, NormalizeAdvantages: true}
+	tw, err := NewTowers(cfg, params, NewAdam(4, Constant(0.05), 0, 0, 1e-5), data, linearFactory(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tw.Close()
-	b := NewSampleBatch(400, 3, 1, 0)
+	t.Cleanup(func() { tw.Close() })
+	b := NewSampleBatch(data.Len(), 3, 1, 0)
 	b.Append(data)
+	return tw, params, b
+}
+
+// trainTruncated trains one tower on rows [lo, lo+use) of each minibatch [lo, lo+mb).
+func trainTruncated(t *testing.T, data *SampleBatch, mb, use int) []float32 {
+	tw, params, b := linearTowers(t, 1, use, data)
 	for lo := 0; lo+mb <= 400; lo += mb {
 		if _, err := tw.Update(context.Background(), b, lo, lo+use); err != nil {
 			t.Fatal(err)
