@@ -29,7 +29,6 @@ Debian's reference BLAS (libblas3); with libopenblas0-pthread unpacked into /tmp
     OPENBLAS_NUM_THREADS=1 LD_LIBRARY_PATH=/tmp/openblas/usr/lib/x86_64-linux-gnu/openblas-pthread \
         /usr/bin/python3 scripts/gen_fixture_dqn_trained.py
 """
-import json
 import os
 import sys
 import warnings
@@ -42,10 +41,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import fixture_envs as fe  # noqa: E402
-from gen_fixture_sb3_dqn import OnnxableQNetwork, QNetwork  # noqa: E402
-from gen_fixtures_foreign import EVAL_EPISODES, EVAL_SEED  # noqa: E402
-
-OUT = os.path.join(HERE, "..", "testdata", "dqn")
+from gen_fixture_sb3_dqn import OUT, OnnxableQNetwork, QNetwork, greedy_return, write_meta  # noqa: E402
 NAME = "dqn_cartpole_trained"
 SEED = 3
 STEPS = 30_000
@@ -113,23 +109,14 @@ def main():
             print(f"step {step + 1}: epsilon {epsilon(step):.3f}, last 10 training episodes {np.mean(returns[-10:]):.1f}",
                   flush=True)
     q.eval()
-
-    def act(o, env):
-        with torch.no_grad():
-            return q(torch.from_numpy(np.asarray(o, dtype=np.float32))).argmax(1).numpy()
-
-    greedy = fe.rollout("CartPole-v1", act, EVAL_EPISODES, EVAL_SEED)
+    greedy = greedy_return(q)
     os.makedirs(OUT, exist_ok=True)
     torch.onnx.export(OnnxableQNetwork(q).eval(), (torch.randn(1, 4),), os.path.join(OUT, NAME + ".onnx"),
                       export_params=True, do_constant_folding=True, input_names=["input"], opset_version=17)
     meta = {"env": "CartPole-v1", "head": "qvalues", "steps": STEPS, "torch_seed": SEED, "hyperparams": HP,
-            "pytorch_greedy_return": {"mean": float(greedy.mean()), "std": float(greedy.std()),
-                                      "episodes": EVAL_EPISODES,
-                                      "seeds": f"{EVAL_SEED}..{EVAL_SEED + EVAL_EPISODES - 1}"}}
-    with open(os.path.join(OUT, NAME + ".json"), "w") as f:
-        json.dump(meta, f, indent=1)
-        f.write("\n")
-    print(meta["pytorch_greedy_return"])
+            "pytorch_greedy_return": greedy}
+    write_meta(NAME, meta)
+    print(greedy)
 
 
 if __name__ == "__main__":

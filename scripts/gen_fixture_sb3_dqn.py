@@ -155,19 +155,29 @@ def main():
     np.save(os.path.join(OUT, "sb3_dqn.qvalues.npy"), q.numpy().astype(np.float32))
     np.save(os.path.join(OUT, "sb3_dqn.actions.npy"), q.argmax(1).numpy().astype(np.int64))
 
+    meta = {"env": "CartPole-v1", "head": "qvalues", "pytorch_greedy_return": greedy_return(policy.q_net)}
+    write_meta("sb3_dqn", meta)
+    print(meta["pytorch_greedy_return"])
+
+
+def greedy_return(q_net):
+    """PyTorch's return of q_net acting greedily on CartPole-v1, over the episodes every foreign
+    fixture is scored on."""
+
     def act(o, env):
         with torch.no_grad():
-            return policy.q_net(torch.from_numpy(np.asarray(o, dtype=np.float32))).argmax(1).numpy()
+            return q_net(torch.from_numpy(np.asarray(o, dtype=np.float32))).argmax(1).numpy()
 
     returns = fe.rollout("CartPole-v1", act, EVAL_EPISODES, EVAL_SEED)
-    meta = {"env": "CartPole-v1", "head": "qvalues",
-            "pytorch_greedy_return": {"mean": float(returns.mean()), "std": float(returns.std()),
-                                      "episodes": EVAL_EPISODES,
-                                      "seeds": f"{EVAL_SEED}..{EVAL_SEED + EVAL_EPISODES - 1}"}}
-    with open(os.path.join(OUT, "sb3_dqn.json"), "w") as f:
+    return {"mean": float(returns.mean()), "std": float(returns.std()), "episodes": EVAL_EPISODES,
+            "seeds": f"{EVAL_SEED}..{EVAL_SEED + EVAL_EPISODES - 1}"}
+
+
+def write_meta(name, meta):
+    """Writes meta as testdata/dqn/NAME.json."""
+    with open(os.path.join(OUT, name + ".json"), "w") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
-    print(meta["pytorch_greedy_return"])
 
 
 if __name__ == "__main__":
