@@ -61,17 +61,13 @@ func BenchmarkBatcher(b *testing.B) {
 	const workers, envs, steps = 2, 1024, 64
 	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	bt := newBatcher(b, Config{Env: envSpec("CartPole-v1"), Workers: workers, EnvsPerWorker: envs, Steps: steps}, p)
-	before, t := benchCollect(b, bt, steps)
+	before, t, _ := benchCollect(b, bt, steps)
 	rate := float64(t.Steps-before.Steps) / b.Elapsed().Seconds()
 	calls := int(t.Steps-before.Steps) / (workers * envs)
 	ort := ortAlone(b, "../testdata/mlp_tanh.onnx", workers, envs, calls)
 	b.ReportMetric(ort, "ort-rows/s")
 	b.ReportMetric(100*rate/ort, "%of-ort")
-	busy := (t.Env + t.Inference + t.Sampling + t.Buffers - before.Env - before.Inference - before.Sampling - before.Buffers).Seconds()
-	b.ReportMetric(100*(t.Env-before.Env).Seconds()/busy, "%env")
-	b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/busy, "%inference")
-	b.ReportMetric(100*(t.Sampling-before.Sampling).Seconds()/busy, "%sampling")
-	b.ReportMetric(100*(t.Buffers-before.Buffers).Seconds()/busy, "%buffers")
+	reportSplit(b, before, t)
 }
 
 // BenchmarkWorker collects CartPole-v1 with the 64×64 tanh MLP actor-critic, sampled, one
@@ -85,25 +81,9 @@ func BenchmarkWorker(b *testing.B) {
 	const envs, steps = 1024, 64
 	p := loadPolicy(b, "../testdata/mlp_tanh.onnx", "CartPole-v1", bind.Config{})
 	bt := newBatcher(b, Config{Env: envSpec("CartPole-v1"), Workers: 1, EnvsPerWorker: envs, Steps: steps}, p)
-	ctx := context.Background()
-	if _, err := bt.Collect(ctx, steps); err != nil {
-		b.Fatal(err)
-	}
-	before, cpu0 := bt.Timings(), cpuTime(b)
-	for b.Loop() {
-		if _, err := bt.Collect(ctx, steps); err != nil {
-			b.Fatal(err)
-		}
-	}
-	t, cpu := bt.Timings(), cpuTime(b)-cpu0
-	n := float64(t.Steps - before.Steps)
-	b.ReportMetric(n/b.Elapsed().Seconds(), "steps/s")
-	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/step")
-	busy := (t.Env + t.Inference + t.Sampling + t.Buffers - before.Env - before.Inference - before.Sampling - before.Buffers).Seconds()
-	b.ReportMetric(100*(t.Env-before.Env).Seconds()/busy, "%env")
-	b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/busy, "%inference")
-	b.ReportMetric(100*(t.Sampling-before.Sampling).Seconds()/busy, "%sampling")
-	b.ReportMetric(100*(t.Buffers-before.Buffers).Seconds()/busy, "%buffers")
+	before, t, cpu := benchCollect(b, bt, steps)
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(t.Steps-before.Steps), "cpu-ns/step")
+	reportSplit(b, before, t)
 }
 
 // cpuTime is the process's CPU time so far, user and system.
@@ -170,7 +150,7 @@ func BenchmarkForeignTwins(b *testing.B) {
 					b.Fatal(err)
 				}
 				bt := newBatcher(b, Config{Env: envSpec(f.Env), EnvsPerWorker: 256, Steps: 64, Deterministic: p.Stochastic() != nil}, p)
-				before, t := benchCollect(b, bt, 64)
+				before, t, _ := benchCollect(b, bt, 64)
 				b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/b.Elapsed().Seconds(), "%inference")
 			})
 		}
@@ -178,22 +158,33 @@ func BenchmarkForeignTwins(b *testing.B) {
 }
 
 // benchCollect collects rollouts of steps in b's loop after one warm-up rollout, reports env
-// steps/s and allocations, and returns the timings before and after the loop.
-func benchCollect(b *testing.B, bt *Batcher, steps int) (before, after Timings) {
+// steps/s and allocations, and returns the timings before and after the loop and the
+// process's CPU time (user + system) in it.
+func benchCollect(b *testing.B, bt *Batcher, steps int) (before, after Timings, cpu time.Duration) {
 	ctx := context.Background()
 	if _, err := bt.Collect(ctx, steps); err != nil {
 		b.Fatal(err)
 	}
-	before = bt.Timings()
+	before, cpu0 := bt.Timings(), cpuTime(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := bt.Collect(ctx, steps); err != nil {
 			b.Fatal(err)
 		}
 	}
-	after = bt.Timings()
+	after, cpu = bt.Timings(), cpuTime(b)-cpu0
 	b.ReportMetric(float64(after.Steps-before.Steps)/b.Elapsed().Seconds(), "steps/s")
-	return before, after
+	return before, after, cpu
+}
+
+// reportSplit reports the split of the workers' time between before and t: env, inference,
+// sampling and buffers, as percentages of their sum.
+func reportSplit(b *testing.B, before, t Timings) {
+	busy := (t.Env + t.Inference + t.Sampling + t.Buffers - before.Env - before.Inference - before.Sampling - before.Buffers).Seconds()
+	b.ReportMetric(100*(t.Env-before.Env).Seconds()/busy, "%env")
+	b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/busy, "%inference")
+	b.ReportMetric(100*(t.Sampling-before.Sampling).Seconds()/busy, "%sampling")
+	b.ReportMetric(100*(t.Buffers-before.Buffers).Seconds()/busy, "%buffers")
 }
 
 // BenchmarkPublishInference runs one inference over 1024 rows (and over 4, make demo's
