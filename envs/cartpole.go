@@ -107,8 +107,8 @@ func (c *cartPole) Reset(i int, rng *rand.Rand, obs []float32) {
 }
 
 // Step is the hot loop of the CartPole VecEnv: the body of cartPoleStep,
-// written out so the compiler keeps everything in registers. TestCartPoleStepMatchesScalar
-// checks it against cartPoleStep.
+// written out so the compiler keeps everything in registers, math.Sincos included (sincos:
+// the same bits). TestCartPoleStepMatchesScalar checks it against cartPoleStep.
 func (c *cartPole) Step(a Actions, obs, rewards, terminated []float32) {
 	act := a.Discrete
 	s := c.s[:len(act)]
@@ -133,7 +133,10 @@ func (c *cartPole) Step(a Actions, obs, rewards, terminated []float32) {
 		if act[i] == 1 {
 			force = fmag
 		}
-		sintheta, costheta := math.Sincos(theta)
+		sintheta, costheta := sincosPoly(theta) // sincos, both parts inline
+		if !sincosInline(theta) {
+			sintheta, costheta = math.Sincos(theta)
+		}
 		temp := (force + pml*(thetaDot*thetaDot)*sintheta) / total
 		thetaacc := (gravity*sintheta - costheta*temp) /
 			(length * (4.0/3.0 - massPole*(costheta*costheta)/total))

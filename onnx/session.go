@@ -887,10 +887,8 @@ func (s *Session) checkNaN(batch int) error {
 		n := p.elems(batch)
 		switch p.DType {
 		case Float32:
-			for j, v := range view[float32](p.mem)[:n] {
-				if v != v {
-					return nanError(p, j)
-				}
+			if j := firstNaN32(view[float32](p.mem)[:n]); j >= 0 {
+				return nanError(p, j)
 			}
 		case Float64:
 			for j, v := range view[float64](p.mem)[:n] {
@@ -901,6 +899,27 @@ func (s *Session) checkNaN(batch int) error {
 		}
 	}
 	return nil
+}
+
+// firstNaN32 is the index of x's first NaN, -1 when it has none. It looks for one without a
+// branch per element (the largest magnitude's bits, which are above +Inf's only for a NaN),
+// and for the index only when there is one: the check runs on every input of every Run
+// (0.9% of a CartPole batcher's CPU with a comparison and branch per element).
+func firstNaN32(x []float32) int {
+	const inf = 0x7f800000
+	var m uint32
+	for _, v := range x {
+		m = max(m, math.Float32bits(v)&(1<<31-1))
+	}
+	if m <= inf {
+		return -1
+	}
+	for j, v := range x {
+		if v != v {
+			return j
+		}
+	}
+	return -1
 }
 
 func nanError(p *port, j int) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -341,5 +342,34 @@ func TestScalarOutput(t *testing.T) {
 	_, err := Open(context.Background(), filepath.Join("testdata", "scalar_output.onnx"), Config{MaxBatch: 4})
 	if !errors.Is(err, ErrModel) || !strings.Contains(err.Error(), `output "y" is a scalar`) {
 		t.Fatalf("Open: %v", err)
+	}
+}
+
+// firstNaN32 finds the first NaN, whatever its sign and payload, and takes no ±Inf or
+// largest finite value for one; checked against a loop comparing each value with itself.
+func TestFirstNaN32(t *testing.T) {
+	specials := []float32{float32(math.Inf(1)), float32(math.Inf(-1)), math.MaxFloat32, -math.MaxFloat32, 0,
+		float32(math.Copysign(0, -1)), math.SmallestNonzeroFloat32, float32(math.NaN()),
+		math.Float32frombits(0xffc00001), math.Float32frombits(0x7f800001), math.Float32frombits(0xff800001)}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for range 2000 {
+		x := make([]float32, rng.IntN(40))
+		for i := range x {
+			if rng.IntN(8) == 0 {
+				x[i] = specials[rng.IntN(len(specials))]
+			} else {
+				x[i] = float32(rng.NormFloat64())
+			}
+		}
+		want := -1
+		for i, v := range x {
+			if v != v {
+				want = i
+				break
+			}
+		}
+		if got := firstNaN32(x); got != want {
+			t.Fatalf("firstNaN32(%v) = %d, want %d", x, got, want)
+		}
 	}
 }

@@ -50,13 +50,25 @@ const sqrt2Mantissa = 0x6a09e667f3bcd
 // x = 2ᵏ·f with f in [√½, √2), log f = 2·atanh(s) = 2s + 2s³/3 + … + 2s⁹/9 with
 // s = (f−1)/(f+1), |s| < 0.172. (math.Log costs sampling a row's whole budget.)
 func logAtLeast1(x float64) float64 {
+	k, s := logReduce(x)
+	return logSeries(k, s)
+}
+
+// logReduce is logAtLeast1's reduction: x = 2ᵏ·f with f in [√½, √2), and s = (f−1)/(f+1).
+// It and logSeries are small enough to inline, so that a loop over rows (logsOnePlus) has
+// no call in it.
+func logReduce(x float64) (k int, s float64) {
 	b := math.Float64bits(x)
 	// Halve a mantissa above √2 through its exponent, without a branch: the comparison is a
 	// coin toss for sums near 1.5, and a mispredicted branch costs more than the arithmetic.
 	up := (b&(1<<52-1)-sqrt2Mantissa)>>63 ^ 1 // 1 when the fraction is at or above √2's
-	k := int(b>>52) - 1023 + int(up)
+	k = int(b>>52) - 1023 + int(up)
 	f := math.Float64frombits(b&(1<<52-1) | (1023-up)<<52) // in [√½, √2)
-	s := (f - 1) / (f + 1)
+	return k, (f - 1) / (f + 1)
+}
+
+// logSeries is k·ln 2 + log f from logReduce's k and s: 2·atanh(s) to s⁹.
+func logSeries(k int, s float64) float64 {
 	s2 := s * s
 	return float64(k)*math.Ln2 + 2*s*(1+s2*(1.0/3+s2*(1.0/5+s2*(1.0/7+s2*(1.0/9)))))
 }
