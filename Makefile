@@ -80,7 +80,8 @@ mpi:
 lint:
 	@bash scripts/lint.sh
 
-## fixtures: re-export the PyTorch fixtures (needs Debian's python3-torch, python3-onnx) and the TensorBoard event file (python3-protobuf, protobuf-compiler);
+## fixtures: re-export the PyTorch fixtures (needs Debian's python3-torch, python3-onnx), the float64 reference updates of DQN and SAC,
+## the graph-import references, and the TensorBoard event file (python3-protobuf, protobuf-compiler);
 ## then fine-tune three foreign fixtures with the tools and load them back into PyTorch (testdata/pytorch, docs/pytorch.md)
 fixtures:
 	/usr/bin/python3 scripts/gen_fixtures.py
@@ -88,6 +89,9 @@ fixtures:
 	/usr/bin/python3 scripts/gen_fixture_softmax.py
 	/usr/bin/python3 scripts/gen_fixture_sb3_dqn.py
 	/usr/bin/python3 scripts/gen_fixture_dqn_trained.py
+	/usr/bin/python3 scripts/gen_fixtures_offpolicy.py
+	/usr/bin/python3 scripts/gen_fixtures_graph.py
+	/usr/bin/python3 scripts/gen_fixtures_import.py
 	$(GO) build -o bin/ ./cmd/train ./cmd/eval ./cmd/infer
 	/usr/bin/python3 scripts/back_to_pytorch.py --bin bin
 	/usr/bin/python3 scripts/gen_fixtures_mujoco.py
