@@ -67,7 +67,7 @@ func BenchmarkBatcher(b *testing.B) {
 	ort := ortAlone(b, "../testdata/mlp_tanh.onnx", workers, envs, calls)
 	b.ReportMetric(ort, "ort-rows/s")
 	b.ReportMetric(100*rate/ort, "%of-ort")
-	reportSplit(b, before, t)
+	reportSplit(b, before, t, workers)
 }
 
 // BenchmarkWorker collects CartPole-v1 with the 64×64 tanh MLP actor-critic, sampled, one
@@ -83,7 +83,7 @@ func BenchmarkWorker(b *testing.B) {
 	bt := newBatcher(b, Config{Env: envSpec("CartPole-v1"), Workers: 1, EnvsPerWorker: envs, Steps: steps}, p)
 	before, t, cpu := benchCollect(b, bt, steps)
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(t.Steps-before.Steps), "cpu-ns/step")
-	reportSplit(b, before, t)
+	reportSplit(b, before, t, 1)
 }
 
 // cpuTime is the process's CPU time so far, user and system.
@@ -178,13 +178,18 @@ func benchCollect(b *testing.B, bt *Batcher, steps int) (before, after Timings, 
 }
 
 // reportSplit reports the split of the workers' time between before and t: env, inference,
-// sampling and buffers, as percentages of their sum.
-func reportSplit(b *testing.B, before, t Timings) {
+// sampling and buffers, as percentages of their sum; and "%wait", the share of the workers'
+// wall time (Collect's wall clock × workers) spent outside a step: waiting for the other
+// workers at the rollout's end and for the next Collect.
+func reportSplit(b *testing.B, before, t Timings, workers int) {
 	busy := (t.Env + t.Inference + t.Sampling + t.Buffers - before.Env - before.Inference - before.Sampling - before.Buffers).Seconds()
 	b.ReportMetric(100*(t.Env-before.Env).Seconds()/busy, "%env")
 	b.ReportMetric(100*(t.Inference-before.Inference).Seconds()/busy, "%inference")
 	b.ReportMetric(100*(t.Sampling-before.Sampling).Seconds()/busy, "%sampling")
 	b.ReportMetric(100*(t.Buffers-before.Buffers).Seconds()/busy, "%buffers")
+	if wall := (t.Wall - before.Wall).Seconds() * float64(workers); wall > 0 {
+		b.ReportMetric(100*(1-busy/wall), "%wait")
+	}
 }
 
 // BenchmarkPublishInference runs one inference over 1024 rows (and over 4, make demo's
