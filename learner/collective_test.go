@@ -52,11 +52,12 @@ func randomBufs(rng *rand.Rand, n, length int) [][]float32 {
 
 // TestLocalShards: AllReduce writes the mean into every member's buffer, and meanShard into
 // each member's own shard with the square sums of its blocks, both with the reference bits,
-// round after round, for groups of 1 to 4 and buffers of one to several norm blocks.
+// round after round, for groups of 1 to 4 and buffers of one to several norm blocks (and of
+// shards of several of meanShard's chunks, the last block short).
 func TestLocalShards(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	for _, n := range []int{1, 2, 3, 4} {
-		for _, length := range []int{5, normBlock, 4*normBlock + 3} {
+		for _, length := range []int{5, normBlock, 4*normBlock + 3, 5*meanChunk + 3} {
 			l := NewLocal(n)
 			for round := range 6 {
 				scatter := round%2 == 1

@@ -223,36 +223,12 @@ func span(length, parts, i int) (lo, hi int) {
 	return min(i*blocks/parts*normBlock, length), min((i+1)*blocks/parts*normBlock, length)
 }
 
-// squareSums writes into sums[k] the square sum of block k of grads (blockSquares), for the
-// blocks of grads[lo:hi] (lo a multiple of normBlock).
+// squareSums writes into sums[k] the square sum of block k of grads, for the blocks of
+// grads[lo:hi] (lo a multiple of normBlock), in float64: value j of a block goes to partial
+// sum j mod 4, and the block's sum is (s0+s1)+(s2+s3) (kernels.SquareSums, which gives these
+// bits on every target).
 func squareSums(grads []float32, lo, hi int, sums []float64) {
 	kernels.SquareSums(grads[lo:hi], normBlock, sums[lo/normBlock:])
-}
-
-// blockSquares is the sum of the squares of g (at most normBlock values) in float64: value
-// j goes to partial sum j mod 4, and the sum is (s0+s1)+(s2+s3) (kernels.SquareSums, which
-// gives these bits on every target).
-func blockSquares(g []float32) float64 {
-	var s [1]float64
-	kernels.SquareSums(g, normBlock, s[:])
-	return s[0]
-}
-
-// tailSquares adds the squares of the last len(t) < 4 values of a block to the partial sums
-// of blockSquares (value k to sum k) and returns the block's sum.
-func tailSquares(t []float32, s0, s1, s2, s3 float64) float64 {
-	for k, x := range t {
-		sq := float64(float64(x) * float64(x))
-		switch k {
-		case 0:
-			s0 += sq
-		case 1:
-			s1 += sq
-		default:
-			s2 += sq
-		}
-	}
-	return (s0 + s1) + (s2 + s3)
 }
 
 // normOf is the global norm from the block square sums, added in block order.
