@@ -249,7 +249,7 @@ func (b *Batcher) newWorker(ctx context.Context, w int, policy *bind.Policy, act
 	wk.phys, _ = envs.PhysicsOf(env)
 	if policy == nil {
 		wk.agent = &randomAgent{space: b.spec.Action, rngs: wk.rngs}
-	} else if wk.agent, err = newAgent(ctx, policy, m, wk.rngs, b.cfg.Deterministic); err != nil {
+	} else if wk.agent, err = newWorkerAgent(ctx, policy, wk, b.cfg.Deterministic); err != nil {
 		return nil, errors.Join(err, env.Close())
 	}
 	if err := env.Reset(); err != nil {
@@ -427,7 +427,7 @@ func (b *Batcher) UpdatePolicy(ctx context.Context, policy *bind.Policy) error {
 	}
 	agents := make([]Agent, len(b.workers))
 	for i, w := range b.workers {
-		a, err := newAgent(ctx, policy, w.m, w.rngs, b.cfg.Deterministic)
+		a, err := newWorkerAgent(ctx, policy, w, b.cfg.Deterministic)
 		if err != nil {
 			for _, a := range agents[:i] {
 				a.Close()

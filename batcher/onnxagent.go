@@ -27,6 +27,21 @@ func newAgent(ctx context.Context, p *bind.Policy, n int, rngs []*rand.Rand, det
 	if err != nil {
 		return nil, err
 	}
+	return wrapRunner(p, r), nil
+}
+
+// newWorkerAgent is newAgent for worker w, env i drawing from the source of its stream,
+// w.pcgs[i] (bind.Policy.NewRunnerPCG: the same numbers as w.rngs[i], fewer calls).
+func newWorkerAgent(ctx context.Context, p *bind.Policy, w *worker, deterministic bool) (*onnxAgent, error) {
+	r, err := p.NewRunnerPCG(ctx, w.m, w.pcgs, deterministic)
+	if err != nil {
+		return nil, err
+	}
+	return wrapRunner(p, r), nil
+}
+
+// wrapRunner is the agent of runner r of policy p.
+func wrapRunner(p *bind.Policy, r *bind.Runner) *onnxAgent {
 	a := &onnxAgent{r: r, states: p.States()}
 	a.size = make([]int, len(a.states))
 	for k, st := range a.states {
@@ -36,7 +51,7 @@ func newAgent(ctx context.Context, p *bind.Policy, n int, rngs []*rand.Rand, det
 		}
 	}
 	a.stateBuf, a.stateOut = make([][]float32, len(a.states)), make([][]float32, len(a.states))
-	return a, nil
+	return a
 }
 
 func (a *onnxAgent) Version() int64               { return a.r.Version() }

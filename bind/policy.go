@@ -599,6 +599,29 @@ func (p *Policy) NewRunner(ctx context.Context, n int, rngs []*rand.Rand, determ
 	return newRunner(ctx, p, n, rngs, deterministic)
 }
 
+// NewRunnerPCG is NewRunner with env i's stream given by its source, pcgs[i] (the worker's
+// rand.New(pcgs[i]) draws the same numbers: the state is the source's). A categorical head
+// then takes each row's uniform number from the source itself, without a call through the
+// rand.Source interface per row; the actions are those NewRunner's would be.
+func (p *Policy) NewRunnerPCG(ctx context.Context, n int, pcgs []*rand.PCG, deterministic bool) (*Runner, error) {
+	if len(pcgs) < n {
+		return nil, fmt.Errorf("bind: %d random sources for %d envs", len(pcgs), n)
+	}
+	rngs := make([]*rand.Rand, len(pcgs))
+	for i, src := range pcgs {
+		if src == nil {
+			return nil, fmt.Errorf("bind: the random source of env %d is nil", i)
+		}
+		rngs[i] = rand.New(src)
+	}
+	r, err := p.NewRunner(ctx, n, rngs, deterministic)
+	if err != nil {
+		return nil, err
+	}
+	r.pcgs, r.u = pcgs, make([]float64, n)
+	return r, nil
+}
+
 // Load reads an ONNX policy file and checks it against the environment env (see New). The
 // version is the file's towerrl.version metadata when it has one, else 0.
 func Load(ctx context.Context, path string, env envs.Spec, cfg Config) (*Policy, error) {

@@ -27,6 +27,8 @@ type Runner struct {
 	fd            feeds
 	scaled        bool         // the graph's own actions are in env units (tanh-gaussian)
 	rngs          []*rand.Rand // one per env, owned by the worker
+	pcgs          []*rand.PCG  // their sources when NewRunnerPCG made the Runner, else nil
+	u             []float64    // scratch: the rows' uniform numbers drawn from pcgs
 	deterministic bool
 	version       int64 // the policy version of the weights the session reads
 	// explore is the exploration rate StageExplore gave, when hasExplore (see there).
@@ -346,7 +348,7 @@ func (a *Runner) sample(n int, acts, envActs, logp []float32) error {
 		if a.deterministic {
 			err = c.Mode(a.params.dst[:n*d], act, logp[:n])
 		} else {
-			err = c.SampleRows(a.rngs[:n], a.params.dst[:n*d], act, logp[:n])
+			err = a.sampleCategorical(c, n, act, logp[:n])
 		}
 		if err != nil {
 			return fmt.Errorf("bind: %w", err)
@@ -439,6 +441,21 @@ func (a *Runner) sample(n int, acts, envActs, logp []float32) error {
 		}
 	}
 	return nil
+}
+
+// sampleCategorical samples n rows of the categorical head c into act and logp, row i with
+// env i's stream: from its source directly when the Runner has them (rand.Rand.Float64's
+// number, the same bits).
+func (a *Runner) sampleCategorical(c head.Categorical, n int, act []int32, logp []float32) error {
+	d := a.spec.ActionDim()
+	if a.pcgs == nil {
+		return c.SampleRows(a.rngs[:n], a.params.dst[:n*d], act, logp)
+	}
+	u := a.u[:n]
+	for i, src := range a.pcgs[:n] {
+		u[i] = float64(src.Uint64()<<11>>11) / (1 << 53)
+	}
+	return c.SampleUniform(u, a.params.dst[:n*d], act, logp)
 }
 
 // uniform replaces, with probability a.explore, row i's tanh-gaussian sample by an action

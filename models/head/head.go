@@ -77,6 +77,23 @@ func (c Categorical) SampleRows(rngs []*rand.Rand, logits []float32, actions []i
 	return c.sample(rngs, true, logits, actions, logp)
 }
 
+// SampleUniform is SampleRows with each row's uniform number given: row i draws with u[i] in
+// [0, 1) what SampleRows draws with rngs[i].Float64(). A caller that owns the streams'
+// sources (a batcher's *rand.PCG per env) fills u without a call through the rand.Source
+// interface per row.
+func (c Categorical) SampleUniform(u []float64, logits []float32, actions []int32, logp []float32) error {
+	if len(u) < len(actions) {
+		return fmt.Errorf("head: %d uniform numbers for a batch of %d", len(u), len(actions))
+	}
+	if err := c.check(logits, actions, logp); err != nil || len(actions) == 0 {
+		return err
+	}
+	if c.N == 2 {
+		return sampleBinary(nil, false, u, logits, actions, logp)
+	}
+	return c.sampleRows(nil, false, u, logits, actions, logp)
+}
+
 // checkStreams checks that rngs holds a stream for each of rows rows.
 func checkStreams(rngs []*rand.Rand, rows int) error {
 	if len(rngs) < rows {
@@ -94,22 +111,33 @@ func (c Categorical) sample(rngs []*rand.Rand, perRow bool, logits []float32, ac
 	if err := c.check(logits, actions, logp); err != nil || len(actions) == 0 {
 		return err
 	}
-	n := c.N
-	if n == 2 {
-		return sampleBinary(rngs, perRow, logits, actions, logp)
+	if c.N == 2 {
+		return sampleBinary(rngs, perRow, nil, logits, actions, logp)
 	}
+	return c.sampleRows(rngs, perRow, nil, logits, actions, logp)
+}
+
+// sampleRows is sample over rows of any width (checked), row i's uniform number u[i] when u
+// is not nil, else drawn from rngs (rngs[i] when perRow, else rngs[0]).
+func (c Categorical) sampleRows(rngs []*rand.Rand, perRow bool, u []float64, logits []float32, actions []int32, logp []float32) error {
+	n := c.N
 	var buf [rowScratch]float32
-	rng := rngs[0]
 	for i := range actions {
 		row := logits[i*n : (i+1)*n]
 		km, m, sum, err := normalise(row, i, &buf) // buf keeps the e_k of a row up to rowScratch wide
 		if err != nil {
 			return err
 		}
-		if perRow {
-			rng = rngs[i]
+		var x float64
+		switch {
+		case u != nil:
+			x = u[i]
+		case perRow:
+			x = rngs[i].Float64()
+		default:
+			x = rngs[0].Float64()
 		}
-		actions[i] = int32(draw(row, m, sum, rng.Float64()*sum, km, &buf))
+		actions[i] = int32(draw(row, m, sum, x*sum, km, &buf))
 		if logp != nil {
 			logp[i] = rowLogp(row, int(actions[i]), m, sum)
 		}
@@ -117,17 +145,16 @@ func (c Categorical) sample(rngs []*rand.Rand, perRow bool, logits []float32, ac
 	return nil
 }
 
-// sampleBinary is sample over two logits, rowScratch rows at a time, in passes over the
-// rows that each do one thing: each row's one exp, e = exp(−|l₁ − l₀|) (the larger logit's
+// sampleBinary is sample over two logits (row i's uniform number us[i] when us is not nil),
+// rowScratch rows at a time, in passes over the rows that each do one thing: each row's one exp, e = exp(−|l₁ − l₀|) (the larger logit's
 // e_k is 1); each row's uniform number; the logs of the sums 1 + e; then each row's draw.
 // It is the general inverse CDF written out for two actions: the same sums in the same
 // order, so the same actions from the same numbers (binaryRows). Passes without calls
 // inside let the rows' divisions and multiplications overlap, which a loop calling the
 // stream, the log and the draw for each row in turn did not (it took 30–40% longer).
-func sampleBinary(rngs []*rand.Rand, perRow bool, logits []float32, actions []int32, logp []float32) error {
+func sampleBinary(rngs []*rand.Rand, perRow bool, us []float64, logits []float32, actions []int32, logp []float32) error {
 	var neg, e [rowScratch]float32
 	var u, lg [rowScratch]float64
-	rng := rngs[0]
 	for r0 := 0; r0 < len(actions); r0 += rowScratch {
 		k := min(rowScratch, len(actions)-r0)
 		for i := range k {
@@ -139,13 +166,16 @@ func sampleBinary(rngs []*rand.Rand, perRow bool, logits []float32, actions []in
 			neg[i] = -max(l1-l0, l0-l1)
 		}
 		expShifted(e[:k], neg[:k], 0)
-		if perRow {
+		switch {
+		case us != nil:
+			copy(u[:k], us[r0:r0+k])
+		case perRow:
 			for i, r := range rngs[r0 : r0+k] {
 				u[i] = r.Float64()
 			}
-		} else {
+		default:
 			for i := range k {
-				u[i] = rng.Float64()
+				u[i] = rngs[0].Float64()
 			}
 		}
 		logsOnePlus(lg[:k], e[:k])

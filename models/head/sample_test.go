@@ -372,3 +372,38 @@ func TestBinaryMatchesGeneral(t *testing.T) {
 		}
 	}
 }
+
+// SampleUniform draws from given uniform numbers what SampleRows draws from the streams that
+// give them, two actions and more, with and without log-probabilities; too few numbers is an
+// error.
+func TestSampleUniformMatchesSampleRows(t *testing.T) {
+	const rows = 3000
+	for _, n := range []int{2, 5} {
+		logits := normals(n*rows, 2)
+		acts, logp := make([]int32, rows), make([]float32, rows)
+		if err := (Categorical{N: n}).SampleRows(rowStreams(rows), logits, acts, logp); err != nil {
+			t.Fatal(err)
+		}
+		u := make([]float64, rows)
+		for i, r := range rowStreams(rows) {
+			u[i] = r.Float64()
+		}
+		for _, withLogp := range []bool{true, false} {
+			got, gotLogp := make([]int32, rows), []float32(nil)
+			if withLogp {
+				gotLogp = make([]float32, rows)
+			}
+			if err := (Categorical{N: n}).SampleUniform(u, logits, got, gotLogp); err != nil {
+				t.Fatal(err)
+			}
+			for i := range rows {
+				if got[i] != acts[i] || (withLogp && gotLogp[i] != logp[i]) {
+					t.Fatalf("N=%d row %d: SampleUniform %d, SampleRows %d (logp %v)", n, i, got[i], acts[i], withLogp)
+				}
+			}
+		}
+		if err := (Categorical{N: n}).SampleUniform(u[:rows-1], logits, acts, nil); err == nil || !strings.Contains(err.Error(), "uniform numbers") {
+			t.Errorf("N=%d: %d numbers for %d rows gave %v, want an error", n, rows-1, rows, err)
+		}
+	}
+}
