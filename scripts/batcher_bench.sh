@@ -30,7 +30,9 @@
 # ratios the issue sets targets for, batcher w2 / ort ×2 procs and batcher w1 / ort ×1 proc,
 # each against 85%, and the ratios that separate the causes. Each process's CPU time (user +
 # system, /usr/bin/time) is printed as ns per row or step: it depends far less on other load
-# than the rates do, so it tells the shapes apart on a busy machine. The shapes run in turn,
+# than the rates do, so it tells the shapes apart on a busy machine, and the script also prints
+# the target ratios by CPU time (ONNX Runtime's CPU per row over the batcher's per step; with
+# sizes long enough that start-up, counted in both, is a small part). The shapes run in turn,
 # ROUNDS times, the order reversed every other round so that load from elsewhere falls on all
 # alike; the medians are the figures. Not part of make test.
 #
@@ -268,9 +270,20 @@ ratio() {
 		awk -v a="$(med "$1")" -v b="$(med "$2")" -v t="$3" 'BEGIN { printf "%s: %.1f%%\n", t, 100 * a / b }'
 	fi
 }
+# cratio A B TEXT: prints TEXT with 100·(B's CPU per row)/(A's CPU per step) when both ran: the
+# share of ONNX Runtime's rate A would reach at the CPU speed B had, which other load moves
+# far less than the rates.
+cratio() {
+	if [[ -n "${cost[$1]:-}" && -n "${cost[$2]:-}" ]]; then
+		awk -v a="$(medc "$1")" -v b="$(medc "$2")" -v t="$3" 'BEGIN { printf "%s: %.1f%%\n", t, 100 * b / a }'
+	fi
+}
 ratio w2 ort2 "batcher w2 / ort ×2 procs (target 85%)"
 ratio w1 ort1 "batcher w1 / ort ×1 proc (target 85%)"
 ratio w2 x2 "batcher w2 / batcher ×2 procs (the in-process loss)"
 ratio ort2s ort2 "ort 2 sessions / ort ×2 procs (ONNX Runtime's in-process loss)"
 ratio w2p w2 "w2 spare P / batcher w2 (GOMAXPROCS $(($(nproc) + 1)) against $(nproc))"
 ratio ort2sp ort2s "ort 2s spare P / ort 2 sessions (GOMAXPROCS $(($(nproc) + 1)) against $(nproc))"
+cratio w2 ort2 "by CPU time, ort ×2 procs per row / batcher w2 per step"
+cratio w1 ort1 "by CPU time, ort ×1 proc per row / batcher w1 per step"
+cratio w2 x2 "by CPU time, batcher ×2 procs / batcher w2"
