@@ -78,7 +78,7 @@ func TestGemm(t *testing.T) {
 		{1, 1, 1}, {3, 3, 3}, {1, 257, 3}, {257, 1, 3}, {3, 1, 257}, {257, 257, 1}, {17, 33, 65},
 		{512, 64, 4}, {512, 64, 64}, {512, 2, 64}, {512, 1, 64}, {64, 64, 512}, {4, 64, 512},
 		{64, 2, 512}, {64, 1, 512}, {512, 64, 2}, {512, 64, 1}, {33, 7, 300}, {7, 19, 0}, {5, 3, 600},
-		{40, 23, 300}, {3, 100, 17}, {64, 300, 9},
+		{40, 23, 300}, {3, 100, 17}, {64, 300, 9}, {32, 256, 64}, {33, 80, 300}, {24, 64, 17},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	eachProduct(t, shapes, func(l, m, n, k int, ta, tb bool, ci int, act Act) {
@@ -127,7 +127,7 @@ func TestGemmActGrad(t *testing.T) {
 	shapes := [][3]int{
 		{1, 1, 1}, {3, 3, 3}, {1, 257, 3}, {257, 1, 3}, {3, 1, 257}, {257, 257, 1}, {17, 33, 65},
 		{128, 64, 64}, {128, 64, 2}, {128, 64, 1}, {64, 64, 512}, {33, 7, 300}, {7, 19, 0}, {128, 48, 64},
-		{40, 23, 300}, {64, 300, 9},
+		{40, 23, 300}, {64, 300, 9}, {32, 256, 64}, {33, 80, 300}, {24, 64, 17},
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
 	eachProduct(t, shapes, func(l, m, n, k int, ta, tb bool, _ int, act Act) {
@@ -166,6 +166,61 @@ func TestGemmActGrad(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestFewRowsTransposedB: a product A·Bᵀ with at most half as many rows as columns (a layer's
+// input gradient on a tower's share of a small minibatch) is made as Cᵀ = B·Aᵀ, transposing A
+// instead of B; it must give, bit for bit, the product of A and an explicit transpose of B
+// (what the path that transposes B computes), added to C or not, with C and Y padded, alone
+// and times the activation's derivative, at every level of the C kernels (the Go loops take
+// each entry of a product with B transposed as a dot product, in their own order).
+func TestFewRowsTransposedB(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, l := range levels(t) {
+		if l == levelGo {
+			continue
+		}
+		for _, s := range [][3]int{{32, 256, 256}, {24, 64, 17}, {33, 80, 300}, {64, 128, 2}, {40, 100, 513}} {
+			m, n, k := s[0], s[1], s[2]
+			for _, acc := range []bool{false, true} {
+				lda, ldb, ldc := k+rng.IntN(2), k+rng.IntN(2), n+1+rng.IntN(2)
+				a, b, c0 := randSlice(rng, m*lda), randSlice(rng, n*ldb), randSlice(rng, m*ldc)
+				bt := make([]float32, k*n) // Bᵀ [k, n]
+				for j := range n {
+					for p := range k {
+						bt[p*n+j] = b[j*ldb+p]
+					}
+				}
+				got, want := append([]float32(nil), c0...), append([]float32(nil), c0...)
+				withLevel(l, func() {
+					Gemm(false, true, m, n, k, a, lda, b, ldb, got, ldc, acc, nil, None)
+					Gemm(false, false, m, n, k, a, lda, bt, n, want, ldc, acc, nil, None)
+				})
+				name := fmt.Sprintf("level %d %dx%dx%d acc=%v", l, m, n, k, acc)
+				sameBits(t, name, got, want)
+				if acc {
+					continue
+				}
+				y := randSlice(rng, m*n)
+				for _, act := range []Act{Tanh, ReLU} {
+					withLevel(l, func() {
+						GemmActGrad(false, true, m, n, k, a, lda, b, ldb, got, ldc, y, n, act)
+						GemmActGrad(false, false, m, n, k, a, lda, bt, n, want, ldc, y, n, act)
+					})
+					sameBits(t, fmt.Sprintf("%s act'=%d", name, act), got, want)
+				}
+			}
+		}
+	}
+}
+
+func sameBits(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: value %d is %v, want %v", name, i, got[i], want[i])
+		}
+	}
 }
 
 // checkMatrix compares C with the reference to 1e-5 relative (against the size of the terms
