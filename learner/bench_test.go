@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/towerrl/towerrl/engine/policy"
 	"github.com/towerrl/towerrl/engine/ppo"
+	"github.com/towerrl/towerrl/internal/benchscale"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
@@ -57,30 +56,13 @@ func BenchmarkTowersScaling(b *testing.B) {
 	one, batch1 := ppoTowers(b, 1, mb)
 	two, batch2 := ppoTowers(b, 2, mb)
 	ctx := context.Background()
-	var times [2][]time.Duration
-	for b.Loop() {
-		for k, tw := range []*learner.Towers{one, two} {
-			batch := []*learner.SampleBatch{batch1, batch2}[k]
-			for u := range 3 + timed {
-				start := time.Now()
-				if _, err := tw.Update(ctx, batch, 0, mb); err != nil {
-					b.Fatal(err)
-				}
-				if u >= 3 {
-					times[k] = append(times[k], time.Since(start))
-				}
-			}
+	update := func(tw *learner.Towers, batch *learner.SampleBatch) func() error {
+		return func() error {
+			_, err := tw.Update(ctx, batch, 0, mb)
+			return err
 		}
 	}
-	quantile := func(d []time.Duration, q float64) float64 {
-		slices.Sort(d)
-		return float64(d[int(q*float64(len(d)-1))].Microseconds())
-	}
-	t1, t2 := quantile(times[0], 0.5), quantile(times[1], 0.5)
-	b.ReportMetric(t1, "µs/update-1")
-	b.ReportMetric(t2, "µs/update-2")
-	b.ReportMetric(t1/t2, "speedup")
-	b.ReportMetric(quantile(times[0], 0.2)/quantile(times[1], 0.2), "speedup-p20")
+	benchscale.Compare(b, timed, update(one, batch1), update(two, batch2))
 }
 
 // ppoTowers makes n towers of PPO's loss over a fresh 64×64 actor-critic for CartPole and a

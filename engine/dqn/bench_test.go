@@ -4,11 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/towerrl/towerrl/engine/replay"
+	"github.com/towerrl/towerrl/internal/benchscale"
 )
 
 // benchSizes are BenchmarkUpdate's cases: RL Zoo's 256×256 ReLU Q-network at CartPole's sizes
@@ -51,31 +50,14 @@ func BenchmarkUpdateScaling(b *testing.B) {
 			for k := range ds {
 				ds[k], batches[k] = benchDQN(b, c.batch, c.obs, c.actions, k+1)
 			}
-			const timed = 20
 			ctx := context.Background()
-			var times [2][]time.Duration
-			for b.Loop() {
-				for k, d := range ds {
-					for u := range 3 + timed {
-						start := time.Now()
-						if _, err := d.Update(ctx, batches[k]); err != nil {
-							b.Fatal(err)
-						}
-						if u >= 3 {
-							times[k] = append(times[k], time.Since(start))
-						}
-					}
+			update := func(k int) func() error {
+				return func() error {
+					_, err := ds[k].Update(ctx, batches[k])
+					return err
 				}
 			}
-			quantile := func(d []time.Duration, q float64) float64 {
-				slices.Sort(d)
-				return float64(d[int(q*float64(len(d)-1))].Microseconds())
-			}
-			t1, t2 := quantile(times[0], 0.5), quantile(times[1], 0.5)
-			b.ReportMetric(t1, "µs/update-1")
-			b.ReportMetric(t2, "µs/update-2")
-			b.ReportMetric(t1/t2, "speedup")
-			b.ReportMetric(quantile(times[0], 0.2)/quantile(times[1], 0.2), "speedup-p20")
+			benchscale.Compare(b, 20, update(0), update(1))
 		})
 	}
 }
