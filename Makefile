@@ -31,7 +31,7 @@ build:
 
 ## test: lint, the docs checks (links, tool flags, quoted examples: scripts/docs_check.sh), the
 ## whole suite, then again under the race detector every package that runs goroutines
-## (scripts/race_test.sh; some learning runs too slow for -race run only in the first pass), then the portability
+## (scripts/race_test.sh; some learning runs and the kill test, too slow for -race, run only in the first pass), then the portability
 ## checks: the native code switched off (-tags purego,towerrl_runall) and the arm64 cross-build,
 ## then learner/mpi under mpirun (needs Open MPI: apt-get install openmpi-bin libopenmpi-dev).
 ## The test passes skip go test's own vet (-vet=off): lint has run every vet check over the same
