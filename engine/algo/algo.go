@@ -89,6 +89,15 @@ type Sequential interface {
 	Sequences() bool
 }
 
+// RowMean is implemented by an algorithm whose loss, and each of its statistics, is a mean over
+// the loss's rows of terms that each read one row alone (PPO's: the learner standardises the
+// advantages over the whole minibatch before the towers see them). A tower may then compute a
+// large slice of rows in parts that fit the CPU's cache and weigh the parts' gradients and
+// statistics by their rows: the same loss, its sums taken in another order.
+type RowMean interface {
+	RowMean()
+}
+
 // Defaults are an algorithm's own defaults for the run's hyper-parameters that are not
 // PPO's (CleanRL's, the engine's defaults); zero fields keep the engine's.
 type Defaults struct {

@@ -91,6 +91,9 @@ func (p *PPO) Name() string { return Name }
 // StatNames implements algo.Algorithm.
 func (p *PPO) StatNames() []string { return slices.Clone(StatNames) }
 
+// RowMean implements algo.RowMean: the loss and its statistics are means of per-row terms.
+func (p *PPO) RowMean() {}
+
 // Targets implements algo.Algorithm: GAE advantages and returns.
 func (p *PPO) Targets(r algo.Rollout, adv, ret []float32) error {
 	return GAE(GAEInput{T: r.T, N: r.N, Rewards: r.Rewards, Values: r.Values, Terminated: r.Terminated, Truncated: r.Truncated,

@@ -1,0 +1,98 @@
+package policy
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/towerrl/towerrl/engine/algo"
+	"github.com/towerrl/towerrl/engine/internal/enginetest"
+	"github.com/towerrl/towerrl/engine/ppo"
+	"github.com/towerrl/towerrl/models"
+	"github.com/towerrl/towerrl/models/head"
+)
+
+// wholeRows hides an algorithm's RowMean, so that its towers run every row at once.
+type wholeRows struct{ algo.Algorithm }
+
+func TestSplitRows(t *testing.T) {
+	for _, c := range []struct {
+		rows, most int
+		want       []int
+	}{
+		{1024, 1024, []int{1024}},
+		{1025, 1024, []int{513, 512}},
+		{2048, 1024, []int{1024, 1024}},
+		{2050, 1024, []int{684, 683, 683}},
+		{8192, 1024, []int{1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024}},
+	} {
+		got := splitRows(c.rows, c.most)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("splitRows(%d, %d) = %v, want %v", c.rows, c.most, got, c.want)
+		}
+	}
+}
+
+// TestPPOTowerInParts checks that a PPO tower over more than partRows rows, which runs them in
+// parts, gives the loss of ONNX Runtime's float64 reference over all its rows, and the
+// gradient and statistics of one graph over all of them (a tower of the same algorithm with
+// RowMean hidden) to float32 rounding.
+func TestPPOTowerInParts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 3))
+	params, err := models.NewParams(models.Config{Spec: head.Spec{Head: head.CategoricalKind, N: 3, ObsShape: []int{4}}}, rng)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range params.Data() {
+		params.Data()[i] += float32(rng.NormFloat64() * 0.3)
+	}
+	const n = 2*partRows + 2 // three parts, of two sizes
+	mb := enginetest.RandomMinibatch(rng, n, 3, enginetest.Scales{Ret: 1, Value: 0.5, LogP: 0.4})
+	c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	grad := func(a algo.Algorithm, parts int) ([]float32, []float64) {
+		tw, err := newNativeTower(params, n, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := tw.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+		if len(tw.parts) != parts {
+			t.Fatalf("%d parts, want %d", len(tw.parts), parts)
+		}
+		grads := make([]float32, params.Size())
+		stats := make([]float64, len(ppo.StatNames))
+		// Twice: the second run must not add to the first.
+		for range 2 {
+			if err := tw.Grad(mb, grads, stats); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return grads, stats
+	}
+	gotG, gotS := grad(&ppo.PPO{Coefs: c}, 3)
+	wantG, wantS := grad(wholeRows{&ppo.PPO{Coefs: c}}, 1)
+	if ref := refLoss(t, params, mb, c); math.Abs(gotS[0]-ref) > 1e-5*math.Max(1, math.Abs(ref)) {
+		t.Errorf("loss %.7f in parts, reference %.7f", gotS[0], ref)
+	}
+	for i, name := range ppo.StatNames {
+		if math.Abs(gotS[i]-wantS[i]) > 1e-6*math.Max(1, math.Abs(wantS[i])) {
+			t.Errorf("%s: %.9f in parts, %.9f at once", name, gotS[i], wantS[i])
+		}
+	}
+	var scale float64
+	for _, g := range wantG {
+		scale = math.Max(scale, math.Abs(float64(g)))
+	}
+	for i := range wantG {
+		if d := math.Abs(float64(gotG[i] - wantG[i])); d > 1e-5*scale {
+			t.Fatalf("gradient %d: %g in parts, %g at once (largest entry %g)", i, gotG[i], wantG[i], scale)
+		}
+	}
+	if gotS[5] <= 0 || gotS[5] >= 1 {
+		t.Fatalf("clip fraction %v: the test should exercise both branches", gotS[5])
+	}
+}
