@@ -37,6 +37,15 @@ type Config struct {
 	// inference call per step (a GPU), its envs stepped on several cores, as rlstructures
 	// recommends. Keep Workers × EnvThreads within the cores. Snapshot needs 1. Default 1.
 	EnvThreads int
+	// Pipeline splits each worker's M envs into two halves of M/2, each stepped on its own
+	// goroutine with its own session, that take turns in ONNX Runtime: one half's sampling,
+	// env step and bookkeeping run while the other half's inference does, so the worker's
+	// inference runs one call at a time, as without, and its other work moves off that
+	// call's path onto a second core. The trajectories, the rollout's rows and the order of
+	// its Episodes are those without (a row's outputs do not depend on the batch it ran in).
+	// Each inference call runs M/2 rows. It needs M even and EnvThreads 1; Snapshot refuses
+	// it. Default false.
+	Pipeline bool
 	// NoSpin makes the env shards' goroutines (EnvThreads > 1) park at once between steps
 	// instead of spinning briefly (envs.Config.NoSpin). Default false.
 	NoSpin bool
@@ -78,6 +87,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: EnvThreads = %d, want >= 1", ErrConfig, c.EnvThreads)
 	case c.Steps < 0:
 		return c, fmt.Errorf("%w: Steps = %d, want >= 1", ErrConfig, c.Steps)
+	case c.Pipeline && c.EnvsPerWorker%2 != 0:
+		return c, fmt.Errorf("%w: Pipeline splits EnvsPerWorker in two halves; EnvsPerWorker = %d, want an even number", ErrConfig, c.EnvsPerWorker)
+	case c.Pipeline && c.EnvThreads > 1:
+		return c, fmt.Errorf("%w: Pipeline with EnvThreads = %d; want one of them", ErrConfig, c.EnvThreads)
 	}
 	return c, nil
 }
@@ -96,8 +109,10 @@ type Timings struct {
 // (Collect) or continuously into a ring of buffers (Stream). Collect, Stream, UpdatePolicy,
 // Publish and Close may be called from different goroutines; Collect calls are serialised.
 type Batcher struct {
-	cfg     Config
-	spec    envs.Spec
+	cfg  Config
+	spec envs.Spec
+	// workers are the goroutines: Config.Workers of them, or with Config.Pipeline twice as
+	// many, each worker's two halves in turn (2k and 2k+1 sharing a turn in ONNX Runtime).
 	workers []*worker
 	rollout *Rollout
 	wg      sync.WaitGroup
@@ -146,6 +161,7 @@ type worker struct {
 	timings     Timings       // written by the worker's goroutine only
 	slowDebt    time.Duration // Preempt.Slowdown's wait not slept yet
 	yielded     time.Time     // when the worker last yielded its thread (see yieldEvery)
+	turn        *turn         // with Config.Pipeline, held by the half whose inference runs; else nil
 	reqs        chan request
 	done        chan error
 
@@ -200,8 +216,16 @@ func New(ctx context.Context, cfg Config, policy *bind.Policy) (*Batcher, error)
 		}
 		b.rollout.allocStates()
 	}
-	for w := range cfg.Workers {
-		wk, err := b.newWorker(ctx, w, policy, actDim, discrete)
+	goroutines, m := cfg.Workers, cfg.EnvsPerWorker
+	if cfg.Pipeline {
+		goroutines, m = 2*cfg.Workers, m/2
+	}
+	var tn *turn
+	for w := range goroutines {
+		if cfg.Pipeline && w%2 == 0 {
+			tn = new(turn)
+		}
+		wk, err := b.newWorker(ctx, w, m, tn, policy, actDim, discrete)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("batcher: worker %d: %w", w, err), b.closeWorkers())
 		}
@@ -231,10 +255,11 @@ func samplingStream(seed uint64, i int) (*rand.Rand, *rand.PCG) {
 	return rand.New(src), src
 }
 
-func (b *Batcher) newWorker(ctx context.Context, w int, policy *bind.Policy, actDim int, discrete bool) (*worker, error) {
-	m := b.cfg.EnvsPerWorker
+// newWorker makes goroutine w's worker, stepping envs w·m to (w+1)·m; turn is its pair's
+// (Config.Pipeline), else nil.
+func (b *Batcher) newWorker(ctx context.Context, w, m int, turn *turn, policy *bind.Policy, actDim int, discrete bool) (*worker, error) {
 	od := b.spec.Observation.Dim()
-	wk := &worker{index: w, m: m, rngs: make([]*rand.Rand, m), pcgs: make([]*rand.PCG, m), ret: make([]float64, m),
+	wk := &worker{index: w, m: m, turn: turn, rngs: make([]*rand.Rand, m), pcgs: make([]*rand.PCG, m), ret: make([]float64, m),
 		fin: make([]float32, m*od), finRow: make([]int, 0, m), finV: make([]float32, m),
 		length: make([]int, m), reqs: make(chan request), done: make(chan error)}
 	for i := range m {
@@ -379,7 +404,13 @@ func (b *Batcher) collect(ctx context.Context, steps int, p *Preempt) (*Rollout,
 		r.T = cut.steps()
 	}
 	r.Episodes = r.Episodes[:0]
-	for _, w := range b.workers {
+	for k, w := range b.workers {
+		if b.cfg.Pipeline {
+			if k%2 == 0 {
+				r.Episodes = mergeHalves(r.Episodes, r, k*w.m, w.m, w.episodes, b.workers[k+1].episodes)
+			}
+			continue
+		}
 		r.Episodes = append(r.Episodes, w.episodes...)
 	}
 	b.timings.Wall += time.Since(start)

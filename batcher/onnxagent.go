@@ -37,6 +37,9 @@ func newWorkerAgent(ctx context.Context, p *bind.Policy, w *worker, deterministi
 	if err != nil {
 		return nil, err
 	}
+	if w.turn != nil {
+		r.SetTurn(w.turn)
+	}
 	return wrapRunner(p, r), nil
 }
 

@@ -34,6 +34,9 @@ func (b *Batcher) Snapshot() ([]byte, error) {
 	if b.stream != nil {
 		return nil, fmt.Errorf("%w: Snapshot refused; close the stream (Stream.Close) first", ErrStreaming)
 	}
+	if b.cfg.Pipeline {
+		return nil, fmt.Errorf("%w: a batcher with Config.Pipeline cannot be snapshotted", ErrSnapshot)
+	}
 	var out bytes.Buffer
 	w := func(x any) { binary.Write(&out, binary.LittleEndian, x) }
 	recurrent := len(b.workers) > 0 && len(b.workers[0].stIn) > 0

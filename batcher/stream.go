@@ -329,7 +329,14 @@ func (s *Stream) take() (int, *Rollout, error) {
 		s.lagMax = max(s.lagMax, lag)
 		r := st.r
 		r.Episodes = r.Episodes[:0]
-		for _, eps := range st.episodes {
+		for k, eps := range st.episodes {
+			if s.b.cfg.Pipeline {
+				if k%2 == 0 {
+					m := s.b.workers[k].m
+					r.Episodes = mergeHalves(r.Episodes, r, k*m, m, eps, st.episodes[k+1])
+				}
+				continue
+			}
 			r.Episodes = append(r.Episodes, eps...)
 		}
 		return slot, r, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/towerrl/towerrl/models/head"
@@ -35,7 +36,8 @@ type Runner struct {
 	explore    float64
 	hasExplore bool
 	inference  time.Duration
-	fed        *fed // the published weights' buffers; nil when the policy is not published in place
+	turn       sync.Locker // held around each ONNX Runtime call when set (SetTurn); nil: none
+	fed        *fed        // the published weights' buffers; nil when the policy is not published in place
 
 	chunk  int  // rows per call
 	fixed  bool // static batch: every call runs exactly chunk rows
@@ -231,8 +233,16 @@ func (a *Runner) Version() int64 { return a.version }
 // Close releases the session.
 func (a *Runner) Close() error { return a.sess.Close() }
 
-// InferenceTime is the time spent in ONNX Runtime since the Runner was made.
+// InferenceTime is the time spent in ONNX Runtime since the Runner was made, with the waits
+// for the turn SetTurn gave.
 func (a *Runner) InferenceTime() time.Duration { return a.inference }
+
+// SetTurn makes every ONNX Runtime call of the Runner hold turn for the call's duration, and
+// only for it: the rows' copies in and out and the sampling stay outside. Runners that share
+// one turn then run their sessions one at a time, whatever the goroutines that step them do
+// meanwhile (batcher.Config.Pipeline: the two halves of one worker's envs). Nil: no turn. Set
+// it before the first Run, on the Runner's goroutine.
+func (a *Runner) SetTurn(turn sync.Locker) { a.turn = turn }
 
 // Provider is the execution provider the session got (after any fallback of "auto").
 func (a *Runner) Provider() onnx.Provider { return a.sess.Provider() }
@@ -269,10 +279,17 @@ func (a *Runner) Run(n int, obs []float32, state [][]float32, starts []float32) 
 			}
 		}
 		start := time.Now()
-		if err := a.sess.Run(batch); err != nil {
+		if a.turn != nil {
+			a.turn.Lock()
+		}
+		err := a.sess.Run(batch)
+		a.inference += time.Since(start)
+		if a.turn != nil {
+			a.turn.Unlock()
+		}
+		if err != nil {
 			return err
 		}
-		a.inference += time.Since(start)
 		a.params.gather(r0, k)
 		a.logStd.gather(r0, k)
 		a.value.gather(r0, k)

@@ -10,6 +10,10 @@
 #                  in-process loss, if any)
 #   batcher w2     `batcher --workers 2 --envs 1024` (sampled): two workers in one process
 #   batcher w1     `batcher --workers 1 --envs 1024`
+#   w1 pipelined   `batcher --workers 1 --envs 1024 --pipeline`: the worker's envs in two halves
+#                  of 512 taking turns in its inference (batcher.Config.Pipeline), one half's
+#                  env steps and sampling on a second core while the other half's inference
+#                  runs; the same shards, more CPU per step
 #   batcher ×2     two `batcher --workers 1 --envs 1024` processes at once: what two
 #                  workers reach without sharing a process (w2 against it is the in-process loss)
 #   w2 spare P     batcher w2 with GOMAXPROCS one above the cores (default: the cores), so
@@ -39,7 +43,7 @@
 #   scripts/batcher_bench.sh [ROUNDS]       default 3 rounds; make bench-batcher runs it
 #
 # Environment: SHAPES (the shapes to run, by the short names of the list above in its order:
-# default "ort2 ort1 ort2s w2 w1 x2 w2p ort2sp cort cob"; each ratio is printed when both its
+# default "ort2 ort1 ort2s w2 w1 w1p x2 w2p ort2sp cort cob"; each ratio is printed when both its
 # shapes ran), RUNS (infer's timed runs, default 16000: about 3 s a process on a quiet core),
 # STEPS (batcher env steps, default 33554432: 32 rollouts of 128 steps × 2 workers × 1024
 # envs), ENVS (default 1024: the batch), ENV (CartPole-v1), MODEL (testdata/mlp_tanh.onnx),
@@ -134,15 +138,16 @@ ort() {
 	done | span "$((envs * runs * $3))" "$((envs * (runs + 1) * $3))"
 }
 
-# batch NAME PROCS WORKERS [GOMAXPROCS]: PROCS batcher processes of WORKERS workers at once
-# (under that GOMAXPROCS when given); prints their steps/s (span) and CPU ns per step.
+# batch NAME PROCS WORKERS [GOMAXPROCS [FLAG...]]: PROCS batcher processes of WORKERS workers
+# at once (under that GOMAXPROCS when not empty, with the further flags); prints their steps/s
+# (span) and CPU ns per step.
 batch() {
 	local i pre=()
 	if [[ -n "${4:-}" ]]; then
 		pre=(env GOMAXPROCS="$4")
 	fi
 	for ((i = 0; i < $2; i++)); do
-		launch "$1-$i" "${pre[@]}" "${batcher[@]}" --workers "$3" --seed "$i"
+		launch "$1-$i" "${pre[@]}" "${batcher[@]}" --workers "$3" --seed "$i" "${@:5}"
 	done
 	finish
 	local j n
@@ -155,8 +160,8 @@ batch() {
 
 declare -A rate cost
 
-read -r -a shapes <<<"${SHAPES:-ort2 ort1 ort2s w2 w1 x2 w2p ort2sp cort cob}"
-declare -A label=([ort2]="ort ×2 procs" [ort1]="ort ×1 proc" [ort2s]="ort 2 sessions" [w2]="batcher w2" [w1]="batcher w1"
+read -r -a shapes <<<"${SHAPES:-ort2 ort1 ort2s w2 w1 w1p x2 w2p ort2sp cort cob}"
+declare -A label=([ort2]="ort ×2 procs" [ort1]="ort ×1 proc" [ort2s]="ort 2 sessions" [w2]="batcher w2" [w1]="batcher w1" [w1p]="w1 pipelined"
 	[x2]="batcher ×2 procs" [w2p]="w2 spare P" [ort2sp]="ort 2s spare P" [cort]="ort co-run" [cob]="batcher co-run")
 for s in "${shapes[@]}"; do
 	if [[ -z "${label[$s]:-}" ]]; then
@@ -222,6 +227,7 @@ shape() {
 	ort2sp) out="$(ort ort2sp 1 2 "$(($(nproc) + 1))")" ;;
 	w2) out="$(batch w2 1 2)" ;;
 	w1) out="$(batch w1 1 1)" ;;
+	w1p) out="$(batch w1p 1 1 "" --pipeline)" ;;
 	x2) out="$(batch x2 2 1)" ;;
 	w2p) out="$(batch w2p 1 2 "$(($(nproc) + 1))")" ;;
 	esac
@@ -280,10 +286,12 @@ cratio() {
 }
 ratio w2 ort2 "batcher w2 / ort ×2 procs (target 85%)"
 ratio w1 ort1 "batcher w1 / ort ×1 proc (target 85%)"
+ratio w1p ort1 "w1 pipelined / ort ×1 proc (target 85%)"
 ratio w2 x2 "batcher w2 / batcher ×2 procs (the in-process loss)"
 ratio ort2s ort2 "ort 2 sessions / ort ×2 procs (ONNX Runtime's in-process loss)"
 ratio w2p w2 "w2 spare P / batcher w2 (GOMAXPROCS $(($(nproc) + 1)) against $(nproc))"
 ratio ort2sp ort2s "ort 2s spare P / ort 2 sessions (GOMAXPROCS $(($(nproc) + 1)) against $(nproc))"
 cratio w2 ort2 "by CPU time, ort ×2 procs per row / batcher w2 per step"
 cratio w1 ort1 "by CPU time, ort ×1 proc per row / batcher w1 per step"
+cratio w1p ort1 "by CPU time, ort ×1 proc per row / w1 pipelined per step"
 cratio w2 x2 "by CPU time, batcher ×2 procs / batcher w2"

@@ -4,7 +4,10 @@
 //	batcher --policy P.onnx|random --env ID --envs M --workers W --steps N [--out DIR [--append]]
 //	        [--deterministic] [--seed S] [--device cpu|cuda|auto] [--rollout T] [--env-threads K]
 //
-// N is rounded up to a multiple of W·M. --env-threads K steps each worker's M envs on K
+// N is rounded up to a multiple of W·M. --pipeline steps each worker's M envs in two halves on
+// two goroutines that take turns in ONNX Runtime (batcher.Config.Pipeline): one half's env
+// steps, sampling and bookkeeping run while the other half's inference does, so a worker's
+// inference is no longer held up by them; same shards, about 1.2 cores a worker. --env-threads K steps each worker's M envs on K
 // goroutines (same trajectories): with a GPU, one worker with many envs (--workers 1
 // --envs 4096 --device cuda --env-threads <cores>) makes one inference call per step.
 //
@@ -131,6 +134,7 @@ type options struct {
 	appendRun              bool
 	envs, workers, rollout int
 	envThreads             int
+	pipeline               bool
 	steps                  int64
 	seed                   uint64
 	deterministic          bool
@@ -158,6 +162,7 @@ type summary struct {
 	Workers    int      `json:"workers"`
 	Envs       int      `json:"envs_per_worker"`
 	EnvThreads int      `json:"env_threads"`
+	Pipeline   bool     `json:"pipeline"`
 	Shards     []string `json:"shards,omitempty"`
 	Manifest   string   `json:"manifest,omitempty"`
 	Split      split    `json:"time_split"`
@@ -181,6 +186,7 @@ func main() {
 	fs.IntVar(&o.envs, "envs", 64, "environments per worker (M)")
 	fs.IntVar(&o.workers, "workers", 1, "worker goroutines (W), each with its own ONNX session")
 	fs.IntVar(&o.envThreads, "env-threads", 1, "goroutines stepping each worker's envs (K; keep W·K within the cores)")
+	fs.BoolVar(&o.pipeline, "pipeline", false, "step each worker's envs in two halves that take turns in ONNX Runtime, one half's env steps and sampling overlapping the other's inference (same trajectories; --envs even)")
 	fs.Int64Var(&o.steps, "steps", 100000, "total env steps to collect (rounded up to a multiple of W·M)")
 	fs.IntVar(&o.rollout, "rollout", 128, "steps per env per rollout (T); one shard per rollout")
 	fs.StringVar(&o.out, "out", "", "folder for .npz shards and manifest.json (default: write nothing); refused if it holds a dataset, unless --append")
@@ -235,6 +241,10 @@ func validate(o options) (env envs.Spec, rounds int64, rollout int, err error) {
 		return env, 0, 0, fmt.Errorf("--rollout %d: want at least 1", o.rollout)
 	case o.envThreads < 0:
 		return env, 0, 0, fmt.Errorf("--env-threads %d: want at least 1", o.envThreads)
+	case o.pipeline && o.envs%2 != 0:
+		return env, 0, 0, fmt.Errorf("--pipeline splits --envs in two halves: --envs %d, want an even number", o.envs)
+	case o.pipeline && o.envThreads > 1:
+		return env, 0, 0, fmt.Errorf("--pipeline with --env-threads %d: want one of them", o.envThreads)
 	}
 	if err := o.flags.CheckThreads(); err != nil {
 		return env, 0, 0, err
@@ -314,7 +324,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	}
 	perRound := int64(o.envs * o.workers)
 	b, err := batcher.New(ctx, batcher.Config{Env: env, Workers: o.workers, EnvsPerWorker: o.envs, EnvThreads: o.envThreads,
-		Steps: rollout, Seed: o.seed, Deterministic: o.deterministic, Logger: log}, policy)
+		Pipeline: o.pipeline, Steps: rollout, Seed: o.seed, Deterministic: o.deterministic, Logger: log}, policy)
 	if err != nil {
 		return err
 	}
@@ -333,7 +343,7 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 	// Start the bar's clock now: its first rate is then the first rollout's steps over the
 	// time they took, not over the microseconds between the bar's first two renders.
 	_ = bar.RenderBlank()
-	sum := summary{Policy: o.policy, Env: o.env, Device: b.Device(), Workers: o.workers, Envs: o.envs, EnvThreads: max(o.envThreads, 1)}
+	sum := summary{Policy: o.policy, Env: o.env, Device: b.Device(), Workers: o.workers, Envs: o.envs, EnvThreads: max(o.envThreads, 1), Pipeline: o.pipeline}
 	if o.policy == "random" {
 		sum.Device = "cpu" // no policy runs: the actions are drawn on the CPU
 	}

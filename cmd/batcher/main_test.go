@@ -61,6 +61,52 @@ func TestCollectToShards(t *testing.T) {
 	}
 }
 
+// TestPipelineSameShards: --pipeline writes the shards, byte for byte, and the episodes'
+// figures that the same run without it does (2 workers × 8 envs, seed 3).
+func TestPipelineSameShards(t *testing.T) {
+	shards := func(pipeline bool) ([][]byte, map[string]any) {
+		out := filepath.Join(t.TempDir(), "data")
+		var stdout bytes.Buffer
+		o := options{policy: "../../testdata/mlp_tanh.onnx", env: "CartPole-v1", envs: 8, workers: 2, steps: 2000, rollout: 25,
+			out: out, seed: 3, pipeline: pipeline}
+		o.flags.Device = "cpu"
+		if err := run(context.Background(), &stdout, io.Discard, zap.NewNop(), o); err != nil {
+			t.Fatal(err)
+		}
+		var sum map[string]any
+		if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+			t.Fatal(err)
+		}
+		var data [][]byte
+		for _, p := range sum["shards"].([]any) {
+			b, err := os.ReadFile(p.(string))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data = append(data, b)
+		}
+		return data, sum
+	}
+	want, ws := shards(false)
+	got, gs := shards(true)
+	if len(got) != len(want) || len(want) != 5 {
+		t.Fatalf("%d shards with --pipeline, %d without; want 5", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("shard %d differs with --pipeline", i)
+		}
+	}
+	for _, k := range []string{"episodes", "return_mean", "return_std"} {
+		if gs[k] != ws[k] {
+			t.Errorf("%s %v with --pipeline, %v without", k, gs[k], ws[k])
+		}
+	}
+	if gs["pipeline"] != true {
+		t.Errorf("summary: pipeline %v", gs["pipeline"])
+	}
+}
+
 // TestAutoDeviceReportsWhereItRan: --device auto reports the provider the sessions got, never
 // "auto" (cpu here without a GPU, cuda on a GPU machine with `make gpu-setup`).
 func TestAutoDeviceReportsWhereItRan(t *testing.T) {
@@ -150,6 +196,8 @@ func TestSizesRefusedBeforeAllocating(t *testing.T) {
 		{"negative workers", func(o *options) { o.workers = -2 }, "--workers -2: want at least 1"},
 		{"zero rollout", func(o *options) { o.rollout = 0 }, "--rollout 0: want at least 1"},
 		{"negative env threads", func(o *options) { o.envThreads = -1 }, "--env-threads -1: want at least 1"},
+		{"pipeline odd envs", func(o *options) { o.pipeline, o.envs = true, 3 }, "--pipeline splits --envs in two halves: --envs 3, want an even number"},
+		{"pipeline env threads", func(o *options) { o.pipeline, o.envs, o.envThreads = true, 2, 2 }, "--pipeline with --env-threads 2: want one of them"},
 		{"threads -7", func(o *options) { o.flags.Threads = -7 }, fmt.Sprintf("--threads -7: want -1 (one per core) or 1 to %d (the cores here)", cores)},
 		{"threads 1000", func(o *options) { o.flags.Threads = 1000 }, "--threads 1000: want -1"},
 		{"append without out", func(o *options) { o.appendRun, o.out = true, "" }, "--append needs --out"},
