@@ -14,7 +14,8 @@
 // for a seed), clips the average by global norm, and applies it once through the optimiser.
 // Recurrent data is split in whole sequences, never through time.
 //
-// Tower 0 runs on the goroutine calling Update; towers 1..N-1 each have their own. What
+// Tower 0 runs on the goroutine calling Update; towers 1..N-1 each have their own, or a
+// [Crew]'s that several Towers updating in turn share (SAC's critics and actor). What
 // follows the gradients is shared by the towers too, each on its shard of the parameters
 // (with Adam or SGD): averaging (with the default Local, only the shard each applies), the
 // square sums of the global norm, clipping and the optimiser's step. One tower doing all of

@@ -53,7 +53,51 @@ type TowersConfig struct {
 	// thread wake-up per hand-off (tens of µs on a VM). For machines shared with other work,
 	// and to measure without spinning. Default false: spin when every tower can have a CPU.
 	NoSpin bool
+	// Crew runs towers 1..N-1 on its goroutines (N must be its size) instead of goroutines of
+	// the Towers' own, for several Towers that update in turn (SAC's critics, then its actor):
+	// each set's own goroutines would spin for up to 500 µs after its step while the next
+	// set's step runs, keeping that set's goroutines, just woken, off the CPUs as long.
+	// Closing the Towers leaves the Crew to its maker. Default nil: goroutines of their own.
+	Crew *Crew
 }
+
+// Crew is the goroutines that run towers 1..n-1 of every Towers given it in TowersConfig.Crew
+// (tower 0 runs on the goroutine calling Update). Those Towers' updates must not overlap, nor
+// overlap Run. A Crew belongs to its maker, whose Close stops it.
+type Crew struct {
+	n    int
+	pool *spin.Pool
+	work func(i int) // the job of the Run in progress
+}
+
+// NewCrew starts the goroutines of a crew of n ≥ 1 (none for n = 1). With noSpin they park at
+// once between jobs (TowersConfig.NoSpin); else they spin first when GOMAXPROCS leaves each of
+// the n a P.
+func NewCrew(n int, noSpin bool) *Crew {
+	mode := spin.Auto
+	if noSpin {
+		mode = spin.Off
+	}
+	c := &Crew{n: max(n, 1)}
+	c.pool = spin.NewPool(max(n, 1), func(i int) { c.work(i) }, spin.WithMode(mode))
+	return c
+}
+
+// N is the crew's size: the goroutine calling Run and the crew's own.
+func (c *Crew) N() int { return c.n }
+
+// Run calls work(i) for each i in [0, N) in parallel, work(0) on the calling goroutine, and
+// returns when all have returned. Everything written before Run is visible to work, and
+// everything work writes is visible after Run. Between updates, Run splits other work over
+// the towers' goroutines (SAC's target averaging).
+func (c *Crew) Run(work func(i int)) {
+	c.work = work
+	c.pool.Run()
+	c.work = nil
+}
+
+// Close stops the crew's goroutines. Idempotent; not concurrent with Run or an update.
+func (c *Crew) Close() error { return c.pool.Close() }
 
 // Towers splits each minibatch evenly over N towers, computes their gradients in parallel,
 // averages them in tower order through a Collective, clips the result by global norm and
@@ -78,12 +122,14 @@ type Towers struct {
 	mu      sync.RWMutex // guards params against Weights reading during opt.Step, and version
 	version int64
 
-	pool *spin.Pool // runs tower i's job on goroutine i (tower 0 on Update's)
-	jobs []towerJob // per tower: this update's slice, written by Update before pool.Run
-	errs []error    // per tower: its job's error, read by Update after pool.Run
-	avg  []float64  // averaged statistics, returned in UpdateStats
-	adv  []float32  // a shuffled minibatch's advantages, standardised here (updateRows)
-	sums []float64  // square sums of the averaged gradient's normBlocks (tower i writes its shard's)
+	crew    *Crew       // runs tower i's job on goroutine i (tower 0 on Update's)
+	ownCrew bool        // the crew is the Towers' own, closed with them
+	job     func(i int) // tower i's job: its error into errs[i]
+	jobs    []towerJob  // per tower: this update's slice, written by Update before the crew runs
+	errs    []error     // per tower: its job's error, read by Update after the crew has run
+	avg     []float64   // averaged statistics, returned in UpdateStats
+	adv     []float32   // a shuffled minibatch's advantages, standardised here (updateRows)
+	sums    []float64   // square sums of the averaged gradient's normBlocks (tower i writes its shard's)
 
 	// With more than one tower and an optimiser that can step in ranges, each tower also takes
 	// its shard of the norm, the clipping and the step (see compute); else Update does them.
@@ -127,6 +173,8 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 		return nil, fmt.Errorf("%w: Minibatch = %d", ErrConfig, cfg.Minibatch)
 	case opt == nil:
 		return nil, fmt.Errorf("%w: no optimiser", ErrConfig)
+	case cfg.Crew != nil && cfg.Crew.N() != cfg.N:
+		return nil, fmt.Errorf("%w: a crew of %d for %d towers", ErrConfig, cfg.Crew.N(), cfg.N)
 	}
 	per := cfg.Minibatch / cfg.N
 	if per == 0 {
@@ -178,9 +226,13 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 		t.stepper, t.failed, t.meet = st, make([]bool, cfg.N), spin.NewBarrier(cfg.N, mode)
 		t.local, _ = cfg.Collective.(*Local)
 	}
-	// Tower 0 runs on the goroutine calling Update; towers 1..N-1 on their own.
+	// Tower 0 runs on the goroutine calling Update; towers 1..N-1 on the crew's.
 	t.jobs, t.errs = make([]towerJob, cfg.N), make([]error, cfg.N)
-	t.pool = spin.NewPool(cfg.N, func(i int) { t.errs[i] = t.compute(i, t.jobs[i]) }, spin.WithMode(mode))
+	t.job = func(i int) { t.errs[i] = t.compute(i, t.jobs[i]) }
+	t.crew = cfg.Crew
+	if t.crew == nil {
+		t.crew, t.ownCrew = NewCrew(cfg.N, cfg.NoSpin), true
+	}
 	return t, nil
 }
 
@@ -334,7 +386,7 @@ func (t *Towers) update(ctx context.Context, b *SampleBatch, order []int, lo, hi
 	}
 	// No ctx here: the towers honour it inside AllReduce, and their buffers must not be reused
 	// before they are done with them.
-	t.pool.Run()
+	t.crew.Run(t.job)
 	clear(t.jobs) // do not keep the batch
 	err := errors.Join(t.errs...)
 	var norm float64
@@ -472,10 +524,13 @@ func (t *Towers) closeTowers() error {
 
 // Close stops the tower goroutines and closes the towers. Not concurrent with Update.
 func (t *Towers) Close() error {
-	if t.pool == nil {
+	if t.crew == nil {
 		return nil
 	}
-	err := t.pool.Close()
-	t.pool = nil
+	var err error
+	if t.ownCrew {
+		err = t.crew.Close()
+	}
+	t.crew = nil
 	return errors.Join(err, t.closeTowers())
 }

@@ -295,3 +295,57 @@ func TestTowersNoSpin(t *testing.T) {
 		}
 	}
 }
+
+// TestTowersCrew: two sets of towers updating in turn on one Crew compute the bits each set
+// computes on goroutines of its own; Run reaches every member; closing the Towers leaves the
+// crew running; a crew of another size is refused.
+func TestTowersCrew(t *testing.T) {
+	data := NewSampleBatch(240, wideObs, 1, 0)
+	fill(data, 240, 9)
+	train := func(crew *Crew) [2][]float32 {
+		var ps [2][]float32
+		var tws [2]*Towers
+		for k := range tws {
+			ps[k] = wideParams()
+			var err error
+			tws[k], err = NewTowers(TowersConfig{N: 2, Minibatch: 60, MaxGradNorm: 0.05, Crew: crew},
+				ps[k], NewAdam(len(ps[k]), Constant(0.01*float64(k+1)), 0, 0, 1e-5), data, wideFactory(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for lo := 0; lo+60 <= 240; lo += 60 {
+			for _, tw := range tws {
+				if _, err := tw.Update(context.Background(), data, lo, lo+60); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for _, tw := range tws {
+			if err := tw.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ps
+	}
+	crew := NewCrew(2, false)
+	defer crew.Close()
+	own, shared := train(nil), train(crew)
+	for k := range own {
+		for j := range own[k] {
+			if math.Float32bits(own[k][j]) != math.Float32bits(shared[k][j]) {
+				t.Fatalf("set %d, parameter %d: %v on a crew, %v on goroutines of its own", k, j, shared[k][j], own[k][j])
+			}
+		}
+	}
+	var ran [2]bool
+	crew.Run(func(i int) { ran[i] = true }) // after the Towers' Close
+	if ran != [2]bool{true, true} {
+		t.Errorf("Run reached %v", ran)
+	}
+	params := wideParams()
+	if _, err := NewTowers(TowersConfig{N: 3, Minibatch: 60, Crew: crew}, params, NewAdam(len(params), Constant(0.01), 0, 0, 0),
+		data, wideFactory(nil)); !errors.Is(err, ErrConfig) {
+		t.Errorf("3 towers on a crew of 2: %v, want ErrConfig", err)
+	}
+}

@@ -30,8 +30,9 @@
 // tower's gradient on its rows with the native dense networks of engine/internal/mlp,
 // averaged, optionally clipped, applied by learner's Adam), as PPO's minibatches are; the
 // actor's towers read the critics' parameters, the critics' towers the actor's, each
-// unchanged while the other steps. The acting side (the batchers' tanh-gaussian head, the
-// ONNX export) and the training loop are not here.
+// unchanged while the other steps. Both sets of towers run on one learner.Crew. The acting
+// side (the batchers' tanh-gaussian head, the ONNX export) and the training loop are not
+// here.
 //
 // Threading: a SAC belongs to one goroutine; Update runs its towers on their own goroutines
 // and returns when they are done. The parameter vectors may be read between updates.
@@ -173,6 +174,7 @@ type SAC struct {
 	actorOpt, criticOpt *learner.Adam
 	alphaOpt            *learner.Adam
 	actorTw, criticTw   *learner.Towers
+	crew                *learner.Crew        // the goroutines of both sets of towers
 	mb                  *learner.SampleBatch // the minibatch in the towers' layout (see pack)
 	alphaGrad           []float32
 	updates             int64
@@ -235,12 +237,15 @@ func New(cfg Config, obsDim, actDim int, rng *rand.Rand) (*SAC, error) {
 	// Each row's observation and next observation side by side; its action, the actor's
 	// noise ε and the critics' target noise ε′.
 	s.mb = learner.NewSampleBatch(cfg.Minibatch, 2*obsDim, 3*actDim, 0)
-	tc := learner.TowersConfig{N: cfg.Towers, Minibatch: cfg.Minibatch, MaxGradNorm: max(cfg.MaxGradNorm, 0), NoSpin: cfg.NoSpin}
+	// One crew for both sets: the critics' step and the actor's follow each other, and each
+	// set's goroutines of its own would spin through the other's step while it waits for a CPU.
+	s.crew = learner.NewCrew(cfg.Towers, cfg.NoSpin)
+	tc := learner.TowersConfig{N: cfg.Towers, Minibatch: cfg.Minibatch, MaxGradNorm: max(cfg.MaxGradNorm, 0), NoSpin: cfg.NoSpin, Crew: s.crew}
 	if s.criticTw, err = learner.NewTowers(tc, s.criticP, s.criticOpt, s.mb, s.criticTower); err != nil {
-		return nil, fmt.Errorf("sac: the critics' towers: %w", err)
+		return nil, errors.Join(fmt.Errorf("sac: the critics' towers: %w", err), s.crew.Close())
 	}
 	if s.actorTw, err = learner.NewTowers(tc, s.actorP, s.actorOpt, s.mb, s.actorTower); err != nil {
-		return nil, errors.Join(fmt.Errorf("sac: the actor's towers: %w", err), s.criticTw.Close())
+		return nil, errors.Join(fmt.Errorf("sac: the actor's towers: %w", err), s.criticTw.Close(), s.crew.Close())
 	}
 	return s, nil
 }
@@ -395,8 +400,10 @@ func (s *SAC) targetStep(st *Stats) {
 	}
 }
 
-// Close stops the towers.
-func (s *SAC) Close() error { return errors.Join(s.criticTw.Close(), s.actorTw.Close()) }
+// Close stops the towers and their crew.
+func (s *SAC) Close() error {
+	return errors.Join(s.criticTw.Close(), s.actorTw.Close(), s.crew.Close())
+}
 
 // head is the actor's squashed Gaussian over a tower's rows: sample makes a row's action and
 // log π from the network's outputs and the noise, keeping what backward needs.
