@@ -30,9 +30,9 @@
 // tower's gradient on its rows with the native dense networks of engine/internal/mlp,
 // averaged, optionally clipped, applied by learner's Adam), as PPO's minibatches are; the
 // actor's towers read the critics' parameters, the critics' towers the actor's, each
-// unchanged while the other steps. Both sets of towers run on one learner.Crew. The acting
-// side (the batchers' tanh-gaussian head, the ONNX export) and the training loop are not
-// here.
+// unchanged while the other steps. Both sets of towers run on one learner.Crew, which also
+// splits step 4 between its goroutines. The acting side (the batchers' tanh-gaussian head,
+// the ONNX export) and the training loop are not here.
 //
 // Threading: a SAC belongs to one goroutine; Update runs its towers on their own goroutines
 // and returns when they are done. The parameter vectors may be read between updates.
@@ -175,6 +175,7 @@ type SAC struct {
 	alphaOpt            *learner.Adam
 	actorTw, criticTw   *learner.Towers
 	crew                *learner.Crew        // the goroutines of both sets of towers
+	polyak              func(i int)          // crew member i's share of the targets' step
 	mb                  *learner.SampleBatch // the minibatch in the towers' layout (see pack)
 	alphaGrad           []float32
 	updates             int64
@@ -240,6 +241,10 @@ func New(cfg Config, obsDim, actDim int, rng *rand.Rand) (*SAC, error) {
 	// One crew for both sets: the critics' step and the actor's follow each other, and each
 	// set's goroutines of its own would spin through the other's step while it waits for a CPU.
 	s.crew = learner.NewCrew(cfg.Towers, cfg.NoSpin)
+	s.polyak = func(i int) {
+		lo, hi := i*len(s.target)/cfg.Towers, (i+1)*len(s.target)/cfg.Towers
+		mlp.Polyak(s.target[lo:hi], s.criticP[lo:hi], cfg.Tau)
+	}
 	tc := learner.TowersConfig{N: cfg.Towers, Minibatch: cfg.Minibatch, MaxGradNorm: max(cfg.MaxGradNorm, 0), NoSpin: cfg.NoSpin, Crew: s.crew}
 	if s.criticTw, err = learner.NewTowers(tc, s.criticP, s.criticOpt, s.mb, s.criticTower); err != nil {
 		return nil, errors.Join(fmt.Errorf("sac: the critics' towers: %w", err), s.crew.Close())
@@ -391,11 +396,12 @@ func (s *SAC) alphaStep(st *Stats) error {
 	return nil
 }
 
-// targetStep is step 4: counts the update and moves the targets every TargetEvery updates.
+// targetStep is step 4: counts the update and moves the targets every TargetEvery updates,
+// each tower's goroutine a shard of them (element by element: the bits of one pass).
 func (s *SAC) targetStep(st *Stats) {
 	s.updates++
 	if s.updates%int64(s.cfg.TargetEvery) == 0 {
-		mlp.Polyak(s.target, s.criticP, s.cfg.Tau)
+		s.crew.Run(s.polyak)
 		st.TargetUpdated = true
 	}
 }
