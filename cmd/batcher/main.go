@@ -118,6 +118,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -321,6 +322,10 @@ func run(ctx context.Context, stdout, stderr io.Writer, log *zap.Logger, o optio
 		if policy, err = bind.Load(ctx, o.policy, env, cfg); err != nil {
 			return err
 		}
+	}
+	if o.pipeline && 2*o.workers > runtime.NumCPU() {
+		log.Warn("--pipeline runs each worker on two goroutines, one waiting for the other's inference by spinning; with more of them than cores they take each other's cores: use fewer --workers",
+			zap.Int("goroutines", 2*o.workers), zap.Int("cores", runtime.NumCPU()))
 	}
 	perRound := int64(o.envs * o.workers)
 	b, err := batcher.New(ctx, batcher.Config{Env: env, Workers: o.workers, EnvsPerWorker: o.envs, EnvThreads: o.envThreads,
