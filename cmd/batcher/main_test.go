@@ -24,10 +24,11 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-func TestCollectToShards(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "data")
+// runSummary runs the batcher with o on the CPU and returns the JSON summary it prints, and the
+// printed text.
+func runSummary(t *testing.T, o options) (map[string]any, string) {
+	t.Helper()
 	var stdout bytes.Buffer
-	o := options{policy: "../../testdata/mlp_tanh.onnx", env: "CartPole-v1", envs: 8, workers: 2, steps: 1000, rollout: 25, out: out, seed: 1}
 	o.flags.Device = "cpu"
 	if err := run(context.Background(), &stdout, io.Discard, zap.NewNop(), o); err != nil {
 		t.Fatal(err)
@@ -36,9 +37,15 @@ func TestCollectToShards(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
 		t.Fatalf("stdout: %v\n%s", err, stdout.String())
 	}
+	return sum, stdout.String()
+}
+
+func TestCollectToShards(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "data")
+	sum, stdout := runSummary(t, options{policy: "../../testdata/mlp_tanh.onnx", env: "CartPole-v1", envs: 8, workers: 2, steps: 1000, rollout: 25, out: out, seed: 1})
 	for _, k := range []string{"steps", "episodes", "return_mean", "return_std", "steps_per_sec", "policy", "env", "device"} {
 		if _, ok := sum[k]; !ok {
-			t.Errorf("summary lacks %q: %s", k, stdout.String())
+			t.Errorf("summary lacks %q: %s", k, stdout)
 		}
 	}
 	if sum["device"] != "cpu" {
@@ -46,7 +53,7 @@ func TestCollectToShards(t *testing.T) {
 	}
 	// 1000 steps over 16 envs: 63 steps per env (1008 in all), in rollouts of 25, 25 and 13.
 	if sum["steps"].(float64) != 1008 || len(sum["shards"].([]any)) != 3 {
-		t.Fatalf("summary %s", stdout.String())
+		t.Fatalf("summary %s", stdout)
 	}
 	entries, _ := os.ReadDir(out)
 	var names []string
@@ -66,17 +73,8 @@ func TestCollectToShards(t *testing.T) {
 func TestPipelineSameShards(t *testing.T) {
 	shards := func(pipeline bool) ([][]byte, map[string]any) {
 		out := filepath.Join(t.TempDir(), "data")
-		var stdout bytes.Buffer
-		o := options{policy: "../../testdata/mlp_tanh.onnx", env: "CartPole-v1", envs: 8, workers: 2, steps: 2000, rollout: 25,
-			out: out, seed: 3, pipeline: pipeline}
-		o.flags.Device = "cpu"
-		if err := run(context.Background(), &stdout, io.Discard, zap.NewNop(), o); err != nil {
-			t.Fatal(err)
-		}
-		var sum map[string]any
-		if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
-			t.Fatal(err)
-		}
+		sum, _ := runSummary(t, options{policy: "../../testdata/mlp_tanh.onnx", env: "CartPole-v1", envs: 8, workers: 2, steps: 2000, rollout: 25,
+			out: out, seed: 3, pipeline: pipeline})
 		var data [][]byte
 		for _, p := range sum["shards"].([]any) {
 			b, err := os.ReadFile(p.(string))
@@ -428,18 +426,9 @@ func TestLogJSONAndStop(t *testing.T) {
 // TestSummaryWithoutEpisodes: a collection in which no episode ended printed "return_mean":0
 // and "return_std":0 (train writes null), and --policy random said "device":"random".
 func TestSummaryWithoutEpisodes(t *testing.T) {
-	var stdout bytes.Buffer
-	o := options{policy: "random", env: "CartPole-v1", envs: 2, workers: 1, steps: 4, rollout: 2, seed: 1}
-	o.flags.Device = "cpu"
-	if err := run(context.Background(), &stdout, io.Discard, zap.NewNop(), o); err != nil {
-		t.Fatal(err)
-	}
-	var sum map[string]any
-	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
-		t.Fatal(err)
-	}
+	sum, stdout := runSummary(t, options{policy: "random", env: "CartPole-v1", envs: 2, workers: 1, steps: 4, rollout: 2, seed: 1})
 	if sum["episodes"] != 0.0 || sum["return_mean"] != nil || sum["return_std"] != nil || sum["device"] != "cpu" {
-		t.Fatalf("summary %s: want episodes 0, return_mean and return_std null, device cpu", stdout.String())
+		t.Fatalf("summary %s: want episodes 0, return_mean and return_std null, device cpu", stdout)
 	}
 }
 
