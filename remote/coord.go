@@ -245,7 +245,12 @@ func (c *coordinator) register(id string, data []byte) any {
 			zap.Int("envs", r.Envs), zap.String("host", r.Host))
 	}
 	m.reg, m.last = r, time.Now()
-	if r.Task != "" && m.task == nil { // resume the task it held before a learner restart, if free
+	// Resume the task it held before a learner restart, if free; but not for a batcher whose
+	// task and credits were taken back for holding credits it did not use (reclaimCredits):
+	// its heartbeat registers it again with the task it held, which would take that task back
+	// from the batcher it was freed for before that one asked (TestHostileCoordinator, under
+	// load). It asks for a task as any other then.
+	if r.Task != "" && m.task == nil && !c.hog(r.BatcherID) {
 		if t := c.slot(r.Task); t != nil && t.holder == nil {
 			c.assign(t, m)
 		}
@@ -363,6 +368,10 @@ func (c *coordinator) find(r memberReq) (m *member, ended bool) {
 	}
 	return m, false
 }
+
+// hog reports whether batcher's credits and task were taken back by reclaimCredits. It holds
+// c.mu.
+func (c *coordinator) hog(batcher string) bool { return c.credits != nil && c.credits.hogs[batcher] }
 
 func (c *coordinator) assign(t *taskSlot, m *member) {
 	t.holder, m.task = m, t

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -271,5 +272,50 @@ func TestCreditAcrossRestart(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("no credit within 20 s of the restart")
+	}
+}
+
+// TestHogDoesNotResumeItsTask: a batcher whose task and credits were taken back for holding
+// the only credit unused (reclaimCredits) is registered again by its heartbeat, naming the task
+// it held; it must not get that task back before the batcher it was freed for asks. Under load
+// the hog's heartbeat came first, and TestHostileCoordinator's honest batcher waited its full
+// minute for a task; here the honest batcher asks only once the hog is registered again.
+func TestHogDoesNotResumeItsTask(t *testing.T) {
+	s := serve(t, ServeConfig{Credits: 1, CreditLease: 500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
+		HeartbeatTimeout: time.Minute})
+	ctx := timeout(t, 30*time.Second)
+	if err := s.AddTask(Task{ID: "t", EnvID: "CartPole-v1", Envs: 2, RolloutLen: 4}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewSource(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	hog := registered(t, s, "hog")
+	if task, err := hog.Task(ctx); err != nil || task.ID != "t" {
+		t.Fatalf("hog's task %+v, %v", task, err)
+	}
+	granted(t, askCredit(ctx, hog), 0)
+	honest := registered(t, s, "honest")
+	granted(t, askCredit(ctx, honest), 0) // after the lease: the hog is dropped
+	again := func() bool {
+		c := s.coord
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for key := range c.members {
+			if key.batcher == "hog" {
+				return true
+			}
+		}
+		return false
+	}
+	if !eventually(again) {
+		t.Fatal("the hog's heartbeat did not register it again within 3 s")
+	}
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if task, err := honest.Task(tctx); err != nil || task.ID != "t" {
+		t.Fatalf("the honest batcher's task %+v, %v: want t, taken back from the hog", task, err)
 	}
 }
