@@ -56,6 +56,29 @@ func registered(t *testing.T, s *Server, id string) *Client {
 	return c
 }
 
+// holdingCredit serves cfg with one task "t" (CartPole-v1, 2 envs × 4 steps) and a learner's
+// Source waiting for rollouts, under a context of d, and registers batcher id, which takes the
+// task and then the only credit.
+func holdingCredit(t *testing.T, cfg ServeConfig, d time.Duration, id string) (*Server, context.Context, *Source, *Client) {
+	t.Helper()
+	s := serve(t, cfg)
+	ctx := timeout(t, d)
+	if err := s.AddTask(Task{ID: "t", EnvID: "CartPole-v1", Envs: 2, RolloutLen: 4}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := NewSource(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	c := registered(t, s, id)
+	if task, err := c.Task(ctx); err != nil || task.ID != "t" {
+		t.Fatalf("%s's task %+v, %v", id, task, err)
+	}
+	granted(t, askCredit(ctx, c), 0)
+	return s, ctx, src, c
+}
+
 // publishVersion publishes rollout i of c with every row of policy version v and spends
 // the credit it was collected with.
 func publishVersion(t *testing.T, ctx context.Context, c *Client, i uint64, v int64) {

@@ -34,21 +34,8 @@ func eventually(f func() bool) bool {
 // naming the honest batcher is refused or acts on its own ID. The honest batcher keeps its
 // session, its task and its credit throughout.
 func TestCredentialsBound(t *testing.T) {
-	s := serve(t, ServeConfig{Credits: 1, HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Minute})
-	ctx := timeout(t, 60*time.Second)
-	if err := s.AddTask(Task{ID: "t", EnvID: "CartPole-v1", Envs: 2, RolloutLen: 4}); err != nil {
-		t.Fatal(err)
-	}
-	src, err := NewSource(ctx, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	honest := registered(t, s, "honest")
-	if task, err := honest.Task(ctx); err != nil || task.ID != "t" {
-		t.Fatalf("honest batcher's task %+v, %v", task, err)
-	}
-	granted(t, askCredit(ctx, honest), 0) // it holds the only credit
+	s, ctx, src, honest := holdingCredit(t, ServeConfig{Credits: 1, HeartbeatInterval: 100 * time.Millisecond, HeartbeatTimeout: time.Minute},
+		60*time.Second, "honest") // it holds the only credit
 
 	nc, ce := rawConn(t, s, "evil")
 	refusedAs := func(what, subject string) {

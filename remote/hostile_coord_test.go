@@ -19,23 +19,8 @@ import (
 // maxMembers; and a client registering under a live batcher's ID is told to wait, never
 // evicting it.
 func TestHostileCoordinator(t *testing.T) {
-	s := serve(t, ServeConfig{Credits: 1, CreditLease: 500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
-		HeartbeatTimeout: time.Minute}) // the flood's registrations do not expire during the test
-	ctx := timeout(t, 60*time.Second)
-	if err := s.AddTask(Task{ID: "t", EnvID: "CartPole-v1", Envs: 2, RolloutLen: 4}); err != nil {
-		t.Fatal(err)
-	}
-	src, err := NewSource(ctx, s) // the learner waits for rollouts
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-
-	hog := registered(t, s, "hog")
-	if task, err := hog.Task(ctx); err != nil || task.ID != "t" {
-		t.Fatalf("hog's task %+v, %v", task, err)
-	}
-	granted(t, askCredit(ctx, hog), 0)
+	s, ctx, src, hog := holdingCredit(t, ServeConfig{Credits: 1, CreditLease: 500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
+		HeartbeatTimeout: time.Minute}, 60*time.Second, "hog") // the flood's registrations do not expire during the test
 	honest := registered(t, s, "honest")
 	t0 := time.Now()
 	granted(t, askCredit(ctx, honest), 0)
@@ -281,22 +266,8 @@ func TestCreditAcrossRestart(t *testing.T) {
 // the hog's heartbeat came first, and TestHostileCoordinator's honest batcher waited its full
 // minute for a task; here the honest batcher asks only once the hog is registered again.
 func TestHogDoesNotResumeItsTask(t *testing.T) {
-	s := serve(t, ServeConfig{Credits: 1, CreditLease: 500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
-		HeartbeatTimeout: time.Minute})
-	ctx := timeout(t, 30*time.Second)
-	if err := s.AddTask(Task{ID: "t", EnvID: "CartPole-v1", Envs: 2, RolloutLen: 4}); err != nil {
-		t.Fatal(err)
-	}
-	src, err := NewSource(ctx, s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	hog := registered(t, s, "hog")
-	if task, err := hog.Task(ctx); err != nil || task.ID != "t" {
-		t.Fatalf("hog's task %+v, %v", task, err)
-	}
-	granted(t, askCredit(ctx, hog), 0)
+	s, ctx, _, _ := holdingCredit(t, ServeConfig{Credits: 1, CreditLease: 500 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
+		HeartbeatTimeout: time.Minute}, 30*time.Second, "hog")
 	honest := registered(t, s, "honest")
 	granted(t, askCredit(ctx, honest), 0) // after the lease: the hog is dropped
 	again := func() bool {
