@@ -91,6 +91,27 @@ func (b *SampleBatch) SetLen(n int) error {
 	return nil
 }
 
+// View makes v rows [lo, hi) of b, a batch of rows not grouped into sequences, without a copy:
+// v's columns are b's from row lo (writing them writes b's), and v's length and capacity are
+// hi − lo. It allocates nothing, so that a tower can run its slice in parts through graphs of
+// fewer rows.
+func (b *SampleBatch) View(v *SampleBatch, lo, hi int) error {
+	if b.seqs {
+		return fmt.Errorf("%w: a view into a batch of sequences", ErrBatch)
+	}
+	if lo < 0 || hi > b.n || lo > hi {
+		return fmt.Errorf("%w: a view of rows [%d, %d) of a batch of %d", ErrBatch, lo, hi, b.n)
+	}
+	od, ad := b.ObsDim, b.ActDim
+	*v = SampleBatch{ObsDim: od, ActDim: ad, StateDim: b.StateDim,
+		Obs: b.Obs[lo*od : hi*od : hi*od], Actions: b.Actions[lo*ad : hi*ad : hi*ad],
+		Rewards: b.Rewards[lo:hi:hi], Terminated: b.Terminated[lo:hi:hi], Truncated: b.Truncated[lo:hi:hi],
+		LogP: b.LogP[lo:hi:hi], Values: b.Values[lo:hi:hi], Advantages: b.Advantages[lo:hi:hi],
+		Returns: b.Returns[lo:hi:hi], NextValues: b.NextValues[lo:hi:hi], Version: b.Version[lo:hi:hi],
+		n: hi - lo, capacity: hi - lo}
+	return nil
+}
+
 // Reset empties the batch, keeping its memory.
 func (b *SampleBatch) Reset() {
 	b.n = 0

@@ -183,3 +183,59 @@ func TestFootprint(t *testing.T) {
 		t.Fatalf("Check of an overflow: %v", err)
 	}
 }
+
+// TestView checks that a view is rows [lo, hi) of its batch in every column, sharing their
+// memory (a write through the view is the batch's), that it cannot grow past them, and that
+// rows outside the batch and batches of sequences are refused.
+func TestView(t *testing.T) {
+	b := NewSampleBatch(10, 3, 2, 0)
+	for i := range 10 {
+		for j := range 3 {
+			b.Obs[i*3+j] = float32(i*10 + j)
+		}
+		for j := range 2 {
+			b.Actions[i*2+j] = float32(i*10 + j)
+		}
+		for _, c := range [][]float32{b.Rewards, b.Terminated, b.Truncated, b.LogP, b.Values, b.Advantages, b.Returns, b.NextValues} {
+			c[i] = float32(i)
+		}
+		b.Version[i] = int64(i)
+	}
+	if err := b.SetLen(8); err != nil {
+		t.Fatal(err)
+	}
+	var v SampleBatch
+	if err := b.View(&v, 3, 7); err != nil {
+		t.Fatal(err)
+	}
+	if v.Len() != 4 || v.Cap() != 4 || v.ObsDim != 3 || v.ActDim != 2 || v.Recurrent() {
+		t.Fatalf("view of rows [3, 7): len %d cap %d dims %d, %d", v.Len(), v.Cap(), v.ObsDim, v.ActDim)
+	}
+	for k := range 4 {
+		i := 3 + k
+		if v.Obs[k*3+2] != float32(i*10+2) || v.Actions[k*2+1] != float32(i*10+1) || v.Version[k] != int64(i) {
+			t.Fatalf("view row %d: obs %v, actions %v, version %d; want batch row %d", k, v.Obs[k*3:k*3+3], v.Actions[k*2:k*2+2], v.Version[k], i)
+		}
+		for c, col := range [][]float32{v.Rewards, v.Terminated, v.Truncated, v.LogP, v.Values, v.Advantages, v.Returns, v.NextValues} {
+			if col[k] != float32(i) {
+				t.Fatalf("view row %d, column %d: %v, want %d", k, c, col[k], i)
+			}
+		}
+	}
+	if len(v.Obs) != 12 || cap(v.Obs) != 12 || cap(v.Returns) != 4 {
+		t.Fatalf("view columns of length %d, capacity %d and %d: want them bounded by row 7", len(v.Obs), cap(v.Obs), cap(v.Returns))
+	}
+	v.Advantages[0] = -1
+	if b.Advantages[3] != -1 {
+		t.Fatal("a write through the view did not reach the batch")
+	}
+	for _, r := range [][2]int{{-1, 2}, {5, 9}, {6, 5}} {
+		if err := b.View(&v, r[0], r[1]); !errors.Is(err, ErrBatch) {
+			t.Errorf("view of rows [%d, %d) of 8: %v, want ErrBatch", r[0], r[1], err)
+		}
+	}
+	seq := NewSequenceBatch(4, 1, 1, 0)
+	if err := seq.View(&v, 0, 0); !errors.Is(err, ErrBatch) {
+		t.Errorf("view into a batch of sequences: %v, want ErrBatch", err)
+	}
+}

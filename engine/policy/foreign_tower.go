@@ -28,7 +28,7 @@ func (f *Foreign) Towers(a algo.Algorithm, seqLen int) learner.TowerFactory {
 		if f.recurrent() {
 			return newRecurrentTower(f, rows, seqLen, a)
 		}
-		return newForeignTower(f, rows, a)
+		return inParts(rows, a, func(n int) (learner.Tower, error) { return newForeignTower(f, n, a) })
 	}
 }
 

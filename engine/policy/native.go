@@ -61,94 +61,29 @@ func Towers(params *models.Params, a algo.Algorithm) learner.TowerFactory {
 		if &flat[0] != &params.Data()[0] {
 			return nil, errors.New("engine: towers must read the model's own parameter vector")
 		}
-		return newNativeTower(params, rows, a)
+		build := func(n int) (learner.Tower, error) { return newNativeTower(params, n, a) }
+		if params.Config().Arch != models.MLP {
+			return build(rows)
+		}
+		return inParts(rows, a, build)
 	}
 }
 
-// partRows is the most rows a tower of a RowMean algorithm (PPO) runs through towerrl's MLP at
-// once: a larger slice is computed in parts of at most this many rows, one after the other,
-// whose gradients and statistics are weighed by their rows. What a part's layers write and read
-// back (activations and their gradients) then stays in the core's cache. A 1-tower PPO update
-// of CartPole's 64×64 actor-critic ran 1.5M rows/s on 1,024 or 2,048 rows, 1.1M on 8,192 and
-// 1.0–1.1M on 16,384 at once, 1.34–1.40M on 16,384 in parts; 2 towers of 8,192 rows (issue
-// 32's run, minibatch 16,384) 1.74–1.87M, in parts 2.6M, and the run end to end 1.5× (parts
-// of 2,048 rows: 1.2–1.3×; docs/benchmarks.md). The sums over rows are then taken in another
-// order, so a slice of more rows than this trains to other bits than one graph over all of
-// them would; slices of up to partRows rows are computed as before.
-const partRows = 1024
-
 // nativeTower computes an algorithm's loss's gradient over towerrl's own MLP on a fixed slice
-// of rows: a learner.Tower. The slice is one part, or, for a RowMean algorithm on more than
-// partRows rows, several parts of nearly equal size run one after the other (a part of each
-// size is built once).
+// of rows: a learner.Tower.
 type nativeTower struct {
+	pol   *models.Policy
 	rows  int
 	names []string
-	parts []towerPart
-	grad  []float32 // one part's gradient, with several parts
-	stats []float64 // one part's statistics, with several parts
-}
-
-// towerPart is rows rows of a tower's slice from row off: its policy graph and loss are shared
-// by the parts of its size.
-type towerPart struct {
-	pol        *models.Policy
-	loss       algo.Loss
-	off, rows  int
-	rowOf      func(k int) int // loss row k → slice row off+k
-	graphOwner bool            // the first part of its size, which closes the graph
+	loss  algo.Loss
 }
 
 func newNativeTower(params *models.Params, rows int, a algo.Algorithm) (t *nativeTower, err error) {
-	t = &nativeTower{rows: rows, names: a.StatNames()}
-	sizes := []int{rows}
-	if _, ok := a.(algo.RowMean); ok && rows > partRows && params.Config().Arch == models.MLP {
-		sizes = splitRows(rows, partRows)
-		t.grad = make([]float32, params.Size())
-		t.stats = make([]float64, len(t.names))
+	pol, err := models.Build(G.NewGraph(), params, rows)
+	if err != nil {
+		return nil, err
 	}
-	built := map[int]towerPart{}
-	off := 0
-	for _, n := range sizes {
-		p, ok := built[n]
-		if !ok {
-			if p.pol, p.loss, err = buildTowerGraph(params, n, a); err != nil {
-				return nil, errors.Join(err, t.Close())
-			}
-			p.graphOwner = true
-			built[n] = towerPart{pol: p.pol, loss: p.loss}
-		}
-		p.off, p.rows = off, n
-		if len(sizes) > 1 {
-			from := off
-			p.rowOf = func(k int) int { return from + k }
-		}
-		t.parts = append(t.parts, p)
-		off += n
-	}
-	return t, nil
-}
-
-// splitRows splits rows into the fewest parts of at most most rows, of nearly equal sizes (the
-// larger first).
-func splitRows(rows, most int) []int {
-	n := (rows + most - 1) / most
-	sizes := make([]int, n)
-	for i := range sizes {
-		sizes[i] = rows / n
-		if i < rows%n {
-			sizes[i]++
-		}
-	}
-	return sizes
-}
-
-// buildTowerGraph builds params' policy graph for rows rows with a's loss, differentiated and
-// compiled.
-func buildTowerGraph(params *models.Params, rows int, a algo.Algorithm) (pol *models.Policy, loss algo.Loss, err error) {
-	if pol, err = models.Build(G.NewGraph(), params, rows); err != nil {
-		return nil, nil, err
-	}
+	t = &nativeTower{pol: pol, rows: rows, names: a.StatNames()}
 	defer func() {
 		if r := recover(); r != nil {
 			err = errors.Join(fmt.Errorf("engine: building the %s loss: %v", a.Name(), r), pol.Close())
@@ -158,29 +93,20 @@ func buildTowerGraph(params *models.Params, rows int, a algo.Algorithm) (pol *mo
 	if pol.Logits == nil {
 		h.Params, h.LogStd = pol.Mean, pol.LogStd
 	}
-	if loss, err = a.Loss(h); err != nil {
-		return nil, nil, errors.Join(err, pol.Close())
+	if t.loss, err = a.Loss(h); err != nil {
+		return nil, errors.Join(err, pol.Close())
 	}
-	if err := pol.Backward(loss.Node()); err != nil {
-		return nil, nil, errors.Join(err, pol.Close())
+	if err := pol.Backward(t.loss.Node()); err != nil {
+		return nil, errors.Join(err, pol.Close())
 	}
 	if err := pol.Compile(); err != nil {
-		return nil, nil, errors.Join(err, pol.Close())
+		return nil, errors.Join(err, pol.Close())
 	}
-	return pol, loss, nil
+	return t, nil
 }
 
 func (t *nativeTower) StatNames() []string { return t.names }
-
-func (t *nativeTower) Close() error {
-	var errs []error
-	for _, p := range t.parts {
-		if p.graphOwner {
-			errs = append(errs, p.pol.Close())
-		}
-	}
-	return errors.Join(errs...)
-}
+func (t *nativeTower) Close() error        { return t.pol.Close() }
 
 // Grad computes the loss's gradient over mb's rows (exactly the tower's size).
 func (t *nativeTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) error {
@@ -188,45 +114,20 @@ func (t *nativeTower) Grad(mb *learner.SampleBatch, grads []float32, stats []flo
 	if n != t.rows {
 		return fmt.Errorf("engine: a tower of %d rows got %d", t.rows, n)
 	}
-	spec := t.parts[0].pol.Spec()
-	if spec.Head != head.CategoricalKind && mb.ActDim != spec.ActionDim() {
-		return fmt.Errorf("engine: the batch has %d action values per row, the %s head %d", mb.ActDim, spec.Head, spec.ActionDim())
+	if t.pol.Spec().Head != head.CategoricalKind && mb.ActDim != t.pol.Spec().ActionDim() {
+		return fmt.Errorf("engine: the batch has %d action values per row, the %s head %d", mb.ActDim, t.pol.Spec().Head, t.pol.Spec().ActionDim())
 	}
-	if len(t.parts) == 1 {
-		return t.parts[0].grad(mb, grads, stats)
-	}
-	clear(grads)
-	clear(stats)
-	for _, p := range t.parts {
-		if err := p.grad(mb, t.grad, t.stats); err != nil {
-			return err
-		}
-		w := float64(p.rows) / float64(t.rows)
-		w32 := float32(w)
-		for i, g := range t.grad {
-			grads[i] += w32 * g
-		}
-		for i, s := range t.stats {
-			stats[i] += w * s
-		}
-	}
-	return nil
-}
-
-// grad runs the part's rows of mb through its graph and writes their loss's gradient and
-// statistics.
-func (p *towerPart) grad(mb *learner.SampleBatch, grads []float32, stats []float64) error {
-	copy(p.pol.ObsData(), mb.Obs[p.off*mb.ObsDim:(p.off+p.rows)*mb.ObsDim])
-	if err := p.loss.Fill(mb, p.rowOf); err != nil {
+	copy(t.pol.ObsData(), mb.Obs[:n*mb.ObsDim])
+	if err := t.loss.Fill(mb, nil); err != nil {
 		return err
 	}
-	if err := p.pol.Run(); err != nil {
+	if err := t.pol.Run(); err != nil {
 		return err
 	}
-	if err := p.pol.Grads(grads); err != nil {
+	if err := t.pol.Grads(grads); err != nil {
 		return err
 	}
-	p.loss.Stats(stats)
+	t.loss.Stats(stats)
 	return nil
 }
 

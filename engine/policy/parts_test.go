@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -9,8 +10,11 @@ import (
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/engine/internal/enginetest"
 	"github.com/towerrl/towerrl/engine/ppo"
+	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
+	"github.com/towerrl/towerrl/models/layout"
+	"github.com/towerrl/towerrl/onnx"
 )
 
 // wholeRows hides an algorithm's RowMean, so that its towers run every row at once.
@@ -37,21 +41,52 @@ func TestSplitRows(t *testing.T) {
 // TestPPOTowerInParts checks that a PPO tower over more than partRows rows, which runs them in
 // parts, gives the loss of ONNX Runtime's float64 reference over all its rows, and the
 // gradient and statistics of one graph over all of them (a tower of the same algorithm with
-// RowMean hidden) to float32 rounding.
+// RowMean hidden) to float32 rounding: for towerrl's own MLP and for an imported graph.
 func TestPPOTowerInParts(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 3))
-	params, err := models.NewParams(models.Config{Spec: head.Spec{Head: head.CategoricalKind, N: 3, ObsShape: []int{4}}}, rng)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range params.Data() {
-		params.Data()[i] += float32(rng.NormFloat64() * 0.3)
-	}
 	const n = 2*partRows + 2 // three parts, of two sizes
-	mb := enginetest.RandomMinibatch(rng, n, 3, enginetest.Scales{Ret: 1, Value: 0.5, LogP: 0.4})
+	c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	t.Run("native", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(7, 3))
+		params, err := models.NewParams(models.Config{Spec: head.Spec{Head: head.CategoricalKind, N: 3, ObsShape: []int{4}}}, rng)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range params.Data() {
+			params.Data()[i] += float32(rng.NormFloat64() * 0.3)
+		}
+		mb := enginetest.RandomMinibatch(rng, n, 3, enginetest.Scales{Ret: 1, Value: 0.5, LogP: 0.4})
+		checkInParts(t, mb, params.Size(), refLoss(t, params, mb, c), func(a algo.Algorithm) func(rows int) (learner.Tower, error) {
+			return func(rows int) (learner.Tower, error) { return newNativeTower(params, rows, a) }
+		})
+	})
+	t.Run("imported", func(t *testing.T) {
+		spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
+		f, err := loadForeign(context.Background(), readFile(t, "../../testdata/mlp_tanh.onnx"), spec, layout.Overrides{}, onnx.Config{}, rand.New(rand.NewPCG(1, 2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(5, 6))
+		for i := range f.flat {
+			f.flat[i] += float32(rng.NormFloat64() * 0.2)
+		}
+		mb := enginetest.RandomMinibatch(rng, n, 2, enginetest.Scales{Ret: 3, Value: 1, LogP: 0.3})
+		b, err := f.Export(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInParts(t, mb, len(f.flat), refLossOf(t, b, spec, mb, c), func(a algo.Algorithm) func(rows int) (learner.Tower, error) {
+			return func(rows int) (learner.Tower, error) { return newForeignTower(f, rows, a) }
+		})
+	})
+}
+
+// checkInParts compares PPO's tower over mb in three parts (build's towers) with one tower over
+// all its rows and with the reference loss ref.
+func checkInParts(t *testing.T, mb *learner.SampleBatch, size int, ref float64, build func(algo.Algorithm) func(rows int) (learner.Tower, error)) {
+	t.Helper()
 	c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
 	grad := func(a algo.Algorithm, parts int) ([]float32, []float64) {
-		tw, err := newNativeTower(params, n, a)
+		tw, err := inParts(mb.Len(), a, build(a))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,10 +95,14 @@ func TestPPOTowerInParts(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		if len(tw.parts) != parts {
-			t.Fatalf("%d parts, want %d", len(tw.parts), parts)
+		pt, split := tw.(*partsTower)
+		switch {
+		case parts == 1 && split:
+			t.Fatalf("%d parts for an algorithm without RowMean", len(pt.parts))
+		case parts > 1 && (!split || len(pt.parts) != parts):
+			t.Fatalf("not in %d parts", parts)
 		}
-		grads := make([]float32, params.Size())
+		grads := make([]float32, size)
 		stats := make([]float64, len(ppo.StatNames))
 		// Twice: the second run must not add to the first.
 		for range 2 {
@@ -75,7 +114,7 @@ func TestPPOTowerInParts(t *testing.T) {
 	}
 	gotG, gotS := grad(&ppo.PPO{Coefs: c}, 3)
 	wantG, wantS := grad(wholeRows{&ppo.PPO{Coefs: c}}, 1)
-	if ref := refLoss(t, params, mb, c); math.Abs(gotS[0]-ref) > 1e-5*math.Max(1, math.Abs(ref)) {
+	if math.Abs(gotS[0]-ref) > 1e-5*math.Max(1, math.Abs(ref)) {
 		t.Errorf("loss %.7f in parts, reference %.7f", gotS[0], ref)
 	}
 	for i, name := range ppo.StatNames {
