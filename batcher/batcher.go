@@ -403,16 +403,7 @@ func (b *Batcher) collect(ctx context.Context, steps int, p *Preempt) (*Rollout,
 	if cut != nil {
 		r.T = cut.steps()
 	}
-	r.Episodes = r.Episodes[:0]
-	for k, w := range b.workers {
-		if b.cfg.Pipeline {
-			if k%2 == 0 {
-				r.Episodes = mergeHalves(r.Episodes, r, k*w.m, w.m, w.episodes, b.workers[k+1].episodes)
-			}
-			continue
-		}
-		r.Episodes = append(r.Episodes, w.episodes...)
-	}
+	r.Episodes = b.rolloutEpisodes(r.Episodes[:0], r, func(k int) []Episode { return b.workers[k].episodes })
 	b.timings.Wall += time.Since(start)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

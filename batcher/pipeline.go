@@ -40,6 +40,22 @@ func (t *turn) Lock() {
 
 func (t *turn) Unlock() { t.mu.Unlock() }
 
+// rolloutEpisodes appends to dst the episodes that ended in r, eps(k) those goroutine k
+// recorded: in goroutine order, or with Config.Pipeline each worker's two halves merged in
+// the order one goroutine stepping all its envs records them (mergeHalves). Collect and
+// Stream both order them so.
+func (b *Batcher) rolloutEpisodes(dst []Episode, r *Rollout, eps func(k int) []Episode) []Episode {
+	for k, w := range b.workers {
+		switch {
+		case !b.cfg.Pipeline:
+			dst = append(dst, eps(k)...)
+		case k%2 == 0:
+			dst = mergeHalves(dst, r, k*w.m, w.m, eps(k), eps(k+1))
+		}
+	}
+	return dst
+}
+
 // mergeHalves appends to dst the episodes of a worker's two halves (Config.Pipeline), a of
 // its first m envs and b of its next m, from env off of r on, in the order one worker of all
 // of them records them: by the step they ended at, then by env. The steps of r at which an

@@ -328,17 +328,7 @@ func (s *Stream) take() (int, *Rollout, error) {
 		s.lagSum += lag
 		s.lagMax = max(s.lagMax, lag)
 		r := st.r
-		r.Episodes = r.Episodes[:0]
-		for k, eps := range st.episodes {
-			if s.b.cfg.Pipeline {
-				if k%2 == 0 {
-					m := s.b.workers[k].m
-					r.Episodes = mergeHalves(r.Episodes, r, k*m, m, eps, st.episodes[k+1])
-				}
-				continue
-			}
-			r.Episodes = append(r.Episodes, eps...)
-		}
+		r.Episodes = s.b.rolloutEpisodes(r.Episodes[:0], r, func(k int) []Episode { return st.episodes[k] })
 		return slot, r, nil
 	}
 }

@@ -70,10 +70,7 @@ func newParallel(spec Spec, newDyn func(n int) (Dynamics, error), cfg Config, th
 	}
 	p.lo = append(p.lo, n)
 	p.acts = make([]Actions, k)
-	mode := spin.Auto
-	if cfg.NoSpin {
-		mode = spin.Off
-	}
+	mode := spin.ModeFor(cfg.NoSpin)
 	p.threads = min(threads, n)
 	p.pool = spin.NewPool(p.threads, func(int) {
 		for s := int(p.next.Add(1)) - 1; s < k; s = int(p.next.Add(1)) - 1 {

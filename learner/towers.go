@@ -74,12 +74,8 @@ type Crew struct {
 // once between jobs (TowersConfig.NoSpin); else they spin first when GOMAXPROCS leaves each of
 // the n a P.
 func NewCrew(n int, noSpin bool) *Crew {
-	mode := spin.Auto
-	if noSpin {
-		mode = spin.Off
-	}
 	c := &Crew{n: max(n, 1)}
-	c.pool = spin.NewPool(max(n, 1), func(i int) { c.work(i) }, spin.WithMode(mode))
+	c.pool = spin.NewPool(max(n, 1), func(i int) { c.work(i) }, spin.WithMode(spin.ModeFor(noSpin)))
 	return c
 }
 
@@ -180,10 +176,7 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 	if per == 0 {
 		return nil, fmt.Errorf("%w: a minibatch of %d over %d towers leaves a tower nothing", ErrSplit, cfg.Minibatch, cfg.N)
 	}
-	mode := spin.Auto
-	if cfg.NoSpin {
-		mode = spin.Off
-	}
+	mode := spin.ModeFor(cfg.NoSpin)
 	if cfg.Collective == nil {
 		l := NewLocal(cfg.N)
 		l.spin = mode.Spins(cfg.N)

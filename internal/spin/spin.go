@@ -44,6 +44,15 @@ var ErrMode = errors.New("spin: unknown mode")
 // Spins reports whether n goroutines waiting for each other spin under m.
 func (m Mode) Spins(n int) bool { return m == Auto && Allowed(n) }
 
+// ModeFor is the Mode of a NoSpin setting (learner's TowersConfig, envs' Config): Off when
+// noSpin, else Auto.
+func ModeFor(noSpin bool) Mode {
+	if noSpin {
+		return Off
+	}
+	return Auto
+}
+
 // String is the mode's name: "auto" or "off".
 func (m Mode) String() string {
 	switch m {

@@ -288,3 +288,10 @@ func TestMode(t *testing.T) {
 		t.Errorf("Spins: Off %v, Auto(1) %v, Auto(2^20) %v", Off.Spins(1), Auto.Spins(1), Auto.Spins(1<<20))
 	}
 }
+
+// TestModeFor: a NoSpin setting is Off, its absence Auto.
+func TestModeFor(t *testing.T) {
+	if ModeFor(true) != Off || ModeFor(false) != Auto {
+		t.Fatalf("ModeFor(true) = %v, ModeFor(false) = %v; want off, auto", ModeFor(true), ModeFor(false))
+	}
+}
