@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/towerrl/towerrl/learner/mpi"
 )
@@ -25,8 +26,9 @@ func launchedRanks() int {
 // joinJob returns this process's place in a DD-PPO job and how to leave it: the MPI world when
 // the process was launched by mpirun or srun, or asked for ddppo, in a build with MPI (make
 // mpi); nil for a single process. A launched job of several ranks in a build without MPI is
-// refused: its ranks would each train alone and write over each other's run.
-func joinJob(ddppo bool) (mpi.Group, func(context.Context) error, error) {
+// refused: its ranks would each train alone and write over each other's run. leave's failed
+// says whether the process will exit with an error.
+func joinJob(ddppo bool) (mpi.Group, func(ctx context.Context, failed bool) error, error) {
 	launched := launchedRanks()
 	if launched == 0 && !ddppo {
 		return nil, nil, nil
@@ -40,8 +42,28 @@ func joinJob(ddppo bool) (mpi.Group, func(context.Context) error, error) {
 	case err != nil:
 		return nil, nil, fmt.Errorf("joining the MPI job: %w", err)
 	}
-	return w, w.Finalize, nil
+	leave := func(ctx context.Context, failed bool) error {
+		if err := w.Finalize(ctx); err != nil {
+			return err
+		}
+		if failed && w.Size() > 1 {
+			// Open MPI's mpirun aborts the job at the first rank that exits non-zero, and a
+			// rank still inside MPI_Finalize then waits for the abort to reach it (2 s): a rank
+			// about to fail lets the others, a moment behind it after Finalize's barrier, leave
+			// MPI first. A signal (mpirun's abort, a second Ctrl-C) ends the wait.
+			select {
+			case <-time.After(exitGrace):
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}
+	return w, leave, nil
 }
+
+// exitGrace is how long a rank of a job of several ranks waits after Finalize before it exits
+// with an error (joinJob).
+const exitGrace = 500 * time.Millisecond
 
 // slowdownEnv is a test hook for measuring DD-PPO's straggler preemption: RANK:FACTOR makes
 // rank RANK's batchers collect FACTOR times slower (engine.Options.Slowdown).

@@ -140,9 +140,9 @@ func capabilities(name string) algo.Capabilities {
 }
 
 // leaveJob leaves the MPI job (when leave is set), adding its error to *err.
-func leaveJob(ctx context.Context, leave func(context.Context) error, err *error) {
+func leaveJob(ctx context.Context, leave func(ctx context.Context, failed bool) error, err *error) {
 	if leave != nil {
-		*err = errors.Join(*err, leave(ctx))
+		*err = errors.Join(*err, leave(ctx, *err != nil))
 	}
 }
 

@@ -32,6 +32,8 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -61,6 +63,7 @@ type World struct {
 	pin        runtime.Pinner // pins caller buffers while MPI holds them
 	broken     error
 	finalized  bool
+	lag        time.Duration // finalizeLagEnv's pause for this rank
 }
 
 // Init initialises MPI (once per process; a second call is an error) and returns this
@@ -92,6 +95,7 @@ func Init(cfg Config) (*World, error) {
 func (w *World) mainThread(res chan<- error) {
 	runtime.LockOSThread()
 	var rank, size, provided C.int
+	var err error
 	if rc := C.tmpi_init(&rank, &size, &provided); rc != C.MPI_SUCCESS {
 		res <- fmt.Errorf("MPI_Init_thread: %w", mpiError(rc))
 		return
@@ -103,10 +107,37 @@ func (w *World) mainThread(res chan<- error) {
 		return
 	}
 	w.rank, w.size = int(rank), int(size)
+	if w.lag, err = finalizeLag(w.rank); err != nil {
+		C.tmpi_finalize()
+		res <- err
+		return
+	}
 	res <- nil
 	for f := range w.thread {
 		f()
 	}
+}
+
+// finalizeLagEnv is a test hook (scripts/mpi_test.sh): RANK:DURATION makes rank RANK pause
+// for DURATION between Finalize's barrier and MPI_Finalize, as a rank descheduled there would.
+const finalizeLagEnv = "TOWERRL_TEST_FINALIZE_LAG"
+
+// finalizeLag is rank's pause under finalizeLagEnv (0: none).
+func finalizeLag(rank int) (time.Duration, error) {
+	v := os.Getenv(finalizeLagEnv)
+	if v == "" {
+		return 0, nil
+	}
+	rs, ds, ok := strings.Cut(v, ":")
+	r, err1 := strconv.Atoi(rs)
+	d, err2 := time.ParseDuration(ds)
+	if !ok || err1 != nil || err2 != nil || r < 0 || d < 0 {
+		return 0, fmt.Errorf("%w: %s=%q: want RANK:DURATION, e.g. 0:200ms", ErrArgument, finalizeLagEnv, v)
+	}
+	if r != rank {
+		return 0, nil
+	}
+	return d, nil
 }
 
 // Rank is this process's rank, 0 … Size-1.
@@ -128,6 +159,7 @@ func (w *World) Finalize(ctx context.Context) error {
 		return fmt.Errorf("mpi: finalize: %w", err)
 	}
 	w.finalized = true
+	time.Sleep(w.lag)
 	if w.scratch != nil {
 		C.free(w.scratch)
 		w.scratch, w.scratchLen = nil, 0
