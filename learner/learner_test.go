@@ -355,7 +355,7 @@ func TestUpdateRowsMatchesShuffle(t *testing.T) {
 				}
 				if byRows { // put the rows in the shuffled order to compare them
 					sorted := NewSampleBatch(rows, 3, 1, 0)
-					if err := sorted.gatherFrom(b, order); err != nil {
+					if err := sorted.gatherFrom(b, order, AllColumns); err != nil {
 						t.Fatal(err)
 					}
 					b = sorted

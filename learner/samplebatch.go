@@ -141,22 +141,54 @@ func (b *SampleBatch) copyRows(at int, src *SampleBatch, lo, n int) {
 	copy(b.Version[at:at+n], src.Version[lo:lo+n])
 }
 
-// gatherRows writes row perm[i] of src to row i of b, column by column (one tight loop per
-// column, not a copy call per row and column).
-func (b *SampleBatch) gatherRows(src *SampleBatch, perm []int) {
-	gather(b.Obs, src.Obs, perm, b.ObsDim)
-	gather(b.Actions, src.Actions, perm, b.ActDim)
-	for _, c := range [][2][]float32{{b.Rewards, src.Rewards}, {b.Terminated, src.Terminated}, {b.Truncated, src.Truncated},
-		{b.LogP, src.LogP}, {b.Values, src.Values}, {b.Advantages, src.Advantages}, {b.Returns, src.Returns},
-		{b.NextValues, src.NextValues}} {
-		gather(c[0], c[1], perm, 1)
+// Columns is a set of a SampleBatch's row columns.
+type Columns uint16
+
+// The columns of a SampleBatch, one bit each.
+const (
+	ColObs Columns = 1 << iota
+	ColActions
+	ColRewards
+	ColTerminated
+	ColTruncated
+	ColLogP
+	ColValues
+	ColAdvantages
+	ColReturns
+	ColNextValues
+	ColVersion
+
+	AllColumns = ColVersion<<1 - 1
+)
+
+// gatherRows writes the columns cols of row perm[i] of src to row i of b, column by column
+// (one tight loop per column, not a copy call per row and column); b's other columns keep
+// what they held.
+func (b *SampleBatch) gatherRows(src *SampleBatch, perm []int, cols Columns) {
+	if cols&ColObs != 0 {
+		gather(b.Obs, src.Obs, perm, b.ObsDim)
 	}
-	gather(b.Version, src.Version, perm, 1)
+	if cols&ColActions != 0 {
+		gather(b.Actions, src.Actions, perm, b.ActDim)
+	}
+	for _, c := range [...]struct {
+		col      Columns
+		dst, src []float32
+	}{{ColRewards, b.Rewards, src.Rewards}, {ColTerminated, b.Terminated, src.Terminated}, {ColTruncated, b.Truncated, src.Truncated},
+		{ColLogP, b.LogP, src.LogP}, {ColValues, b.Values, src.Values}, {ColAdvantages, b.Advantages, src.Advantages},
+		{ColReturns, b.Returns, src.Returns}, {ColNextValues, b.NextValues, src.NextValues}} {
+		if cols&c.col != 0 {
+			gather(c.dst, c.src, perm, 1)
+		}
+	}
+	if cols&ColVersion != 0 {
+		gather(b.Version, src.Version, perm, 1)
+	}
 }
 
 // gatherFrom makes b the rows rows of src (a feed-forward batch), in that order: row k of b
-// is row rows[k] of src.
-func (b *SampleBatch) gatherFrom(src *SampleBatch, rows []int) error {
+// is row rows[k] of src, in the columns cols (b's others keep what they held).
+func (b *SampleBatch) gatherFrom(src *SampleBatch, rows []int, cols Columns) error {
 	if err := b.sameLayout(src); err != nil {
 		return err
 	}
@@ -165,7 +197,7 @@ func (b *SampleBatch) gatherFrom(src *SampleBatch, rows []int) error {
 	}
 	b.Reset()
 	b.seqs = false
-	b.gatherRows(src, rows)
+	b.gatherRows(src, rows, cols)
 	b.n = len(rows)
 	return nil
 }
@@ -286,7 +318,7 @@ func (s *Shuffler) Shuffle(rng *rand.Rand, b *SampleBatch) error {
 	}
 	perm := s.permutation(rng, units)
 	if !b.Recurrent() {
-		s.scratch.gatherRows(b, perm)
+		s.scratch.gatherRows(b, perm, AllColumns)
 		b.copyRows(0, s.scratch, 0, b.n)
 		return nil
 	}

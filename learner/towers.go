@@ -26,6 +26,14 @@ type Tower interface {
 	Close() error
 }
 
+// ColumnTower is a Tower whose Grad reads only the columns of its slice that Columns names:
+// the towers gather only those of a shuffled minibatch's rows into its slice (its other
+// columns hold what earlier minibatches left there).
+type ColumnTower interface {
+	Tower
+	Columns() Columns
+}
+
 // TowerFactory builds tower i on dev for slices of rows rows (sequences, for recurrent
 // data), reading the shared flat parameter vector params.
 type TowerFactory func(i int, dev device.Device, rows int, params []float32) (Tower, error)
@@ -113,6 +121,7 @@ type Towers struct {
 	grads  [][]float32
 	stats  [][]float64
 	slices []*SampleBatch
+	cols   []Columns // the columns tower i reads (ColumnTower)
 	names  []string
 
 	mu      sync.RWMutex // guards params against Weights reading during opt.Step, and version
@@ -202,6 +211,11 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 		t.towers = append(t.towers, tw)
 		t.grads = append(t.grads, make([]float32, len(params)))
 		t.slices = append(t.slices, layout.NewLike(rowsPer))
+		cols := AllColumns
+		if ct, ok := tw.(ColumnTower); ok {
+			cols = ct.Columns()
+		}
+		t.cols = append(t.cols, cols)
 	}
 	t.names = t.towers[0].StatNames()
 	for range t.towers {
@@ -234,7 +248,7 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 func (t *Towers) compute(i int, job towerJob) error {
 	var err error
 	if job.rows != nil {
-		err = t.slices[i].gatherFrom(job.b, job.rows)
+		err = t.slices[i].gatherFrom(job.b, job.rows, t.cols[i])
 	} else {
 		err = job.b.CopyRange(t.slices[i], job.lo, job.hi)
 	}

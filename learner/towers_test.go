@@ -349,3 +349,75 @@ func TestTowersCrew(t *testing.T) {
 		t.Errorf("3 towers on a crew of 2: %v, want ErrConfig", err)
 	}
 }
+
+// columnTower is linearTower declaring that it reads the observations, the advantages and the
+// versions (its rows' ids) alone; check, when set, inspects each slice it is given.
+type columnTower struct {
+	linearTower
+	check func(mb *SampleBatch)
+}
+
+func (c *columnTower) Columns() Columns { return ColObs | ColAdvantages | ColVersion }
+func (c *columnTower) Grad(mb *SampleBatch, grads []float32, stats []float64) error {
+	c.check(mb)
+	return c.linearTower.Grad(mb, grads, stats)
+}
+
+// TestColumnTowerGathersItsColumns: trained by rows in a shuffled order, a ColumnTower's slice
+// holds its rows' values in the columns it declares, and nothing in the others (its slice is
+// fresh, so they stay zero); the parameters are those of a tower that gets every column.
+func TestColumnTowerGathersItsColumns(t *testing.T) {
+	const rows, mb = 120, 40
+	data := NewSampleBatch(rows, 3, 1, 0)
+	fill(data, rows, 5)
+	for i := range rows {
+		data.Rewards[i], data.Terminated[i], data.Truncated[i] = 1, 1, 1
+		data.LogP[i], data.Values[i], data.NextValues[i] = -1, 2, 3
+	}
+	train := func(factory TowerFactory) []float32 {
+		params := []float32{0.1, -0.2, 0.3, 0}
+		cfg := TowersConfig{N: 2, Minibatch: mb, NormalizeAdvantages: true}
+		tw, err := NewTowers(cfg, params, NewAdam(4, Constant(0.05), 0, 0, 1e-5), data, factory)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tw.Close()
+		b := NewSampleBatch(rows, 3, 1, 0)
+		b.Append(data)
+		order := make([]int, rows)
+		for i := range order {
+			order[i] = (i * 7) % rows // 7 and 120 are coprime: a permutation
+		}
+		for lo := 0; lo < rows; lo += mb {
+			if _, err := tw.updateRows(context.Background(), b, order, lo, lo+mb); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return params
+	}
+	var mu sync.Mutex
+	var seen int
+	got := train(func(_ int, _ device.Device, _ int, params []float32) (Tower, error) {
+		return &columnTower{linearTower: linearTower{params: params, obs: 3}, check: func(s *SampleBatch) {
+			mu.Lock()
+			defer mu.Unlock()
+			for i := range s.Len() {
+				r := int(s.Version[i]) // fill's row id
+				if !slices.Equal(s.Obs[i*3:i*3+3], data.Obs[r*3:r*3+3]) || s.Actions[i] != 0 || s.Returns[i] != 0 ||
+					s.Rewards[i] != 0 || s.Terminated[i] != 0 || s.Truncated[i] != 0 || s.LogP[i] != 0 || s.Values[i] != 0 || s.NextValues[i] != 0 {
+					t.Errorf("slice row %d (batch row %d): obs %v action %v, returns %v rewards %v terminated %v truncated %v logp %v values %v next %v",
+						i, r, s.Obs[i*3:i*3+3], s.Actions[i], s.Returns[i], s.Rewards[i], s.Terminated[i], s.Truncated[i], s.LogP[i], s.Values[i], s.NextValues[i])
+					return
+				}
+				seen++
+			}
+		}}, nil
+	})
+	want := train(linearFactory(nil))
+	if seen != rows {
+		t.Fatalf("the towers saw %d rows, want %d", seen, rows)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("params %v reading some columns, %v reading all", got, want)
+	}
+}

@@ -98,6 +98,14 @@ type RowMean interface {
 	RowMean()
 }
 
+// ColumnReader is implemented by an algorithm whose losses' Fill reads only some of a
+// minibatch's columns besides its observations and actions (which every tower reads): the
+// learner then gathers only those, and these, into a tower's rows. An algorithm that does
+// not implement it gets every column.
+type ColumnReader interface {
+	Columns() learner.Columns
+}
+
 // Defaults are an algorithm's own defaults for the run's hyper-parameters that are not
 // PPO's (CleanRL's, the engine's defaults); zero fields keep the engine's.
 type Defaults struct {

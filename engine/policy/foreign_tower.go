@@ -41,6 +41,7 @@ type foreignTower struct {
 	obsNode *G.Node
 	obs     *tensor.Dense
 	loss    *headLoss
+	cols    learner.Columns // what Grad reads of a slice
 }
 
 func newForeignTower(f *Foreign, rows int, a algo.Algorithm) (t *foreignTower, err error) {
@@ -54,7 +55,7 @@ func newForeignTower(f *Foreign, rows int, a algo.Algorithm) (t *foreignTower, e
 			err = fmt.Errorf("engine: building the %s loss on the imported graph: %v", a.Name(), r)
 		}
 	}()
-	t = &foreignTower{f: f, rows: rows, gr: gr}
+	t = &foreignTower{f: f, rows: rows, gr: gr, cols: towerColumns(a)}
 	if t.obsNode, err = gr.Input(f.input); err != nil {
 		return nil, err
 	}
@@ -166,8 +167,9 @@ func (h *headLoss) run(vm *tape.Machine, gr *graph.Graph, grads []float32, stats
 	return nil
 }
 
-func (t *foreignTower) StatNames() []string { return t.loss.names }
-func (t *foreignTower) Close() error        { return t.vm.Close() }
+func (t *foreignTower) StatNames() []string      { return t.loss.names }
+func (t *foreignTower) Columns() learner.Columns { return t.cols }
+func (t *foreignTower) Close() error             { return t.vm.Close() }
 
 // Grad computes the loss's gradient over mb's rows into grads (the flat parameter layout).
 func (t *foreignTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) (err error) {

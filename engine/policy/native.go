@@ -76,6 +76,7 @@ type nativeTower struct {
 	rows  int
 	names []string
 	loss  algo.Loss
+	cols  learner.Columns // what Grad reads of a slice
 }
 
 func newNativeTower(params *models.Params, rows int, a algo.Algorithm) (t *nativeTower, err error) {
@@ -83,7 +84,7 @@ func newNativeTower(params *models.Params, rows int, a algo.Algorithm) (t *nativ
 	if err != nil {
 		return nil, err
 	}
-	t = &nativeTower{pol: pol, rows: rows, names: a.StatNames()}
+	t = &nativeTower{pol: pol, rows: rows, names: a.StatNames(), cols: towerColumns(a)}
 	defer func() {
 		if r := recover(); r != nil {
 			err = errors.Join(fmt.Errorf("engine: building the %s loss: %v", a.Name(), r), pol.Close())
@@ -105,8 +106,9 @@ func newNativeTower(params *models.Params, rows int, a algo.Algorithm) (t *nativ
 	return t, nil
 }
 
-func (t *nativeTower) StatNames() []string { return t.names }
-func (t *nativeTower) Close() error        { return t.pol.Close() }
+func (t *nativeTower) StatNames() []string      { return t.names }
+func (t *nativeTower) Columns() learner.Columns { return t.cols }
+func (t *nativeTower) Close() error             { return t.pol.Close() }
 
 // Grad computes the loss's gradient over mb's rows (exactly the tower's size).
 func (t *nativeTower) Grad(mb *learner.SampleBatch, grads []float32, stats []float64) error {

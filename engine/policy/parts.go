@@ -83,6 +83,14 @@ type towerPart struct {
 
 func (t *partsTower) StatNames() []string { return t.names }
 
+// Columns implements learner.ColumnTower: what its parts read.
+func (t *partsTower) Columns() learner.Columns {
+	if ct, ok := t.own[0].(learner.ColumnTower); ok {
+		return ct.Columns()
+	}
+	return learner.AllColumns
+}
+
 func (t *partsTower) Close() error {
 	var errs []error
 	for _, tw := range t.own {
@@ -119,4 +127,14 @@ func (t *partsTower) Grad(mb *learner.SampleBatch, grads []float32, stats []floa
 		}
 	}
 	return nil
+}
+
+// towerColumns is what a tower of algorithm a reads of its slice (learner.ColumnTower): the
+// observations and actions, and the columns a's losses read (every column when a does not
+// say: algo.ColumnReader).
+func towerColumns(a algo.Algorithm) learner.Columns {
+	if cr, ok := a.(algo.ColumnReader); ok {
+		return learner.ColObs | learner.ColActions | cr.Columns()
+	}
+	return learner.AllColumns
 }

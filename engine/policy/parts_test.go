@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -134,4 +135,89 @@ func checkInParts(t *testing.T, mb *learner.SampleBatch, size int, ref float64, 
 	if gotS[5] <= 0 || gotS[5] >= 1 {
 		t.Fatalf("clip fraction %v: the test should exercise both branches", gotS[5])
 	}
+}
+
+// TestPPOTowerColumns: a PPO tower declares the columns it reads (learner.ColumnTower), and
+// reads no other: with every other column of its minibatch NaN (versions −1), its gradient and
+// statistics keep their bits. For towerrl's own MLP, in parts and at once, with categorical and
+// Gaussian heads, and for an imported graph.
+func TestPPOTowerColumns(t *testing.T) {
+	c := ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}
+	a := &ppo.PPO{Coefs: c}
+	check := func(t *testing.T, tw learner.Tower, mb *learner.SampleBatch, size int) {
+		t.Helper()
+		defer tw.Close()
+		ct, ok := tw.(learner.ColumnTower)
+		if !ok {
+			t.Fatalf("%T is not a learner.ColumnTower", tw)
+		}
+		cols := ct.Columns()
+		if want := learner.ColObs | learner.ColActions | learner.ColLogP | learner.ColValues | learner.ColAdvantages | learner.ColReturns; cols != want {
+			t.Fatalf("columns %b, want %b", cols, want)
+		}
+		grad := func() ([]float32, []float64) {
+			g, s := make([]float32, size), make([]float64, len(ppo.StatNames))
+			if err := tw.Grad(mb, g, s); err != nil {
+				t.Fatal(err)
+			}
+			return g, s
+		}
+		wantG, wantS := grad()
+		nan := float32(math.NaN())
+		for _, col := range []struct {
+			c learner.Columns
+			v []float32
+		}{{learner.ColRewards, mb.Rewards}, {learner.ColTerminated, mb.Terminated}, {learner.ColTruncated, mb.Truncated},
+			{learner.ColLogP, mb.LogP}, {learner.ColValues, mb.Values}, {learner.ColAdvantages, mb.Advantages},
+			{learner.ColReturns, mb.Returns}, {learner.ColNextValues, mb.NextValues}} {
+			if cols&col.c == 0 {
+				for i := range col.v {
+					col.v[i] = nan
+				}
+			}
+		}
+		for i := range mb.Version {
+			mb.Version[i] = -1
+		}
+		gotG, gotS := grad()
+		for i := range wantG {
+			if math.Float32bits(gotG[i]) != math.Float32bits(wantG[i]) {
+				t.Fatalf("gradient %d: %v with the other columns NaN, %v before", i, gotG[i], wantG[i])
+			}
+		}
+		for i, name := range ppo.StatNames {
+			if math.Float64bits(gotS[i]) != math.Float64bits(wantS[i]) {
+				t.Fatalf("%s: %v with the other columns NaN, %v before", name, gotS[i], wantS[i])
+			}
+		}
+	}
+	for _, h := range []head.Spec{{Head: head.CategoricalKind, N: 3, ObsShape: []int{4}}, {Head: head.GaussianKind, N: 2, ObsShape: []int{5}, Low: []float32{-1, -1}, High: []float32{1, 1}}} {
+		for _, rows := range []int{300, partRows + 300} {
+			t.Run(fmt.Sprintf("%s/%d", h.Head, rows), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(3, uint64(rows)))
+				params, err := models.NewParams(models.Config{Spec: h}, rng)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tw, err := inParts(rows, a, func(n int) (learner.Tower, error) { return newNativeTower(params, n, a) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				check(t, tw, headMinibatch(rng, rows, h), params.Size())
+			})
+		}
+	}
+	t.Run("imported", func(t *testing.T) {
+		spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
+		f, err := loadForeign(context.Background(), readFile(t, "../../testdata/mlp_tanh.onnx"), spec, layout.Overrides{}, onnx.Config{}, rand.New(rand.NewPCG(1, 2)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(8, 9))
+		tw, err := newForeignTower(f, 200, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, tw, headMinibatch(rng, 200, spec), len(f.flat))
+	})
 }

@@ -94,6 +94,11 @@ func (p *PPO) StatNames() []string { return slices.Clone(StatNames) }
 // RowMean implements algo.RowMean: the loss and its statistics are means of per-row terms.
 func (p *PPO) RowMean() {}
 
+// Columns implements algo.ColumnReader: the columns Loss.Fill reads.
+func (p *PPO) Columns() learner.Columns {
+	return learner.ColLogP | learner.ColValues | learner.ColAdvantages | learner.ColReturns
+}
+
 // Targets implements algo.Algorithm: GAE advantages and returns.
 func (p *PPO) Targets(r algo.Rollout, adv, ret []float32) error {
 	return GAE(GAEInput{T: r.T, N: r.N, Rewards: r.Rewards, Values: r.Values, Terminated: r.Terminated, Truncated: r.Truncated,
