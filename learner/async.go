@@ -214,15 +214,15 @@ func (l *Learner) post(r Result) {
 
 func (l *Learner) learn(ctx context.Context) {
 	defer l.wg.Done()
-	// Only a stack of sequences is shuffled in place, with scratch as large as the stack.
-	shuffler := &Shuffler{perm: make([]int, l.cfg.TrainBatch)}
+	// Only a stack of sequences is shuffled in place, with scratch as large as the stack. A
+	// feed-forward stack is not: order, the permutations of its passes so far composed, tells
+	// the towers which rows to gather (Towers.UpdateRows). Every stack holds up to TrainBatch
+	// rows.
+	var shuffler *Shuffler
 	if l.stacks[0].Recurrent() {
 		shuffler = NewShuffler(l.stacks[0])
 	}
-	// A feed-forward stack is not shuffled in place: order, the permutations of its passes
-	// so far composed, tells the towers which rows to gather (Towers.updateRows). Every stack
-	// holds up to TrainBatch rows.
-	order, next := make([]int, l.cfg.TrainBatch), make([]int, l.cfg.TrainBatch)
+	order := NewRowOrder(l.cfg.TrainBatch)
 	mb := l.towers.cfg.Minibatch
 	src := rand.NewPCG(0, 0)
 	rng := rand.New(src)
@@ -242,16 +242,13 @@ func (l *Learner) learn(ctx context.Context) {
 		if !rows {
 			units = len(stack.SeqLens)
 		}
-		for i := range order[:units] {
-			order[i] = i
+		if rows {
+			order.Reset(units)
 		}
 	passes:
 		for range l.cfg.SGDIters {
 			if rows {
-				for i, p := range shuffler.permutation(rng, units) { // what Shuffle would do to the stack
-					next[i] = order[p]
-				}
-				order, next = next, order
+				order.Shuffle(rng) // what Shuffler.Shuffle would do to the stack
 			} else if err := shuffler.Shuffle(rng, stack); err != nil {
 				res.Err = err
 				break
@@ -264,7 +261,7 @@ func (l *Learner) learn(ctx context.Context) {
 				var st UpdateStats
 				var err error
 				if rows {
-					st, err = l.towers.updateRows(ctx, stack, order[:units], lo, hi)
+					st, err = l.towers.UpdateRows(ctx, stack, order.Rows(), lo, hi)
 				} else {
 					st, err = l.towers.Update(ctx, stack, lo, hi)
 				}

@@ -327,16 +327,11 @@ func TestUpdateRowsMatchesShuffle(t *testing.T) {
 			train := func(byRows bool) ([]float32, *SampleBatch) {
 				tw, params, b := linearTowers(t, n, mb, data)
 				sh, rng := NewShuffler(b), rand.New(rand.NewPCG(5, 6))
-				order, next := make([]int, rows), make([]int, rows)
-				for i := range order {
-					order[i] = i
-				}
+				ro := NewRowOrder(rows + 10)
+				ro.Reset(rows)
 				for range passes {
 					if byRows {
-						for i, p := range sh.permutation(rng, rows) {
-							next[i] = order[p]
-						}
-						order, next = next, order
+						ro.Shuffle(rng)
 					} else if err := sh.Shuffle(rng, b); err != nil {
 						t.Fatal(err)
 					}
@@ -344,7 +339,7 @@ func TestUpdateRowsMatchesShuffle(t *testing.T) {
 						hi := min(lo+mb, rows)
 						var err error
 						if byRows {
-							_, err = tw.updateRows(context.Background(), b, order, lo, hi)
+							_, err = tw.UpdateRows(context.Background(), b, ro.Rows(), lo, hi)
 						} else {
 							_, err = tw.Update(context.Background(), b, lo, hi)
 						}
@@ -355,7 +350,7 @@ func TestUpdateRowsMatchesShuffle(t *testing.T) {
 				}
 				if byRows { // put the rows in the shuffled order to compare them
 					sorted := NewSampleBatch(rows, 3, 1, 0)
-					if err := sorted.gatherFrom(b, order, AllColumns); err != nil {
+					if err := sorted.gatherFrom(b, ro.Rows(), AllColumns); err != nil {
 						t.Fatal(err)
 					}
 					b = sorted

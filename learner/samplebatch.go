@@ -342,6 +342,41 @@ func (s *Shuffler) Shuffle(rng *rand.Rand, b *SampleBatch) error {
 	return nil
 }
 
+// RowOrder is the order a feed-forward batch's rows would be in after passes of
+// Shuffler.Shuffle, kept as row indices instead of moving the rows: row k of the shuffled
+// batch is the batch's row Rows()[k]. Towers.UpdateRows trains by it, to the bits of
+// Towers.Update on the shuffled batch (the same draws from the same generator).
+type RowOrder struct {
+	order, next []int
+	sh          Shuffler
+}
+
+// NewRowOrder makes an order for batches of up to capacity rows.
+func NewRowOrder(capacity int) *RowOrder {
+	return &RowOrder{order: make([]int, 0, capacity), next: make([]int, capacity), sh: Shuffler{perm: make([]int, capacity)}}
+}
+
+// Reset puts rows rows in their own order (before any pass). It panics past the capacity.
+func (o *RowOrder) Reset(rows int) {
+	o.order = o.order[:rows]
+	for i := range o.order {
+		o.order[i] = i
+	}
+}
+
+// Shuffle composes the permutation Shuffler.Shuffle would draw from rng into the order.
+func (o *RowOrder) Shuffle(rng *rand.Rand) {
+	n := len(o.order)
+	next := o.next[:n]
+	for i, p := range o.sh.permutation(rng, n) {
+		next[i] = o.order[p]
+	}
+	o.order, o.next = next, o.order[:cap(o.order)]
+}
+
+// Rows is the order: row k of the shuffled batch is the batch's row Rows()[k].
+func (o *RowOrder) Rows() []int { return o.order }
+
 // permutation draws the order Shuffle puts units rows (or sequences) in: unit i of the
 // shuffled batch is unit perm[i] of the batch before. It is valid until the next call.
 func (s *Shuffler) permutation(rng *rand.Rand, units int) []int {

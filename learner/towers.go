@@ -133,7 +133,7 @@ type Towers struct {
 	jobs    []towerJob  // per tower: this update's slice, written by Update before the crew runs
 	errs    []error     // per tower: its job's error, read by Update after the crew has run
 	avg     []float64   // averaged statistics, returned in UpdateStats
-	adv     []float32   // a shuffled minibatch's advantages, standardised here (updateRows)
+	adv     []float32   // a shuffled minibatch's advantages, standardised here (UpdateRows)
 	sums    []float64   // square sums of the averaged gradient's normBlocks (tower i writes its shard's)
 
 	// With more than one tower and an optimiser that can step in ranges, each tower also takes
@@ -346,13 +346,13 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 	return t.update(ctx, b, nil, lo, hi)
 }
 
-// updateRows is Update on a feed-forward batch b in the order order (row k of the shuffled
-// batch is b's row order[k]): it trains on what Update trains on rows [lo, hi) of b shuffled
+// UpdateRows is Update on a feed-forward batch b in the order order (row k of the shuffled
+// batch is b's row order[k], a RowOrder's Rows): it trains on what Update trains on rows [lo, hi) of b shuffled
 // by Shuffler.Shuffle with that permutation, the same bits, without moving b's rows. Each tower
 // gathers its own slice, in parallel, where a Shuffle gathers the whole batch on one goroutine
 // and then copies it back. The standardised advantages are written back to their rows of b,
 // as Update writes them to its range.
-func (t *Towers) updateRows(ctx context.Context, b *SampleBatch, order []int, lo, hi int) (UpdateStats, error) {
+func (t *Towers) UpdateRows(ctx context.Context, b *SampleBatch, order []int, lo, hi int) (UpdateStats, error) {
 	if b.Recurrent() {
 		return UpdateStats{}, fmt.Errorf("%w: a batch of sequences cannot be trained by rows", ErrBatch)
 	}
@@ -362,7 +362,7 @@ func (t *Towers) updateRows(ctx context.Context, b *SampleBatch, order []int, lo
 	return t.update(ctx, b, order, lo, hi)
 }
 
-// update is Update, and with order set updateRows.
+// update is Update, and with order set UpdateRows.
 func (t *Towers) update(ctx context.Context, b *SampleBatch, order []int, lo, hi int) (UpdateStats, error) {
 	n := len(t.towers)
 	units := hi - lo

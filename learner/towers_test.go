@@ -389,7 +389,7 @@ func TestColumnTowerGathersItsColumns(t *testing.T) {
 			order[i] = (i * 7) % rows // 7 and 120 are coprime: a permutation
 		}
 		for lo := 0; lo < rows; lo += mb {
-			if _, err := tw.updateRows(context.Background(), b, order, lo, lo+mb); err != nil {
+			if _, err := tw.UpdateRows(context.Background(), b, order, lo, lo+mb); err != nil {
 				t.Fatal(err)
 			}
 		}

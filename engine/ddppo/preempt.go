@@ -78,7 +78,7 @@ func (r *Rank) Prepare(towers *learner.Towers, batch *learner.SampleBatch, minib
 	p.updates = p.rollouts * p.envs / minibatch
 	p.src = rand.NewPCG(0, 0)
 	p.rng = rand.New(p.src)
-	p.shuffler = learner.NewShuffler(batch)
+	p.order = learner.NewRowOrder(batch.Cap())
 	p.spare = batch.NewLike(minibatch)
 	g := r.g
 	p.stop = func() bool {
@@ -165,7 +165,7 @@ type preemption struct {
 	seed           uint64
 	src            *rand.PCG
 	rng            *rand.Rand
-	shuffler       *learner.Shuffler
+	order          *learner.RowOrder // the passes' shuffles, composed
 	spare          *learner.SampleBatch
 	envs, rollouts int // envs of the rank, steps of a full rollout
 }
@@ -195,11 +195,12 @@ func (p *preemption) learn(ctx context.Context, coll weighted, b *learner.Sample
 		return res, err
 	}
 	p.src.Seed(p.seed, uint64(it)^preemptSalt)
+	// The towers gather each minibatch's rows in the passes' composed order, where b was
+	// shuffled in place before each pass: the same draws, rows and bits (learner.RowOrder).
+	p.order.Reset(b.Len())
 	for range p.epochs {
-		if err := p.shuffler.Shuffle(p.rng, b); err != nil {
-			return res, err
-		}
-		if err := minibatchUpdates(ctx, p.towers, coll, b, p.spare, p.mb, p.updates, &res); err != nil {
+		p.order.Shuffle(p.rng)
+		if err := minibatchUpdates(ctx, p.towers, coll, b, p.order.Rows(), p.spare, p.mb, p.updates, &res); err != nil {
 			return res, err
 		}
 	}
@@ -211,10 +212,11 @@ func (p *preemption) learn(ctx context.Context, coll weighted, b *learner.Sample
 // weighted is the rank's share of the collective: its weight in the next all-reduces.
 type weighted interface{ SetWeight(w float64) error }
 
-// minibatchUpdates runs one pass of updates minibatch updates of mb rows over b: update k
-// trains rows [k·mb, (k+1)·mb) with the weight of the rows the towers take, while b has them;
-// after that it trains spare's rows with weight 0. It adds the weighted updates to res.
-func minibatchUpdates(ctx context.Context, tw *learner.Towers, coll weighted, b, spare *learner.SampleBatch, mb, updates int, res *learner.Result) error {
+// minibatchUpdates runs one pass of updates minibatch updates of mb rows over b, in the order
+// order (nil: b's own): update k trains rows [k·mb, (k+1)·mb) with the weight of the rows the
+// towers take, while b has them; after that it trains spare's rows with weight 0. It adds the
+// weighted updates to res.
+func minibatchUpdates(ctx context.Context, tw *learner.Towers, coll weighted, b *learner.SampleBatch, order []int, spare *learner.SampleBatch, mb, updates int, res *learner.Result) error {
 	have := b.Len() / mb
 	rows := mb / tw.N() * tw.N() // the towers truncate a minibatch to a multiple of their number
 	for k := range updates {
@@ -225,7 +227,13 @@ func minibatchUpdates(ctx context.Context, tw *learner.Towers, coll weighted, b,
 		if err := coll.SetWeight(float64(w)); err != nil {
 			return err
 		}
-		st, err := tw.Update(ctx, src, lo, lo+mb)
+		var st learner.UpdateStats
+		var err error
+		if src == b && order != nil {
+			st, err = tw.UpdateRows(ctx, b, order, lo, lo+mb)
+		} else {
+			st, err = tw.Update(ctx, src, lo, lo+mb)
+		}
 		if err != nil {
 			return err
 		}

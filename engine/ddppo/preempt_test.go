@@ -3,6 +3,7 @@ package ddppo
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -109,7 +110,7 @@ func TestDDPPOPreemptedUpdateEquivalence(t *testing.T) {
 		res[r].Stats = make([]float64, len(tw.StatNames()))
 		wg.Go(func() {
 			for range passes {
-				if errs[r] = minibatchUpdates(context.Background(), tw, coll, b, spare, mb, updates, &res[r]); errs[r] != nil {
+				if errs[r] = minibatchUpdates(context.Background(), tw, coll, b, nil, spare, mb, updates, &res[r]); errs[r] != nil {
 					return
 				}
 			}
@@ -136,6 +137,66 @@ func TestSyncRanks(t *testing.T) {
 	} {
 		if got := syncRanks(tc.frac, tc.n); got != tc.ranks || (got < tc.n) != tc.preemption {
 			t.Errorf("sync_frac %v of %d ranks: %d must finish, want %d", tc.frac, tc.n, got, tc.ranks)
+		}
+	}
+}
+
+// TestMinibatchUpdatesInOrder: a preempted rank's passes over its rows in their composed
+// shuffled order (learner.RowOrder, what preemption.learn does) train to the bits of shuffling
+// the rows in place before each pass (what it did before), with 150 rows: two whole minibatches
+// of 64 a pass (22 rows sit it out), over 3 passes on 2 towers. (One rank alone cannot take the
+// spare minibatch's weight-0 updates: the weights must not sum to 0.)
+func TestMinibatchUpdatesInOrder(t *testing.T) {
+	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
+	const mb, updates, passes = 64, 2, 3
+	data := enginetest.RandomMinibatch(rand.New(rand.NewPCG(2, 9)), 150, 2, enginetest.Scales{Ret: 2, Value: 0.3, LogP: 0.05})
+	train := func(inOrder bool) []float32 {
+		params, err := models.NewParams(models.Config{Spec: spec}, rand.New(rand.NewPCG(1, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		coll, err := mpi.NewCollective(mpi.InProcess(1)[0], 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw, err := learner.NewTowers(learner.TowersConfig{N: 2, Minibatch: mb, MaxGradNorm: 0.5, NormalizeAdvantages: true, Collective: coll},
+			params.Data(), learner.NewAdam(params.Size(), learner.Constant(1e-3), 0.9, 0.999, 1e-5), data,
+			policy.Towers(params, &ppo.PPO{Coefs: ppo.Coefs{ClipCoef: 0.2, ClipVLoss: true, EntCoef: 0.01, VfCoef: 0.5}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tw.Close()
+		b := learner.NewSampleBatch(data.Len(), 4, 1, 0)
+		b.Append(data)
+		spare := b.NewLike(mb)
+		if err := b.CopyRange(spare, 0, mb); err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(4, 4))
+		order, sh := learner.NewRowOrder(b.Len()), learner.NewShuffler(b)
+		order.Reset(b.Len())
+		res := learner.Result{Stats: make([]float64, len(tw.StatNames()))}
+		for range passes {
+			var rows []int
+			if inOrder {
+				order.Shuffle(rng)
+				rows = order.Rows()
+			} else if err := sh.Shuffle(rng, b); err != nil {
+				t.Fatal(err)
+			}
+			if err := minibatchUpdates(context.Background(), tw, coll, b, rows, spare, mb, updates, &res); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if res.Updates != passes*2 {
+			t.Fatalf("%d weighted updates, want %d", res.Updates, passes*2)
+		}
+		return params.Data()
+	}
+	want, got := train(false), train(true)
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("parameter %d: %v in order, %v shuffled in place", i, got[i], want[i])
 		}
 	}
 }
