@@ -61,11 +61,7 @@ func TestPPOTowerInParts(t *testing.T) {
 		})
 	})
 	t.Run("imported", func(t *testing.T) {
-		spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
-		f, err := loadForeign(context.Background(), readFile(t, "../../testdata/mlp_tanh.onnx"), spec, layout.Overrides{}, onnx.Config{}, rand.New(rand.NewPCG(1, 2)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		spec, f := mlpTanh(t)
 		rng := rand.New(rand.NewPCG(5, 6))
 		for i := range f.flat {
 			f.flat[i] += float32(rng.NormFloat64() * 0.2)
@@ -79,6 +75,18 @@ func TestPPOTowerInParts(t *testing.T) {
 			return func(rows int) (learner.Tower, error) { return newForeignTower(f, rows, a) }
 		})
 	})
+}
+
+// mlpTanh imports testdata/mlp_tanh.onnx, a 4-observation MLP with a 2-action categorical
+// head, and returns its spec.
+func mlpTanh(t *testing.T) (head.Spec, *Foreign) {
+	t.Helper()
+	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
+	f, err := loadForeign(context.Background(), readFile(t, "../../testdata/mlp_tanh.onnx"), spec, layout.Overrides{}, onnx.Config{}, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec, f
 }
 
 // checkInParts compares PPO's tower over mb in three parts (build's towers) with one tower over
@@ -208,11 +216,7 @@ func TestPPOTowerColumns(t *testing.T) {
 		}
 	}
 	t.Run("imported", func(t *testing.T) {
-		spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
-		f, err := loadForeign(context.Background(), readFile(t, "../../testdata/mlp_tanh.onnx"), spec, layout.Overrides{}, onnx.Config{}, rand.New(rand.NewPCG(1, 2)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		spec, f := mlpTanh(t)
 		rng := rand.New(rand.NewPCG(8, 9))
 		tw, err := newForeignTower(f, 200, a)
 		if err != nil {
