@@ -347,11 +347,11 @@ func (t *Towers) Update(ctx context.Context, b *SampleBatch, lo, hi int) (Update
 }
 
 // UpdateRows is Update on a feed-forward batch b in the order order (row k of the shuffled
-// batch is b's row order[k], a RowOrder's Rows): it trains on what Update trains on rows [lo, hi) of b shuffled
-// by Shuffler.Shuffle with that permutation, the same bits, without moving b's rows. Each tower
-// gathers its own slice, in parallel, where a Shuffle gathers the whole batch on one goroutine
-// and then copies it back. The standardised advantages are written back to their rows of b,
-// as Update writes them to its range.
+// batch is b's row order[k], a RowOrder's Rows): it trains on what Update trains on rows
+// [lo, hi) of b shuffled by Shuffler.Shuffle with that permutation, the same bits, without
+// moving b's rows. Each tower gathers its own slice, in parallel, where a Shuffle gathers the
+// whole batch on one goroutine and then copies it back. The standardised advantages are
+// written back to their rows of b, as Update writes them to its range.
 func (t *Towers) UpdateRows(ctx context.Context, b *SampleBatch, order []int, lo, hi int) (UpdateStats, error) {
 	if b.Recurrent() {
 		return UpdateStats{}, fmt.Errorf("%w: a batch of sequences cannot be trained by rows", ErrBatch)
