@@ -9,6 +9,7 @@ import (
 
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/envs"
+	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/learner"
 )
 
@@ -77,6 +78,14 @@ type Config struct {
 	// spinning briefly first (learner.TowersConfig.NoSpin), for machines shared with other
 	// work. Default false.
 	NoSpin bool `json:"no_spin,omitempty"`
+	// MatmulPrecision is what the learner's matrix products may round their operands to:
+	// "float32" (default: exact float32) or "bf16", each element of both operands rounded to
+	// bfloat16 (8 significant bits) and the products summed in float32 by the CPU's matrix
+	// unit (Intel AMX), as PyTorch's torch.set_float32_matmul_precision("medium") allows;
+	// biases, activations, losses, gradients' sums and Adam stay float32. The precision of
+	// the whole process while the run goes on; on a CPU without AMX-BF16 the products stay
+	// float32 (BF16Available). The batchers' inference (ONNX Runtime) is unchanged.
+	MatmulPrecision string `json:"matmul_precision,omitempty"`
 
 	// Preset names the preset the run's settings were filled from (package engine/preset:
 	// "ppo/Pendulum-v1"), or "none"; a record, written by whoever applied it (cmd/train). Train
@@ -226,6 +235,11 @@ func (c Config) resolve() (Config, envs.Spec, error) {
 func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 	if c.Algo == "" {
 		c.Algo = DefaultAlgo
+	}
+	if p, err := parsePrecision(c.MatmulPrecision); err != nil {
+		return c, err
+	} else if p == kernels.Float32 {
+		c.MatmulPrecision = "" // the default, as a run that did not name it
 	}
 	if err := c.checkAlgoFields(); err != nil {
 		return c, err

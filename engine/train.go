@@ -161,6 +161,11 @@ func lead(ctx context.Context, g ddppo.Group, opts *Options) func(error) error {
 // start) into run. saving: the run writes checkpoints (rank 0 has a run directory; the other
 // ranks of a DD-PPO job take part in writing them).
 func trainRun(ctx context.Context, cfg Config, spec envs.Spec, opts Options, run *runDir, ckpt *models.Checkpoint, initData []byte, saving bool) (res Result, err error) {
+	release, err := usePrecision(cfg.MatmulPrecision)
+	if err != nil {
+		return res, errors.Join(err, run.Close())
+	}
+	defer release()
 	if capabilities(cfg.Algo).Replay { // an off-policy algorithm: its own loop (offpolicy.go)
 		return trainReplay(ctx, cfg, spec, opts, run, ckpt, initData, saving)
 	}

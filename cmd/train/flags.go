@@ -35,6 +35,7 @@ type configFlags struct {
 	noBufferCkpt, useSDE                        bool
 	dqnTarget                                   string
 	overlap                                     bool
+	precision                                   string
 }
 
 func (f *configFlags) register(fs *flag.FlagSet) {
@@ -49,6 +50,7 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&f.seed, "seed", 0, "seed")
 	fs.BoolVar(&f.noSpin, "no-spin", false, "towers park at once instead of spinning while they wait for each other (machines shared with other work; same results)")
 	fs.StringVar(&f.initPolicy, "init-policy", "", "pretrained ONNX policy to fine-tune")
+	fs.StringVar(&f.precision, "matmul-precision", "", "the learner's matrix products: float32 (default, exact) or bf16 (operands rounded to bfloat16, float32 sums, on Intel AMX; float32 on a CPU without it). See docs/benchmarks.md")
 	fs.IntVar(&f.queue, "queue-size", 0, "impala/appo: rollouts buffered between batchers and learner (default 2)")
 	fs.IntVar(&f.broadcast, "broadcast-interval", 0, "impala/appo: learner iterations between weight publishes (default 1)")
 	fs.Int64Var(&f.maxLag, "max-policy-lag", 0, "impala/appo: drop rollouts more policy versions behind than this (default 0: never)")
@@ -110,15 +112,20 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 		"total-steps":   func(c *engine.Config) { c.TotalSteps = f.total },
 		"seed":          func(c *engine.Config) { c.Seed = f.seed },
 		"no-spin":       func(c *engine.Config) { c.NoSpin = f.noSpin },
-		"init-policy":   func(c *engine.Config) { c.InitPolicy = f.initPolicy },
-		"epochs":        func(c *engine.Config) { c.Epochs = f.epochs },
-		"minibatches":   func(c *engine.Config) { c.Minibatches = f.minibatches },
-		"sync-frac":     func(c *engine.Config) { c.SyncFrac = f.syncFrac },
-		"lr":            func(c *engine.Config) { c.LR = f.lr },
-		"constant-lr":   func(c *engine.Config) { c.ConstantLR = f.constantLR },
-		"gamma":         func(c *engine.Config) { c.Gamma = f.gamma },
-		"gae-lambda":    func(c *engine.Config) { c.Lambda = f.lambda },
-		"clip-coef":     func(c *engine.Config) { c.ClipCoef = f.clip },
+		"matmul-precision": func(c *engine.Config) {
+			if c.MatmulPrecision = f.precision; f.precision == "float32" {
+				c.MatmulPrecision = "" // the default, as config.json keeps it
+			}
+		},
+		"init-policy": func(c *engine.Config) { c.InitPolicy = f.initPolicy },
+		"epochs":      func(c *engine.Config) { c.Epochs = f.epochs },
+		"minibatches": func(c *engine.Config) { c.Minibatches = f.minibatches },
+		"sync-frac":   func(c *engine.Config) { c.SyncFrac = f.syncFrac },
+		"lr":          func(c *engine.Config) { c.LR = f.lr },
+		"constant-lr": func(c *engine.Config) { c.ConstantLR = f.constantLR },
+		"gamma":       func(c *engine.Config) { c.Gamma = f.gamma },
+		"gae-lambda":  func(c *engine.Config) { c.Lambda = f.lambda },
+		"clip-coef":   func(c *engine.Config) { c.ClipCoef = f.clip },
 		"ent-coef": func(c *engine.Config) {
 			if c.EntCoef = f.ent; f.ent == 0 {
 				c.EntCoef = -1 // an explicit 0: no bonus (engine.ParseConfig's convention)

@@ -118,6 +118,9 @@ func main() {
 		} else {
 			log.Info("preset none: " + c.why)
 		}
+		if cfg.MatmulPrecision == "bf16" && !engine.BF16Available() {
+			log.Warn("matmul_precision bf16: this CPU has no AMX-BF16 (or the OS does not grant its tile state), so the learner's products stay float32")
+		}
 		dir := *out
 		if dir == "" {
 			dir = fmt.Sprintf("runs/%s-%d", cfg.Env, cfg.Seed)

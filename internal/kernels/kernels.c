@@ -203,3 +203,5 @@ void twk_square_sums(int level, long n, const float *g, long block, double *sums
 		return;
 	}
 }
+
+#include "amx.h"

@@ -8,7 +8,10 @@ package kernels
 */
 import "C"
 
-import "unsafe"
+import (
+	"sync"
+	"unsafe"
+)
 
 // The Act values are kernels.h's: a mismatch is a compile error (an array length that is
 // negative or does not match [0]).
@@ -32,6 +35,18 @@ const (
 var level = cpuLevel()
 
 func cpuLevel() int { return int(C.twk_cpu_level()) }
+
+var (
+	amxOnce sync.Once
+	amxOK   bool
+)
+
+// HasBF16 is whether this CPU and OS run BF16 products on a bfloat16 matrix unit (Intel AMX).
+// The first call asks Linux for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
+func HasBF16() bool {
+	amxOnce.Do(func() { amxOK = cpuLevel() == levelAVX512 && C.twk_amx_init() == 1 })
+	return amxOK
+}
 
 // testLevels are the implementations this build can run on this CPU, for the tests.
 func testLevels() []int {
@@ -76,6 +91,13 @@ func gemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, l
 	c []float32, ldc int, acc bool, bias []float32, act Act, y []float32, ldy int) {
 	if level == levelGo {
 		gemmGo(transA, transB, m, n, k, a, lda, b, ldb, c, ldc, acc, bias, act, y, ldy)
+		return
+	}
+	if level == levelAVX512 && bf16Product(m, n, k) {
+		if C.twk_gemm_bf16(b2i(transA), b2i(transB), C.long(m), C.long(n), C.long(k), ptr(a), C.long(lda),
+			ptr(b), C.long(ldb), ptr(c), C.long(ldc), b2i(acc), ptr(bias), C.int(act), ptr(y), C.long(ldy)) != 0 {
+			panic("kernels: out of C memory for a packing buffer")
+		}
 		return
 	}
 	if C.twk_gemm(C.int(level), b2i(transA), b2i(transB), C.long(m), C.long(n), C.long(k), ptr(a), C.long(lda),

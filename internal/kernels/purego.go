@@ -24,3 +24,6 @@ func adam(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 }
 
 func squareSums(g []float32, block int, sums []float64) { squareSumsGo(g, block, sums) }
+
+// HasBF16 is false: the Go loops have no bfloat16 matrix unit.
+func HasBF16() bool { return false }
