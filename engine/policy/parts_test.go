@@ -11,6 +11,7 @@ import (
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/engine/internal/enginetest"
 	"github.com/towerrl/towerrl/engine/ppo"
+	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/learner"
 	"github.com/towerrl/towerrl/models"
 	"github.com/towerrl/towerrl/models/head"
@@ -224,4 +225,42 @@ func TestPPOTowerColumns(t *testing.T) {
 		}
 		check(t, tw, headMinibatch(rng, 200, spec), len(f.flat))
 	})
+}
+
+// TestPartsUnderBF16: while the products run in bfloat16 a PPO tower's parts are of at most
+// bf16PartRows rows (on a CPU with AMX-BF16; partRows on another), and with float32 products
+// again partRows.
+func TestPartsUnderBF16(t *testing.T) {
+	a := &ppo.PPO{Coefs: ppo.Coefs{ClipCoef: 0.2, VfCoef: 0.5, EntCoef: 0.01}}
+	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
+	params, err := models.NewParams(models.Config{Spec: spec}, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := func() []int {
+		t.Helper()
+		tw, err := inParts(2100, a, func(n int) (learner.Tower, error) { return newNativeTower(params, n, a) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tw.Close()
+		var rows []int
+		for _, p := range tw.(*partsTower).parts {
+			rows = append(rows, p.rows)
+		}
+		return rows
+	}
+	f32 := []int{700, 700, 700}
+	want := f32
+	if kernels.SetPrecision(kernels.BF16) {
+		want = []int{420, 420, 420, 420, 420}
+	}
+	got := parts()
+	kernels.SetPrecision(kernels.Float32)
+	if !slices.Equal(got, want) {
+		t.Fatalf("2,100 rows with bf16 products in parts of %v, want %v", got, want)
+	}
+	if got := parts(); !slices.Equal(got, f32) {
+		t.Fatalf("2,100 rows with float32 products in parts of %v, want %v", got, f32)
+	}
 }
