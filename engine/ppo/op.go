@@ -7,6 +7,7 @@ import (
 	G "gorgonia.org/gorgonia"
 
 	"github.com/towerrl/towerrl/engine/internal/fused"
+	"github.com/towerrl/towerrl/internal/kernels"
 )
 
 // lossTerms is CleanRL's PPO loss over rows of
@@ -29,10 +30,12 @@ type lossTerms struct {
 	dLogp, dValue []float32  // ∂loss/∂logp_i, ∂loss/∂v_i from the last run
 	dEnt          []float32  // ∂loss/∂H_i = −EntCoef/rows, the same for every row and run
 	stats         [7]float64 // StatNames of the last run
+	lr, r         []float64  // each row's log-ratio logp − old logp and ratio exp of it
 }
 
 func newLossTerms(c Coefs, rows int) lossTerms {
-	t := lossTerms{c: c, rows: rows, dLogp: make([]float32, rows), dValue: make([]float32, rows), dEnt: make([]float32, rows)}
+	t := lossTerms{c: c, rows: rows, dLogp: make([]float32, rows), dValue: make([]float32, rows), dEnt: make([]float32, rows),
+		lr: make([]float64, rows), r: make([]float64, rows)}
 	for i := range t.dEnt {
 		t.dEnt[i] = float32(-c.EntCoef / float64(rows))
 	}
@@ -58,8 +61,16 @@ func (t *lossTerms) loss(logp, ent, v, adv, ret, oldLogp, oldV []float32) float6
 	lo, hi := 1-c.ClipCoef, 1+c.ClipCoef
 	var pg, vl, h, kl, oldKL, clipped float64
 	for i := range t.rows {
-		lr := float64(logp[i]) - float64(oldLogp[i])
-		r := math.Exp(lr)
+		t.lr[i] = float64(logp[i]) - float64(oldLogp[i])
+	}
+	// The ratios eight at a time where the CPU allows, math.Exp's bits either way.
+	if !kernels.GoExp(t.lr, t.r) {
+		for i, lr := range t.lr {
+			t.r[i] = math.Exp(lr)
+		}
+	}
+	for i := range t.rows {
+		lr, r := t.lr[i], t.r[i]
 		a := float64(adv[i])
 		unclipped, clippedTerm := -a*r, -a*min(max(r, lo), hi)
 		if unclipped >= clippedTerm {

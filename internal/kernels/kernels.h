@@ -26,4 +26,11 @@ int twk_gemm_bf16(int ta, int tb, long m, long n, long k, const float *a, long l
 		  long ldb, float *c, long ldc, int acc, const float *bias, int act, const float *y,
 		  long ldy);
 
+void twk_go_exp(long n, const double *x, double *y);
+void twk_go_log1p(long n, const double *x, double *y);
+long twk_cat2(long rows, const float *logits, const int *acts, double *ls, double *p, double *lp,
+	      double *h);
+void twk_cat2_backward(long rows, const double *ls, const double *p, const int *acts, const double *h,
+		       const float *dlogp, double dent, float *dlogits);
+
 #endif

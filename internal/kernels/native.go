@@ -138,3 +138,51 @@ func squareSums(g []float32, block int, sums []float64) {
 	}
 	C.twk_square_sums(C.int(level), C.long(len(g)), ptr(g), C.long(block), (*C.double)(unsafe.Pointer(&sums[0])))
 }
+
+// goMath is whether the float64 kernels of gomath.c run: they are AVX-512 code.
+func goMath() bool { return level == levelAVX512 }
+
+func f64(s []float64) *C.double {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.double)(unsafe.Pointer(&s[0]))
+}
+
+func i32(s []int32) *C.int {
+	if len(s) == 0 {
+		return nil
+	}
+	return (*C.int)(unsafe.Pointer(&s[0]))
+}
+
+func goExp(x, y []float64) bool {
+	if !goMath() {
+		return false
+	}
+	C.twk_go_exp(C.long(len(x)), f64(x), f64(y))
+	return true
+}
+
+func goLog1p(x, y []float64) bool {
+	if !goMath() {
+		return false
+	}
+	C.twk_go_log1p(C.long(len(x)), f64(x), f64(y))
+	return true
+}
+
+func categorical2(logits []float32, acts []int32, ls, p, lp, h []float64) (int, bool) {
+	if !goMath() {
+		return 0, false
+	}
+	return int(C.twk_cat2(C.long(len(acts)), ptr(logits), i32(acts), f64(ls), f64(p), f64(lp), f64(h))), true
+}
+
+func categorical2Backward(ls, p []float64, acts []int32, h []float64, dLogp []float32, dEnt float64, dLogits []float32) bool {
+	if !goMath() {
+		return false
+	}
+	C.twk_cat2_backward(C.long(len(acts)), f64(ls), f64(p), i32(acts), f64(h), ptr(dLogp), C.double(dEnt), ptr(dLogits))
+	return true
+}

@@ -27,3 +27,12 @@ func squareSums(g []float32, block int, sums []float64) { squareSumsGo(g, block,
 
 // HasBF16 is false: the Go loops have no bfloat16 matrix unit.
 func HasBF16() bool { return false }
+
+func goExp(x, y []float64) bool   { return false }
+func goLog1p(x, y []float64) bool { return false }
+func categorical2(logits []float32, acts []int32, ls, p, lp, h []float64) (int, bool) {
+	return 0, false
+}
+func categorical2Backward(ls, p []float64, acts []int32, h []float64, dLogp []float32, dEnt float64, dLogits []float32) bool {
+	return false
+}

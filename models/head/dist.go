@@ -1,6 +1,10 @@
 package head
 
-import "math"
+import (
+	"math"
+
+	"github.com/towerrl/towerrl/internal/kernels"
+)
 
 // The distribution maths over one row, in float64, for learners and loss ops: log-sum-exp and
 // log-softmax; a categorical distribution's log-probability and entropy; a diagonal
@@ -97,6 +101,18 @@ func CategoricalForwardRows(n int, logits []float32, acts []int32, logSoftmax, p
 	logits, logSoftmax, probs = logits[:rows*n], logSoftmax[:rows*n], probs[:rows*n]
 	logp, entropy = logp[:rows], entropy[:rows]
 	if n == 2 {
+		// Eight rows at a time where the CPU allows (the same bits); rows with a logit ±Inf or
+		// NaN are left to the general row below.
+		if bad, ok := kernels.Categorical2(logits, acts, logSoftmax, probs, logp, entropy); ok {
+			if bad > 0 {
+				for i, a := range acts {
+					if l0, l1 := logits[2*i], logits[2*i+1]; l0-l0 != 0 || l1-l1 != 0 {
+						logp[i], entropy[i] = CategoricalForward(logits[2*i:2*i+2], int(a), logSoftmax[2*i:2*i+2], probs[2*i:2*i+2])
+					}
+				}
+			}
+			return
+		}
 		for i, a := range acts {
 			r := 2 * i
 			var ok bool

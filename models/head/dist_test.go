@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/towerrl/towerrl/internal/kernels"
 )
 
 // Hand-worked: log(e + e² + e³) = log(30.19287485) = 3.407605964; a shift of every logit by c
@@ -289,6 +291,68 @@ func checkGrad(t *testing.T, what string, x, grad []float32, loss func([]float32
 		fd := (loss(xp) - loss(xm)) / (2 * h)
 		if !near(float64(grad[j]), fd, 2e-4+2e-4*math.Abs(fd)) {
 			t.Errorf("%s (%d values): gradient %d is %v, central difference %v", what, len(x), j, grad[j], fd)
+		}
+	}
+}
+
+// TestCategoricalRows2Bits: over two logits a row, CategoricalForwardRows (eight rows at a time
+// on an AVX-512 CPU, kernels.Categorical2) gives categoricalForward2's bits row by row, rows of
+// non-finite logits the general row's; and kernels.Categorical2Backward gives
+// CategoricalBackward's. Logits from equal (±0) to 1e4 apart, 10,003 rows.
+func TestCategoricalRows2Bits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(14, 15))
+	const rows = 10003
+	logits, acts := make([]float32, 2*rows), make([]int32, rows)
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	for i := range rows {
+		scale := math.Pow(10, float64(rng.IntN(9)-4))
+		l0, l1 := float32(scale*rng.NormFloat64()), float32(scale*rng.NormFloat64())
+		switch rng.IntN(40) {
+		case 0:
+			l1 = l0
+		case 1:
+			l0, l1 = 0, float32(math.Copysign(0, -1))
+		case 2:
+			l0 = inf
+		case 3:
+			l1 = -inf
+		case 4:
+			l0 = nan
+		}
+		logits[2*i], logits[2*i+1], acts[i] = l0, l1, int32(rng.IntN(2))
+	}
+	ls, ps := make([]float64, 2*rows), make([]float64, 2*rows)
+	logp, ent := make([]float64, rows), make([]float64, rows)
+	CategoricalForwardRows(2, logits, acts, ls, ps, logp, ent)
+	same := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) || (a != a && b != b) }
+	wls, wps := make([]float64, 2), make([]float64, 2)
+	for i, a := range acts {
+		wlp, went, ok := categoricalForward2(logits[2*i], logits[2*i+1], int(a), wls, wps)
+		if !ok {
+			wlp, went = CategoricalForward(logits[2*i:2*i+2], int(a), wls, wps)
+		}
+		if !same(logp[i], wlp) || !same(ent[i], went) || !same(ls[2*i], wls[0]) || !same(ls[2*i+1], wls[1]) || !same(ps[2*i], wps[0]) || !same(ps[2*i+1], wps[1]) {
+			t.Fatalf("row %d, logits %v action %d: logp %v entropy %v log-softmax %v probs %v; by row %v %v %v %v",
+				i, logits[2*i:2*i+2], a, logp[i], ent[i], ls[2*i:2*i+2], ps[2*i:2*i+2], wlp, went, wls, wps)
+		}
+	}
+	dLogp := make([]float32, rows)
+	for i := range dLogp {
+		dLogp[i] = float32(rng.NormFloat64())
+	}
+	got, want := make([]float32, 2*rows), make([]float32, 2*rows)
+	if !kernels.Categorical2Backward(ls, ps, acts, ent, dLogp, -0.01/rows, got) {
+		if kernels.Level() == "avx512" {
+			t.Fatal("no Categorical2Backward kernel on an AVX-512 CPU")
+		}
+		return
+	}
+	for i, a := range acts {
+		CategoricalBackward(ls[2*i:2*i+2], ps[2*i:2*i+2], int(a), ent[i], float64(dLogp[i]), -0.01/rows, want[2*i:2*i+2])
+	}
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+			t.Fatalf("dLogits[%d] = %v, CategoricalBackward gives %v", i, got[i], want[i])
 		}
 	}
 }

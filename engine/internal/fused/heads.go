@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/models/head"
 )
 
@@ -57,6 +58,9 @@ func (c *Categorical) Forward(in [][]float32, logp, ent []float32) error {
 
 func (c *Categorical) Backward(dLogp []float32, dEnt float64, dIn [][]float32) {
 	dz, n := dIn[0], c.n
+	if n == 2 && kernels.Categorical2Backward(c.ls, c.p, c.Acts[:len(dLogp)], c.h, dLogp, dEnt, dz) {
+		return
+	}
 	for i := range dLogp {
 		head.CategoricalBackward(c.ls[i*n:(i+1)*n], c.p[i*n:(i+1)*n], int(c.Acts[i]), c.h[i], float64(dLogp[i]), dEnt, dz[i*n:(i+1)*n])
 	}
