@@ -280,15 +280,76 @@ INLINE float CAT(hsum_, SFX)(V v) {
 	return v[0];
 }
 
+#if VL == 16
+// dot16 writes into y the dot products of 16 rows of A (rows lda apart) with bj over k (a
+// multiple of VL), each the sum dot's loop makes for one row: the same s0 and s1, then s0 + s1
+// reduced by hsum's tree of additions, done for the 16 rows side by side (pairs of vectors'
+// halves, quarters, then pairs and single lanes within the 128-bit lanes), so the same bits
+// with a quarter of the shuffles.
+INLINE void CAT(dot16_, SFX)(long k, const float *a, long lda, const float *bj, float y[16]) {
+	__m512 r[16], x[8], w[4], z[2];
+#pragma GCC unroll 16
+	for (int q = 0; q < 16; q++) {
+		const float *ai = a + q * lda;
+		V s0 = (V){0}, s1 = (V){0};
+		long p = 0;
+		for (; p + 2 * VL <= k; p += 2 * VL) {
+			s0 += CAT(ld_, SFX)(ai + p) * CAT(ld_, SFX)(bj + p);
+			s1 += CAT(ld_, SFX)(ai + p + VL) * CAT(ld_, SFX)(bj + p + VL);
+		}
+		if (p < k)
+			s0 += CAT(ld_, SFX)(ai + p) * CAT(ld_, SFX)(bj + p);
+		r[q] = (__m512)(s0 + s1);
+	}
+	// lane l + lane l+8 of rows 2t (first half) and 2t+1 (second half)
+	for (int t = 0; t < 8; t++)
+		x[t] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * t], r[2 * t + 1], 0x44),
+				     _mm512_shuffle_f32x4(r[2 * t], r[2 * t + 1], 0xEE));
+	// l + l+4: 128-bit lane L of w[u] is row 4u + L's four
+	for (int u = 0; u < 4; u++)
+		w[u] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * u], x[2 * u + 1], 0x88),
+				     _mm512_shuffle_f32x4(x[2 * u], x[2 * u + 1], 0xDD));
+	// l + l+2: lane L of z[v] holds rows 8v + L and 8v + 4 + L, two values each
+	for (int v = 0; v < 2; v++)
+		z[v] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * v], w[2 * v + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+				     _mm512_shuffle_ps(w[2 * v], w[2 * v + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+	// l + l+1: value e of lane L is row L + 4e
+	__m512 o = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+				 _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+	float t[16];
+	_mm512_storeu_ps(t, o);
+	for (int q = 0; q < 16; q++)
+		y[q] = t[4 * (q % 4) + q / 4];
+}
+#endif
+
 // dot is C = A·Bᵀ (+C) for row-contiguous A [m, k] and B [n, k] (C[i][j] = A[i]·B[j]):
 // the shape of a layer with few outputs, or of few rows against a transposed B, where vectors
 // run along k. Each row of B is reused across all rows of A while it is in cache.
 static TGT void CAT(dot_, SFX)(long m, long n, long k, const float *a, long lda, const float *b,
 			       long ldb, float *c, long ldc, int acc, const float *bias, int act) {
 	long kfull = k - k % VL;
+	long i0 = 0; // the rows dot16 took
+#if VL == 16
+	if (kfull == k) // sixteen rows' sums at once, every column while they are in cache: the same bits
+		for (; i0 + 16 <= m; i0 += 16)
+			for (long j = 0; j < n; j++) {
+				float y[16];
+				CAT(dot16_, SFX)(k, a + i0 * lda, lda, b + j * ldb, y);
+				for (int r = 0; r < 16; r++) {
+					float *cp = c + (i0 + r) * ldc + j;
+					float v = y[r];
+					if (acc)
+						v += *cp;
+					if (bias)
+						v += bias[j];
+					*cp = act_s(v, act);
+				}
+			}
+#endif
 	for (long j = 0; j < n; j++) {
 		const float *bj = b + j * ldb;
-		for (long i = 0; i < m; i++) {
+		for (long i = i0; i < m; i++) {
 			const float *ai = a + i * lda;
 			V s0 = (V){0}, s1 = (V){0};
 			long p = 0;
@@ -463,19 +524,58 @@ static TGT void CAT(act_grad_, SFX)(long n, const float *y, const float *dy, flo
 	}
 }
 
-// col_sum is dst[j] = Σ_i a[i·n + j] (+dst[j] when acc).
+// col_sum_blk is col_sum over nv vectors of columns (a and dst at the first one), row by row:
+// each column's sum is the same chain of additions as one vector of columns at a time would
+// make (s0 the even rows, s1 the odd ones, then s0 + s1), but each row is read once, whole.
+INLINE void CAT(col_sum_blk_, SFX)(const int nv, long m, long n, const float *a, float *dst, int acc) {
+	V s0[4], s1[4];
+#pragma GCC unroll 4
+	for (int v = 0; v < nv; v++) {
+		s0[v] = acc ? CAT(ld_, SFX)(dst + v * VL) : (V){0};
+		s1[v] = (V){0};
+	}
+	long i = 0;
+	for (; i + 2 <= m; i += 2) {
+#pragma GCC unroll 4
+		for (int v = 0; v < nv; v++) {
+			s0[v] += CAT(ld_, SFX)(a + i * n + v * VL);
+			s1[v] += CAT(ld_, SFX)(a + (i + 1) * n + v * VL);
+		}
+	}
+	if (i < m) {
+#pragma GCC unroll 4
+		for (int v = 0; v < nv; v++)
+			s0[v] += CAT(ld_, SFX)(a + i * n + v * VL);
+	}
+#pragma GCC unroll 4
+	for (int v = 0; v < nv; v++)
+		CAT(st_, SFX)(dst + v * VL, s0[v] + s1[v]);
+}
+
+// col_sum is dst[j] = Σ_i a[i·n + j] (+dst[j] when acc): whole vectors of columns up to four
+// at a time (col_sum_blk), the last n % VL columns one at a time.
 static TGT void CAT(col_sum_, SFX)(long m, long n, const float *a, float *dst, int acc) {
 	long j = 0;
-	for (; j + VL <= n; j += VL) {
-		V s0 = acc ? CAT(ld_, SFX)(dst + j) : (V){0}, s1 = (V){0};
-		long i = 0;
-		for (; i + 2 <= m; i += 2) {
-			s0 += CAT(ld_, SFX)(a + i * n + j);
-			s1 += CAT(ld_, SFX)(a + (i + 1) * n + j);
+	while (j + VL <= n) {
+		long nv = (n - j) / VL;
+		switch (nv > 4 ? 4 : nv) {
+		case 4:
+			CAT(col_sum_blk_, SFX)(4, m, n, a + j, dst + j, acc);
+			j += 4 * VL;
+			break;
+		case 3:
+			CAT(col_sum_blk_, SFX)(3, m, n, a + j, dst + j, acc);
+			j += 3 * VL;
+			break;
+		case 2:
+			CAT(col_sum_blk_, SFX)(2, m, n, a + j, dst + j, acc);
+			j += 2 * VL;
+			break;
+		default:
+			CAT(col_sum_blk_, SFX)(1, m, n, a + j, dst + j, acc);
+			j += VL;
+			break;
 		}
-		if (i < m)
-			s0 += CAT(ld_, SFX)(a + i * n + j);
-		CAT(st_, SFX)(dst + j, s0 + s1);
 	}
 	for (; j < n; j++) {
 		float s = acc ? dst[j] : 0;

@@ -553,3 +553,30 @@ func TestNoAllocs(t *testing.T) {
 		})
 	}
 }
+
+// TestDotRowsBits: a narrow product (n < the vector width, the dot path) gives each row the
+// same bits whether the row is summed with fifteen others (dot16's reduction of 16 rows side
+// by side) or alone (a product whose last row is left over), and the column sums the same
+// bits whichever of their paths sums them; for every level.
+func TestDotRowsBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(20, 21))
+	for _, l := range levels(t) {
+		for _, k := range []int{16, 32, 48, 64, 256} {
+			for _, n := range []int{1, 2, 3} {
+				a, b := randSlice(rng, 48*k), randSlice(rng, n*k)
+				bias := randSlice(rng, n)
+				all := make([]float32, 48*n)
+				withLevel(l, func() { Gemm(false, true, 48, n, k, a, k, b, k, all, n, false, bias, Tanh) })
+				for r := 16; r < 48; r++ {
+					one := make([]float32, 17*n)
+					withLevel(l, func() { Gemm(false, true, 17, n, k, a[(r-16)*k:], k, b, k, one, n, false, bias, Tanh) })
+					for j := range n {
+						if math.Float32bits(one[16*n+j]) != math.Float32bits(all[r*n+j]) {
+							t.Fatalf("level %d k %d n %d: row %d column %d alone %v, among 48 rows %v", l, k, n, r, j, one[16*n+j], all[r*n+j])
+						}
+					}
+				}
+			}
+		}
+	}
+}
