@@ -611,6 +611,19 @@ static TGT void CAT(adam_, SFX)(long n, float *p, const float *g, float *m, floa
 }
 #pragma GCC pop_options
 
+// axpy is y[i] += w·x[i], the product rounded before the sum (no fused multiply-add): Go's
+// loop's bits.
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+static TGT void CAT(axpy_, SFX)(long n, float w, const float *x, float *y) {
+	long i = 0;
+	for (; i + VL <= n; i += VL)
+		CAT(st_, SFX)(y + i, CAT(ld_, SFX)(y + i) + w * CAT(ld_, SFX)(x + i));
+	for (; i < n; i++)
+		y[i] += w * x[i];
+}
+#pragma GCC pop_options
+
 // square_sums is SquareSums: per block, four partial sums in the lanes of a vector of four
 // doubles (value j of the block in lane j mod 4), four blocks side by side so that their
 // additions overlap. The squares of floats are exact in double, and nothing is fused.

@@ -190,6 +190,20 @@ void twk_adam(int level, long n, float *p, const float *g, float *m, float *v, f
 	}
 }
 
+void twk_axpy(int level, long n, float w, const float *x, float *y) {
+	switch (level) {
+	case LEVEL_AVX512:
+		axpy_avx512(n, w, x, y);
+		return;
+	case LEVEL_AVX2:
+		axpy_avx2(n, w, x, y);
+		return;
+	default:
+		axpy_sse2(n, w, x, y);
+		return;
+	}
+}
+
 void twk_square_sums(int level, long n, const float *g, long block, double *sums) {
 	switch (level) {
 	case LEVEL_AVX512:

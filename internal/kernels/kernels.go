@@ -144,3 +144,16 @@ func SquareSums(g []float32, block int, sums []float64) {
 	}
 	squareSums(g, block, sums[:blocks])
 }
+
+// Axpy is y[i] += w·x[i] over len(x) values, each product rounded to float32 before the sum,
+// as Go's loop computes it (the same bits in every implementation). y holds at least len(x)
+// values and does not overlap x.
+func Axpy(w float32, x, y []float32) {
+	if len(y) < len(x) {
+		panic(fmt.Sprintf("kernels: Axpy of %d values into %d", len(x), len(y)))
+	}
+	if len(x) == 0 {
+		return
+	}
+	addScaled(w, x, y)
+}

@@ -21,6 +21,7 @@ void twk_col_sum(int level, long m, long n, const float *a, float *dst, int acc)
 void twk_adam(int level, long n, float *p, const float *g, float *m, float *v, float b1, float b2,
 	      float c1, float c2, float step, float sbc2, float eps);
 void twk_square_sums(int level, long n, const float *g, long block, double *sums);
+void twk_axpy(int level, long n, float w, const float *x, float *y);
 int twk_amx_init(void);
 int twk_gemm_bf16(int ta, int tb, long m, long n, long k, const float *a, long lda, const float *b,
 		  long ldb, float *c, long ldc, int acc, const float *bias, int act, const float *y,

@@ -580,3 +580,26 @@ func TestDotRowsBits(t *testing.T) {
 		}
 	}
 }
+
+// TestAxpyBits: at every level, Axpy gives Go's loop's bits (each product rounded, then the
+// sum), over lengths around the vector widths.
+func TestAxpyBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(22, 23))
+	for _, l := range levels(t) {
+		for _, n := range []int{1, 7, 15, 16, 17, 33, 1000} {
+			x, y := randSlice(rng, n), randSlice(rng, n+1)
+			w := float32(rng.NormFloat64())
+			want := append([]float32(nil), y...)
+			for i := range x {
+				p := w * x[i]
+				want[i] = want[i] + p
+			}
+			withLevel(l, func() { Axpy(w, x, y) })
+			for i := range y {
+				if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("level %d n %d: y[%d] = %v, want %v", l, n, i, y[i], want[i])
+				}
+			}
+		}
+	}
+}

@@ -131,6 +131,14 @@ func adam(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 		C.float(c1), C.float(c2), C.float(step), C.float(sbc2), C.float(eps))
 }
 
+func addScaled(w float32, x, y []float32) {
+	if level == levelGo {
+		axpy(w, x, y[:len(x)])
+		return
+	}
+	C.twk_axpy(C.int(level), C.long(len(x)), C.float(w), ptr(x), ptr(y))
+}
+
 func squareSums(g []float32, block int, sums []float64) {
 	if level == levelGo {
 		squareSumsGo(g, block, sums)

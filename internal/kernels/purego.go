@@ -25,6 +25,8 @@ func adam(p, g, m, v []float32, b1, b2, c1, c2, step, sbc2, eps float32) {
 
 func squareSums(g []float32, block int, sums []float64) { squareSumsGo(g, block, sums) }
 
+func addScaled(w float32, x, y []float32) { axpy(w, x, y[:len(x)]) }
+
 // HasBF16 is false: the Go loops have no bfloat16 matrix unit.
 func HasBF16() bool { return false }
 
