@@ -202,39 +202,27 @@ static inline GM_TGT vd8 log1p8(vd8 x) {
 	return y;
 }
 
-// twk_go_exp writes math.Exp(x[i]) into y[i] (y may be x).
-GM_TGT void twk_go_exp(long n, const double *x, double *y) {
-	long i = 0;
-	for (; i + 8 <= n; i += 8) {
-		vd8 v;
-		memcpy(&v, x + i, sizeof v);
-		v = exp8(v);
-		memcpy(y + i, &v, sizeof v);
+// GO_MAP defines name(n, x, y), writing f(x[i]) into y[i] (y may be x), eight at a time.
+#define GO_MAP(name, f)                                              \
+	GM_TGT void name(long n, const double *x, double *y) {       \
+		long i = 0;                                          \
+		for (; i + 8 <= n; i += 8) {                         \
+			vd8 v;                                       \
+			memcpy(&v, x + i, sizeof v);                 \
+			v = f(v);                                    \
+			memcpy(y + i, &v, sizeof v);                 \
+		}                                                    \
+		if (i < n) {                                         \
+			vd8 v = {0};                                 \
+			memcpy(&v, x + i, 8 * (n - i));              \
+			v = f(v);                                    \
+			memcpy(y + i, &v, 8 * (n - i));              \
+		}                                                    \
 	}
-	if (i < n) {
-		vd8 v = {0};
-		memcpy(&v, x + i, 8 * (n - i));
-		v = exp8(v);
-		memcpy(y + i, &v, 8 * (n - i));
-	}
-}
 
-// twk_go_log1p writes math.Log1p(x[i]) into y[i] (y may be x).
-GM_TGT void twk_go_log1p(long n, const double *x, double *y) {
-	long i = 0;
-	for (; i + 8 <= n; i += 8) {
-		vd8 v;
-		memcpy(&v, x + i, sizeof v);
-		v = log1p8(v);
-		memcpy(y + i, &v, sizeof v);
-	}
-	if (i < n) {
-		vd8 v = {0};
-		memcpy(&v, x + i, 8 * (n - i));
-		v = log1p8(v);
-		memcpy(y + i, &v, 8 * (n - i));
-	}
-}
+// twk_go_exp writes math.Exp(x[i]) into y[i]; twk_go_log1p math.Log1p(x[i]).
+GO_MAP(twk_go_exp, exp8)
+GO_MAP(twk_go_log1p, log1p8)
 
 // cat2_8 is categoricalForward2 on eight rows whose logits are finite: x0, x1 the logits, a
 // the actions (0 or 1, as all ones or zeros), into the rows' log-softmax, probabilities, log

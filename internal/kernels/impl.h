@@ -280,6 +280,29 @@ INLINE float CAT(hsum_, SFX)(V v) {
 	return v[0];
 }
 
+// dot_sums is a row's s0 + s1 of dot: the products of ai and bj over kfull (a multiple of VL)
+// in two chains of vectors, before their horizontal sum.
+INLINE V CAT(dot_sums_, SFX)(long kfull, const float *ai, const float *bj) {
+	V s0 = (V){0}, s1 = (V){0};
+	long p = 0;
+	for (; p + 2 * VL <= kfull; p += 2 * VL) {
+		s0 += CAT(ld_, SFX)(ai + p) * CAT(ld_, SFX)(bj + p);
+		s1 += CAT(ld_, SFX)(ai + p + VL) * CAT(ld_, SFX)(bj + p + VL);
+	}
+	if (p < kfull)
+		s0 += CAT(ld_, SFX)(ai + p) * CAT(ld_, SFX)(bj + p);
+	return s0 + s1;
+}
+
+// dot_out writes a dot product y into C at cp with acc, the column's bias and act.
+INLINE void CAT(dot_out_, SFX)(float *cp, float y, int acc, const float *bias, int act) {
+	if (acc)
+		y += *cp;
+	if (bias)
+		y += *bias;
+	*cp = act_s(y, act);
+}
+
 #if VL == 16
 // dot16 writes into y the dot products of 16 rows of A (rows lda apart) with bj over k (a
 // multiple of VL), each the sum dot's loop makes for one row: the same s0 and s1, then s0 + s1
@@ -289,18 +312,8 @@ INLINE float CAT(hsum_, SFX)(V v) {
 INLINE void CAT(dot16_, SFX)(long k, const float *a, long lda, const float *bj, float y[16]) {
 	__m512 r[16], x[8], w[4], z[2];
 #pragma GCC unroll 16
-	for (int q = 0; q < 16; q++) {
-		const float *ai = a + q * lda;
-		V s0 = (V){0}, s1 = (V){0};
-		long p = 0;
-		for (; p + 2 * VL <= k; p += 2 * VL) {
-			s0 += CAT(ld_, SFX)(ai + p) * CAT(ld_, SFX)(bj + p);
-			s1 += CAT(ld_, SFX)(ai + p + VL) * CAT(ld_, SFX)(bj + p + VL);
-		}
-		if (p < k)
-			s0 += CAT(ld_, SFX)(ai + p) * CAT(ld_, SFX)(bj + p);
-		r[q] = (__m512)(s0 + s1);
-	}
+	for (int q = 0; q < 16; q++)
+		r[q] = (__m512)CAT(dot_sums_, SFX)(k, a + q * lda, bj);
 	// lane l + lane l+8 of rows 2t (first half) and 2t+1 (second half)
 	for (int t = 0; t < 8; t++)
 		x[t] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * t], r[2 * t + 1], 0x44),
@@ -336,38 +349,18 @@ static TGT void CAT(dot_, SFX)(long m, long n, long k, const float *a, long lda,
 			for (long j = 0; j < n; j++) {
 				float y[16];
 				CAT(dot16_, SFX)(k, a + i0 * lda, lda, b + j * ldb, y);
-				for (int r = 0; r < 16; r++) {
-					float *cp = c + (i0 + r) * ldc + j;
-					float v = y[r];
-					if (acc)
-						v += *cp;
-					if (bias)
-						v += bias[j];
-					*cp = act_s(v, act);
-				}
+				for (int r = 0; r < 16; r++)
+					CAT(dot_out_, SFX)(c + (i0 + r) * ldc + j, y[r], acc, bias ? bias + j : NULL, act);
 			}
 #endif
 	for (long j = 0; j < n; j++) {
 		const float *bj = b + j * ldb;
 		for (long i = i0; i < m; i++) {
 			const float *ai = a + i * lda;
-			V s0 = (V){0}, s1 = (V){0};
-			long p = 0;
-			for (; p + 2 * VL <= kfull; p += 2 * VL) {
-				s0 += CAT(ld_, SFX)(ai + p) * CAT(ld_, SFX)(bj + p);
-				s1 += CAT(ld_, SFX)(ai + p + VL) * CAT(ld_, SFX)(bj + p + VL);
-			}
-			if (p < kfull)
-				s0 += CAT(ld_, SFX)(ai + p) * CAT(ld_, SFX)(bj + p);
-			float y = CAT(hsum_, SFX)(s0 + s1);
-			for (p = kfull; p < k; p++)
+			float y = CAT(hsum_, SFX)(CAT(dot_sums_, SFX)(kfull, ai, bj));
+			for (long p = kfull; p < k; p++)
 				y += ai[p] * bj[p];
-			float *cp = c + i * ldc + j;
-			if (acc)
-				y += *cp;
-			if (bias)
-				y += bias[j];
-			*cp = act_s(y, act);
+			CAT(dot_out_, SFX)(c + i * ldc + j, y, acc, bias ? bias + j : NULL, act);
 		}
 	}
 }
