@@ -13,8 +13,7 @@ import (
 // precision it did not ask for.
 var precisionState struct {
 	sync.Mutex
-	runs int
-	cur  kernels.Precision
+	runs int // runs going on, all at kernels.GetPrecision()
 }
 
 // parsePrecision reads Config.MatmulPrecision.
@@ -35,13 +34,12 @@ func usePrecision(name string) (release func(), err error) {
 	s := &precisionState
 	s.Lock()
 	defer s.Unlock()
-	if s.runs > 0 && s.cur != p {
+	if cur := kernels.GetPrecision(); s.runs > 0 && cur != p {
 		return nil, fmt.Errorf("%w: MatmulPrecision %s while another run in this process trains with %s products: the precision is the process's; run them in separate processes",
-			ErrConfig, p, s.cur)
+			ErrConfig, p, cur)
 	}
 	if s.runs == 0 {
 		kernels.SetPrecision(p)
-		s.cur = p
 	}
 	s.runs++
 	return func() {
@@ -49,7 +47,6 @@ func usePrecision(name string) (release func(), err error) {
 		defer s.Unlock()
 		if s.runs--; s.runs == 0 {
 			kernels.SetPrecision(kernels.Float32)
-			s.cur = kernels.Float32
 		}
 	}, nil
 }

@@ -34,6 +34,15 @@ type ColumnTower interface {
 	Columns() Columns
 }
 
+// ColumnsOf is what tw reads of its slice: its Columns when it is a ColumnTower, else every
+// column.
+func ColumnsOf(tw Tower) Columns {
+	if ct, ok := tw.(ColumnTower); ok {
+		return ct.Columns()
+	}
+	return AllColumns
+}
+
 // TowerFactory builds tower i on dev for slices of rows rows (sequences, for recurrent
 // data), reading the shared flat parameter vector params.
 type TowerFactory func(i int, dev device.Device, rows int, params []float32) (Tower, error)
@@ -211,11 +220,7 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 		t.towers = append(t.towers, tw)
 		t.grads = append(t.grads, make([]float32, len(params)))
 		t.slices = append(t.slices, layout.NewLike(rowsPer))
-		cols := AllColumns
-		if ct, ok := tw.(ColumnTower); ok {
-			cols = ct.Columns()
-		}
-		t.cols = append(t.cols, cols)
+		t.cols = append(t.cols, ColumnsOf(tw))
 	}
 	t.names = t.towers[0].StatNames()
 	for range t.towers {

@@ -100,12 +100,7 @@ type towerPart struct {
 func (t *partsTower) StatNames() []string { return t.names }
 
 // Columns implements learner.ColumnTower: what its parts read.
-func (t *partsTower) Columns() learner.Columns {
-	if ct, ok := t.own[0].(learner.ColumnTower); ok {
-		return ct.Columns()
-	}
-	return learner.AllColumns
-}
+func (t *partsTower) Columns() learner.Columns { return learner.ColumnsOf(t.own[0]) }
 
 func (t *partsTower) Close() error {
 	var errs []error

@@ -4,10 +4,11 @@
 // the float32 kernels (acc, bias, act, or the derivative act'(Y)) in float32 with the AVX-512
 // helpers of impl.h. kernels.c includes this file after impl.h's AVX-512 copy.
 //
-// The operands are packed into the tile unit's layouts first: op(A) as bf16 rows [mp][kp]
-// (k contiguous), op(B) as pairs of k rows interleaved [kp/2][np][2] (the "VNNI" layout), both
-// padded with zeros to whole tiles (mp, np multiples of 16, kp of 32). A transposed operand is
-// converted along its stored rows and then transposed as 32-bit pairs in 16×16 blocks.
+// The operands are packed into the tile unit's layouts: op(A) as bf16 rows [mp][kp] (k
+// contiguous; 32 rows at a time just before their use, or all at once when op(A) = Aᵀ, which
+// bf16_cols converts and transposes in registers), op(B) as pairs of k rows interleaved
+// [kp/2][np][2] (the "VNNI" layout; op(B) = Bᵀ through B's converted rows, transposed as 32-bit
+// pairs by tr32), all padded with zeros to whole tiles (mp, np multiples of 16, kp of 32).
 
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -2,9 +2,9 @@
 // optional transposes and a fused bias and activation (or, GemmActGrad, times an activation's
 // derivative), the activation's derivative, column sums, Adam's update and the block square
 // sums of a gradient's norm; the products' precision (SetPrecision: float32, or bfloat16 on
-// Intel AMX); and, for the losses' float64 maths, Go's math.Exp and math.Log1p and the
-// two-logit categorical head eight rows at a time, bit for bit as Go computes them (GoExp,
-// GoLog1p, Categorical2).
+// Intel AMX); and, for the losses' float64 maths, Go's math.Exp and the two-logit categorical
+// head (its math.Exp and math.Log1p) eight rows at a time, bit for bit as Go computes them
+// (GoExp, Categorical2).
 //
 // # Two implementations
 //

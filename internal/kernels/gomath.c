@@ -267,7 +267,7 @@ GM_TGT long twk_cat2(long rows, const float *logits, const int *acts, double *ls
 		cat2_8(x0, x1, a, &ls0, &ls1, &p0, &p1, &lpv, &hv);
 		for (long l = 0; l < nr; l++) {
 			double d0 = x0[l] - x0[l], d1 = x1[l] - x1[l];
-			if (d0 != 0 || d1 != 0 || d0 != d0 || d1 != d1) { // ±Inf or NaN
+			if (d0 != 0 || d1 != 0) { // ±Inf or NaN (NaN != 0 too)
 				bad++;
 				continue;
 			}

@@ -2,7 +2,7 @@ package kernels
 
 import "fmt"
 
-// Go's math.Exp and math.Log1p over slices, and the two-logit categorical head built on them
+// Go's math.Exp over a slice, and the two-logit categorical head built on it and math.Log1p
 // (models/head), eight values at a time on a CPU with AVX-512: the same IEEE operations in the
 // same order as Go's own code (archExp's FMA path, which Go takes on such a CPU, and the pure
 // Go Log1p, compiled without fused multiply-adds), so the same bits. Each returns false,
@@ -15,14 +15,6 @@ func GoExp(x, y []float64) bool {
 		panic(fmt.Sprintf("kernels: GoExp of %d values into %d", len(x), len(y)))
 	}
 	return goExp(x, y[:len(x)])
-}
-
-// GoLog1p writes math.Log1p(x[i]) into y[i] (y may be x).
-func GoLog1p(x, y []float64) bool {
-	if len(y) < len(x) {
-		panic(fmt.Sprintf("kernels: GoLog1p of %d values into %d", len(x), len(y)))
-	}
-	return goLog1p(x, y[:len(x)])
 }
 
 // Categorical2 is models/head's CategoricalForwardRows for two logits a row (len(acts) rows,

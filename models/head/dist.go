@@ -101,16 +101,9 @@ func CategoricalForwardRows(n int, logits []float32, acts []int32, logSoftmax, p
 	logits, logSoftmax, probs = logits[:rows*n], logSoftmax[:rows*n], probs[:rows*n]
 	logp, entropy = logp[:rows], entropy[:rows]
 	if n == 2 {
-		// Eight rows at a time where the CPU allows (the same bits); rows with a logit ±Inf or
-		// NaN are left to the general row below.
-		if bad, ok := kernels.Categorical2(logits, acts, logSoftmax, probs, logp, entropy); ok {
-			if bad > 0 {
-				for i, a := range acts {
-					if l0, l1 := logits[2*i], logits[2*i+1]; l0-l0 != 0 || l1-l1 != 0 {
-						logp[i], entropy[i] = CategoricalForward(logits[2*i:2*i+2], int(a), logSoftmax[2*i:2*i+2], probs[2*i:2*i+2])
-					}
-				}
-			}
+		// Eight rows at a time where the CPU allows (the same bits). A logit ±Inf or NaN (a
+		// run gone wrong) leaves its row unwritten there: the loop below then does them all.
+		if bad, ok := kernels.Categorical2(logits, acts, logSoftmax, probs, logp, entropy); ok && bad == 0 {
 			return
 		}
 		for i, a := range acts {
