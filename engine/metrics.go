@@ -7,7 +7,6 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/towerrl/towerrl/batcher"
 	"github.com/towerrl/towerrl/engine/algo"
 )
 
@@ -169,18 +168,32 @@ type Result struct {
 	StoppedEarly string `json:"stopped_early,omitempty"`
 }
 
-// explainedVariance is 1 − Var(returns − values)/Var(returns), NaN when the returns are constant.
+// explainedVariance is 1 − Var(returns − values)/Var(returns), NaN when the returns are constant
+// (or there are none). Two passes in float64: the means, then the squared deviations. Constant
+// returns give exactly 0 (float32 values summed in float64 are exact up to 2²⁹ of them, so the
+// mean is the value itself).
 func explainedVariance(values, returns []float32) float64 {
-	var y, d batcher.Stats
-	for i, v := range values {
-		y.Add(float64(returns[i]))
-		d.Add(float64(returns[i] - v))
+	n := len(values)
+	if n == 0 {
+		return math.NaN()
 	}
-	vy := y.Std() * y.Std()
+	returns = returns[:n]
+	var sy, sd float64
+	for i, v := range values {
+		sy += float64(returns[i])
+		sd += float64(returns[i] - v)
+	}
+	my, md := sy/float64(n), sd/float64(n)
+	var vy, vd float64
+	for i, v := range values {
+		y, d := float64(returns[i])-my, float64(returns[i]-v)-md
+		vy += y * y
+		vd += d * d
+	}
 	if vy == 0 {
 		return math.NaN()
 	}
-	return 1 - d.Std()*d.Std()/vy
+	return 1 - vd/vy
 }
 
 // ErrNonFinite is wrapped by the error of a run stopped by a NaN or infinite loss or weight.

@@ -23,7 +23,7 @@ type GAEInput struct {
 //   - otherwise δ = r + γ·V(s_{t+1}) − V(s_t) with V(s_T) = LastValues[i], and
 //     A_t = δ + γλ·A_{t+1}.
 //
-// ret = adv + values (CleanRL's returns).
+// ret = adv + values (CleanRL's returns). adv and ret must not overlap.
 func GAE(in GAEInput, adv, ret []float32) error {
 	t, n := in.T, in.N
 	if t < 1 || n < 1 {
@@ -42,30 +42,38 @@ func GAE(in GAEInput, adv, ret []float32) error {
 	if len(in.LastValues) < n {
 		return fmt.Errorf("ppo: GAE: LastValues holds %d values for %d envs", len(in.LastValues), n)
 	}
-	rewards, values, terminated, truncated := in.Rewards, in.Values, in.Terminated, in.Truncated
+	rewards, values, terminated, truncated, final := in.Rewards, in.Values, in.Terminated, in.Truncated, in.FinalValues
 	g, gl := float32(in.Gamma), float32(in.Gamma*in.Lambda)
-	for i := range n {
-		var next float32 // A_{t+1}
-		for s := t - 1; s >= 0; s-- {
-			k := s*n + i
-			var delta float32
+	// Time-major, a step's N envs at a time: the rows are read in memory order, and the
+	// envs' recursions are independent of each other, so they overlap in the CPU (one env at a
+	// time, each step waits for the step after it, and reads a cache line N rows away). A_{t+1}
+	// is the row just written. Each value is the same float32 operations in the same order as
+	// one env's recursion (gaeEnvMajor in the tests), so the same bits.
+	for s := t - 1; s >= 0; s-- {
+		k := s * n
+		r, v, term, trunc, fv := rewards[k:k+n], values[k:k+n], terminated[k:k+n], truncated[k:k+n], final[k:k+n]
+		a, rt := adv[k:k+n], ret[k:k+n]
+		vNext, aNext := in.LastValues[:n], []float32(nil)
+		if s+1 < t {
+			vNext, aNext = values[k+n:k+2*n], adv[k+n:k+2*n]
+		}
+		for i := range a {
+			var next float32 // A_t
 			switch {
-			case terminated[k] != 0:
-				delta = rewards[k] - values[k]
-				next = delta
-			case truncated[k] != 0:
-				delta = rewards[k] + g*in.FinalValues[k] - values[k]
-				next = delta
+			case term[i] != 0:
+				next = r[i] - v[i]
+			case trunc[i] != 0:
+				next = r[i] + g*fv[i] - v[i]
 			default:
-				v := in.LastValues[i]
-				if s+1 < t {
-					v = values[k+n]
+				var an float32 // A_{t+1}, 0 after the last step
+				if len(aNext) > 0 {
+					an = aNext[i]
 				}
-				delta = rewards[k] + g*v - values[k]
-				next = delta + gl*next
+				delta := r[i] + g*vNext[i] - v[i]
+				next = delta + gl*an
 			}
-			adv[k] = next
-			ret[k] = next + values[k]
+			a[i] = next
+			rt[i] = next + v[i]
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package ppo
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -59,5 +60,104 @@ func TestGAEInterleaved(t *testing.T) {
 	}
 	if err := GAE(GAEInput{T: 4, N: 2, Rewards: rewards, Values: values, Terminated: term, Truncated: zero, FinalValues: zero, LastValues: []float32{5}, Gamma: 0.9, Lambda: 0.8}, adv, ret); err == nil {
 		t.Error("1 last value for 2 envs accepted")
+	}
+}
+
+// gaeEnvMajor is GAE as it was first written: one env at a time, back through its steps, the
+// trace in a local. TestGAEBits holds the time-major GAE to its bits.
+func gaeEnvMajor(in GAEInput, adv, ret []float32) {
+	t, n := in.T, in.N
+	g, gl := float32(in.Gamma), float32(in.Gamma*in.Lambda)
+	for i := range n {
+		var next float32
+		for s := t - 1; s >= 0; s-- {
+			k := s*n + i
+			var delta float32
+			switch {
+			case in.Terminated[k] != 0:
+				delta = in.Rewards[k] - in.Values[k]
+				next = delta
+			case in.Truncated[k] != 0:
+				delta = in.Rewards[k] + g*in.FinalValues[k] - in.Values[k]
+				next = delta
+			default:
+				v := in.LastValues[i]
+				if s+1 < t {
+					v = in.Values[k+n]
+				}
+				delta = in.Rewards[k] + g*v - in.Values[k]
+				next = delta + gl*next
+			}
+			adv[k] = next
+			ret[k] = next + in.Values[k]
+		}
+	}
+}
+
+// TestGAEBits: random rollouts (episodes ending by termination, truncation or both, values
+// of every scale, a NaN and infinities among them) give the env-major recursion's bits.
+func TestGAEBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	for _, shape := range [][2]int{{1, 1}, {1, 7}, {5, 1}, {128, 512}, {33, 17}} {
+		T, N := shape[0], shape[1]
+		rows := T * N
+		col := func(f func() float32) []float32 {
+			c := make([]float32, rows)
+			for i := range c {
+				c[i] = f()
+			}
+			return c
+		}
+		scale := func() float32 { return float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(9)-4))) }
+		flag := func(p float64) func() float32 {
+			return func() float32 {
+				if rng.Float64() < p {
+					return 1
+				}
+				return 0
+			}
+		}
+		in := GAEInput{T: T, N: N, Rewards: col(scale), Values: col(scale), Terminated: col(flag(0.05)), Truncated: col(flag(0.03)),
+			FinalValues: col(scale), Gamma: 0.99, Lambda: 0.95}
+		in.LastValues = make([]float32, N)
+		for i := range in.LastValues {
+			in.LastValues[i] = scale()
+		}
+		if rows > 100 {
+			in.Values[rows/2] = float32(math.NaN())
+			in.Rewards[rows/3] = float32(math.Inf(1))
+			in.FinalValues[rows/4], in.Truncated[rows/4] = float32(math.Inf(-1)), 1
+		}
+		adv, ret := make([]float32, rows), make([]float32, rows)
+		wantAdv, wantRet := make([]float32, rows), make([]float32, rows)
+		if err := GAE(in, adv, ret); err != nil {
+			t.Fatal(err)
+		}
+		gaeEnvMajor(in, wantAdv, wantRet)
+		for k := range rows {
+			if math.Float32bits(adv[k]) != math.Float32bits(wantAdv[k]) || math.Float32bits(ret[k]) != math.Float32bits(wantRet[k]) {
+				t.Fatalf("%d×%d row %d: adv %v ret %v, env by env %v %v", T, N, k, adv[k], ret[k], wantAdv[k], wantRet[k])
+			}
+		}
+	}
+}
+
+// BenchmarkGAE is one PPO iteration's targets: 128 steps of 512 envs, CartPole-like episode ends.
+func BenchmarkGAE(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const T, N = 128, 512
+	in := GAEInput{T: T, N: N, Rewards: make([]float32, T*N), Values: make([]float32, T*N), Terminated: make([]float32, T*N),
+		Truncated: make([]float32, T*N), FinalValues: make([]float32, T*N), LastValues: make([]float32, N), Gamma: 0.99, Lambda: 0.95}
+	for k := range in.Rewards {
+		in.Rewards[k], in.Values[k] = 1, float32(rng.NormFloat64())
+		if rng.IntN(22) == 0 {
+			in.Terminated[k] = 1
+		}
+	}
+	adv, ret := make([]float32, T*N), make([]float32, T*N)
+	for b.Loop() {
+		if err := GAE(in, adv, ret); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
