@@ -1,7 +1,7 @@
 # towerrl — the commands a person types. Logic lives in Go and in scripts/.
 GO ?= go
 
-.PHONY: all setup gpu-setup gpu-pack build test demo bench bench-batcher lint fixtures fuzz mpi
+.PHONY: all setup gpu-setup gpu-pack build test demo bench bench-batcher bench-ppo lint fixtures fuzz mpi
 
 all: test
 
@@ -63,6 +63,12 @@ bench: setup
 ROUNDS ?= 3
 bench-batcher: setup
 	GO=$(GO) bash scripts/batcher_bench.sh $(ROUNDS)
+
+## bench-ppo: issue 32's end-to-end PPO run (CartPole, 2 workers × 256 envs, 2 towers, 4 epochs,
+## 8 minibatches), float32 and bf16 products alternated, ROUNDS rounds (default 3): env steps/s
+## against the 800k target, and the evaluations (scripts/ppo_bench.sh; docs/benchmarks.md)
+bench-ppo: setup
+	GO=$(GO) bash scripts/ppo_bench.sh $(ROUNDS)
 
 ## fuzz: run every fuzz target (go test -fuzz) for FUZZTIME each (default 1m), e.g.
 ## `make fuzz FUZZTIME=10s`; an input that fails is saved under the package's testdata/fuzz/
