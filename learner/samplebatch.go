@@ -347,13 +347,12 @@ func (s *Shuffler) Shuffle(rng *rand.Rand, b *SampleBatch) error {
 // batch is the batch's row Rows()[k]. Towers.UpdateRows trains by it, to the bits of
 // Towers.Update on the shuffled batch (the same draws from the same generator).
 type RowOrder struct {
-	order, next []int
-	sh          Shuffler
+	order []int
 }
 
 // NewRowOrder makes an order for batches of up to capacity rows.
 func NewRowOrder(capacity int) *RowOrder {
-	return &RowOrder{order: make([]int, 0, capacity), next: make([]int, capacity), sh: Shuffler{perm: make([]int, capacity)}}
+	return &RowOrder{order: make([]int, 0, capacity)}
 }
 
 // Reset puts rows rows in their own order (before any pass). It panics past the capacity.
@@ -364,14 +363,17 @@ func (o *RowOrder) Reset(rows int) {
 	}
 }
 
-// Shuffle composes the permutation Shuffler.Shuffle would draw from rng into the order.
+// Shuffle composes the permutation Shuffler.Shuffle would draw from rng into the order. It
+// makes Shuffler's swaps (rand.Rand.Shuffle's: Uint64N(i+1) for i from the last row down)
+// on the order itself: swapping the same positions of the identity permutation and of the
+// order keeps order[k] = old order[perm[k]] at every step, so the result is the composition,
+// with no permutation to fill or compose, and no call through a swap function.
 func (o *RowOrder) Shuffle(rng *rand.Rand) {
-	n := len(o.order)
-	next := o.next[:n]
-	for i, p := range o.sh.permutation(rng, n) {
-		next[i] = o.order[p]
+	order := o.order
+	for i := len(order) - 1; i > 0; i-- {
+		j := int(rng.Uint64N(uint64(i + 1)))
+		order[i], order[j] = order[j], order[i]
 	}
-	o.order, o.next = next, o.order[:cap(o.order)]
 }
 
 // Rows is the order: row k of the shuffled batch is the batch's row Rows()[k].

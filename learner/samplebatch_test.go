@@ -239,3 +239,55 @@ func TestView(t *testing.T) {
 		t.Errorf("view into a batch of sequences: %v, want ErrBatch", err)
 	}
 }
+
+// TestRowOrderComposes: RowOrder's passes give the order that composing the permutations
+// Shuffler draws (row k of the shuffled batch is row perm[k] of the one before) gives, pass
+// after pass, and the rows a Shuffler's in-place passes leave the batch in, for sizes from 0.
+func TestRowOrderComposes(t *testing.T) {
+	for _, rows := range []int{0, 1, 2, 3, 17, 1000, 65536} {
+		ro := NewRowOrder(rows + 5)
+		ro.Reset(rows)
+		want := make([]int, rows)
+		for i := range want {
+			want[i] = i
+		}
+		b := NewSampleBatch(rows, 1, 1, 0)
+		for i := range rows {
+			b.Obs[i] = float32(i)
+		}
+		if err := b.SetLen(rows); err != nil {
+			t.Fatal(err)
+		}
+		sh := NewShuffler(b)
+		rng, ref, moved := rand.New(rand.NewPCG(3, uint64(rows))), rand.New(rand.NewPCG(3, uint64(rows))), rand.New(rand.NewPCG(3, uint64(rows)))
+		var s Shuffler
+		s.perm = make([]int, rows)
+		for pass := range 4 {
+			ro.Shuffle(rng)
+			next := make([]int, rows)
+			for i, p := range s.permutation(ref, rows) {
+				next[i] = want[p]
+			}
+			want = next
+			if err := sh.Shuffle(moved, b); err != nil {
+				t.Fatal(err)
+			}
+			for k, r := range ro.Rows() {
+				if r != want[k] || int(b.Obs[k]) != r {
+					t.Fatalf("%d rows, pass %d: row %d is %d; composed permutations %d, shuffled batch %v", rows, pass, k, r, want[k], b.Obs[k])
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkRowOrderShuffle is one pass's shuffle of issue 32's PPO batch (2 workers × 256
+// envs × 128 steps), which the learner draws before each pass while the towers wait.
+func BenchmarkRowOrderShuffle(b *testing.B) {
+	ro := NewRowOrder(65536)
+	ro.Reset(65536)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for b.Loop() {
+		ro.Shuffle(rng)
+	}
+}
