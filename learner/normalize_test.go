@@ -54,7 +54,7 @@ func (m pairMember) AllReduceSum(_ context.Context, buf []float64) error {
 }
 
 // TestNormalizeAcross: two processes standardising their shares of the rows with
-// normalizeAcross get what one process standardising all of them gets (Standardize: mean and
+// scaleAcross get what one process standardising all of them gets (Standardize: mean and
 // Bessel-corrected std, hand-checked on a small case first).
 func TestNormalizeAcross(t *testing.T) {
 	small := []float32{1, 2, 3, 4}
@@ -81,7 +81,11 @@ func TestNormalizeAcross(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 2)
 		for r, part := range [][]float32{x[:split], x[split:]} {
-			wg.Go(func() { errs[r] = normalizeAcross(context.Background(), pairMember{p, r}, part) })
+			wg.Go(func() {
+				var sc advScale
+				sc, errs[r] = scaleAcross(context.Background(), pairMember{p, r}, part)
+				sc.apply(part, nil, nil, part)
+			})
 		}
 		wg.Wait()
 		for r, err := range errs {

@@ -142,7 +142,8 @@ type Towers struct {
 	jobs    []towerJob  // per tower: this update's slice, written by Update before the crew runs
 	errs    []error     // per tower: its job's error, read by Update after the crew has run
 	avg     []float64   // averaged statistics, returned in UpdateStats
-	adv     []float32   // a shuffled minibatch's advantages, standardised here (UpdateRows)
+	adv     []float32   // a shuffled minibatch's advantages, gathered here (UpdateRows)
+	advStd  advScale    // their standardisation, which each tower applies to its share (UpdateRows)
 	sums    []float64   // square sums of the averaged gradient's normBlocks (tower i writes its shard's)
 
 	// With more than one tower and an optimiser that can step in ranges, each tower also takes
@@ -161,6 +162,7 @@ type towerJob struct {
 	b      *SampleBatch
 	lo, hi int
 	rows   []int
+	adv    []float32 // with rows, under NormalizeAdvantages: the rows' advantages as gathered, not yet standardised (Towers.advStd)
 }
 
 // UpdateStats reports one update.
@@ -253,7 +255,21 @@ func NewTowers(cfg TowersConfig, params []float32, opt Optimizer, layout *Sample
 func (t *Towers) compute(i int, job towerJob) error {
 	var err error
 	if job.rows != nil {
-		err = t.slices[i].gatherFrom(job.b, job.rows, t.cols[i])
+		cols := t.cols[i]
+		if job.adv != nil {
+			// Update gathered the minibatch's advantages (job.adv this tower's share) and
+			// worked out their standardisation: the tower applies it to its rows, writes them
+			// back to b (the towers' rows are disjoint) and into its slice.
+			cols &^= ColAdvantages
+		}
+		err = t.slices[i].gatherFrom(job.b, job.rows, cols)
+		if job.adv != nil {
+			dst := t.slices[i].Advantages
+			if err != nil || t.cols[i]&ColAdvantages == 0 {
+				dst = nil
+			}
+			t.advStd.apply(job.adv, job.b.Advantages, job.rows, dst)
+		}
 	} else {
 		err = job.b.CopyRange(t.slices[i], job.lo, job.hi)
 	}
@@ -390,6 +406,9 @@ func (t *Towers) update(ctx context.Context, b *SampleBatch, order []int, lo, hi
 		t.jobs[i] = towerJob{ctx: ctx, b: b, lo: lo + i*per, hi: lo + (i+1)*per}
 		if order != nil {
 			t.jobs[i].rows = order[lo+i*per : lo+(i+1)*per]
+			if t.cfg.NormalizeAdvantages {
+				t.jobs[i].adv = t.adv[i*per : (i+1)*per]
+			}
 		}
 	}
 	lr := t.opt.CurrentLR()
@@ -440,21 +459,25 @@ func (t *Towers) update(ctx context.Context, b *SampleBatch, order []int, lo, hi
 func (t *Towers) standardize(ctx context.Context, b *SampleBatch, order []int, r0, r1 int) error {
 	adv := b.Advantages[r0:r1]
 	if order != nil {
+		// The towers apply the scale to their shares and write them back (compute), in
+		// parallel: here only the serial part, the gather and the sums.
 		adv = t.adv[:r1-r0]
 		gather(adv, b.Advantages, order[r0:r1], 1)
 	}
+	var sc advScale
 	if sr, ok := t.coll.(SumReducer); ok {
-		if err := normalizeAcross(ctx, sr, adv); err != nil {
+		var err error
+		if sc, err = scaleAcross(ctx, sr, adv); err != nil {
 			return fmt.Errorf("learner: standardising advantages across processes: %w", err)
 		}
 	} else {
-		Standardize(adv)
+		sc = scaleOf(adv)
 	}
 	if order != nil {
-		for k, r := range order[r0:r1] {
-			b.Advantages[r] = adv[k]
-		}
+		t.advStd = sc
+		return nil
 	}
+	sc.apply(adv, nil, nil, adv)
 	return nil
 }
 
@@ -471,8 +494,21 @@ func seqRows(lens []int32, k int) int {
 // as torch.std, which CleanRL's PPO uses (Towers' NormalizeAdvantages; losses that compute
 // their own advantages call it on them).
 func Standardize(x []float32) {
+	scaleOf(x).apply(x, nil, nil, x)
+}
+
+// advScale is a standardisation, (x − mean)/(std + 1e-8); the zero value (fewer than 2
+// values) leaves values as they are.
+type advScale struct {
+	mean, std float64
+	ok        bool
+}
+
+// scaleOf is Standardize's scale for x: the mean, then the squared deviations from it, in
+// float64.
+func scaleOf(x []float32) advScale {
 	if len(x) < 2 {
-		return
+		return advScale{}
 	}
 	var mean float64
 	for _, v := range x {
@@ -483,22 +519,41 @@ func Standardize(x []float32) {
 	for _, v := range x {
 		ss += (float64(v) - mean) * (float64(v) - mean)
 	}
-	std := math.Sqrt(ss / float64(len(x)-1))
-	for i, v := range x {
-		x[i] = float32((float64(v) - mean) / (std + 1e-8))
+	return advScale{mean: mean, std: math.Sqrt(ss / float64(len(x)-1)), ok: true}
+}
+
+// apply writes x standardised into dst (which may be x) unless dst is nil, and into
+// back[rows[k]] for each k unless back is nil.
+func (s advScale) apply(x, back []float32, rows []int, dst []float32) {
+	if dst != nil {
+		dst = dst[:len(x)]
+	}
+	if back != nil {
+		rows = rows[:len(x)]
+	}
+	for k, v := range x {
+		if s.ok {
+			v = float32((float64(v) - s.mean) / (s.std + 1e-8))
+		}
+		if dst != nil {
+			dst[k] = v
+		}
+		if back != nil {
+			back[rows[k]] = v
+		}
 	}
 }
 
-// normalizeAcross is Standardize over the rows of every process of sr's group: x is this
-// process's share. One all-reduce sums each process's row count n_r, sum S_r and Q_r =
-// M2_r + S_r²/n_r, where M2_r, its sum of squared deviations from its own mean, is taken in a
-// second local pass; then the group's M2 = Q − S²/n. The result is what one process holding
-// every row computes, up to the order of the sums and the cancellation in Q − S²/n, which
-// costs about log10(mean²/variance) of float64's 16 digits: nothing that matters for
-// advantages (a mean 100 standard deviations away still agrees to 1e-6). One call per
-// update instead of two (the sum, then the squared deviations from the group's mean): each
-// call costs every process the slowest one's wait.
-func normalizeAcross(ctx context.Context, sr SumReducer, x []float32) error {
+// scaleAcross is scaleOf over the rows of every process of sr's group: x is this process's
+// share. One all-reduce sums each process's row count n_r, sum S_r and Q_r = M2_r + S_r²/n_r,
+// where M2_r, its sum of squared deviations from its own mean, is taken in a second local
+// pass; then the group's M2 = Q − S²/n. The result is what one process holding every row
+// computes, up to the order of the sums and the cancellation in Q − S²/n, which costs about
+// log10(mean²/variance) of float64's 16 digits: nothing that matters for advantages (a mean
+// 100 standard deviations away still agrees to 1e-6). One call per update instead of two (the
+// sum, then the squared deviations from the group's mean): each call costs every process the
+// slowest one's wait.
+func scaleAcross(ctx context.Context, sr SumReducer, x []float32) (advScale, error) {
 	var st [3]float64
 	st[0] = float64(len(x))
 	if len(x) > 0 {
@@ -512,18 +567,14 @@ func normalizeAcross(ctx context.Context, sr SumReducer, x []float32) error {
 		st[2] += st[1] * mean
 	}
 	if err := sr.AllReduceSum(ctx, st[:]); err != nil {
-		return err
+		return advScale{}, err
 	}
 	if st[0] < 2 {
-		return nil
+		return advScale{}, nil
 	}
 	mean := st[1] / st[0]
 	m2 := max(st[2]-st[1]*mean, 0)
-	std := math.Sqrt(m2 / (st[0] - 1))
-	for i, v := range x {
-		x[i] = float32((float64(v) - mean) / (std + 1e-8))
-	}
-	return nil
+	return advScale{mean: mean, std: math.Sqrt(m2 / (st[0] - 1)), ok: true}, nil
 }
 
 func (t *Towers) closeTowers() error {
