@@ -240,13 +240,7 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 echo "$model at batch $envs, one intra-op thread: infer $runs timed runs, batcher $steps env steps ($env); $rounds rounds"
 for ((n = 1; n <= rounds; n++)); do
 	echo "round $n"
-	order=("${shapes[@]}")
-	if ((n % 2 == 0)); then
-		order=()
-		for ((i = ${#shapes[@]} - 1; i >= 0; i--)); do
-			order+=("${shapes[i]}")
-		done
-	fi
+	mapfile -t order < <(in_turn "$n" "${shapes[@]}")
 	for s in "${order[@]}"; do
 		shape "$s"
 	done

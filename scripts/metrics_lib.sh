@@ -24,3 +24,18 @@ total() {
 median() {
 	printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
+
+# in_turn ROUND ITEMS...: the items one a line, in their order in odd rounds and reversed in
+# even ones, so that load from elsewhere falls on all of them alike over the rounds.
+in_turn() {
+	local round="$1" i
+	shift
+	local items=("$@")
+	if ((round % 2 == 0)); then
+		for ((i = ${#items[@]} - 1; i >= 0; i--)); do
+			echo "${items[i]}"
+		done
+	else
+		printf '%s\n' "${items[@]}"
+	fi
+}

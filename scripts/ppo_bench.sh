@@ -85,13 +85,7 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 echo "CartPole-v1, 2 workers × 256 envs, 2 towers, 4 epochs, 8 minibatches, $steps env steps; $rounds rounds"
 for ((r = 1; r <= rounds; r++)); do
 	echo "round $r"
-	order=("${precisions[@]}")
-	if ((r % 2 == 0)); then
-		order=()
-		for ((i = ${#precisions[@]} - 1; i >= 0; i--)); do
-			order+=("${precisions[i]}")
-		done
-	fi
+	mapfile -t order < <(in_turn "$r" "${precisions[@]}")
 	for s in "${seeds[@]}"; do
 		for p in "${order[@]}"; do
 			if [[ "$p" == bf16 ]] && ((skip_bf16)); then
