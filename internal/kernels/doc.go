@@ -4,7 +4,7 @@
 // sums of a gradient's norm; the products' precision (SetPrecision: float32, or bfloat16 on
 // Intel AMX); and, for the losses' float64 maths, Go's math.Exp and the two-logit categorical
 // head (its math.Exp and math.Log1p) eight rows at a time, bit for bit as Go computes them
-// (GoExp, Categorical2).
+// (GoExp, Categorical2), and the same head's sampling with its float32 exp (Categorical2Sample).
 //
 // # Two implementations
 //

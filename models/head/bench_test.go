@@ -55,6 +55,38 @@ func BenchmarkCategoricalSampleRows(b *testing.B) {
 	}
 }
 
+// BenchmarkCategoricalSampleUniform samples a batch of 1024 rows of 2 logits with given uniform
+// numbers and log-probabilities, as a batcher's CartPole worker does each step: SampleUniform
+// ("path=head": on an AVX-512 CPU, kernels.Categorical2Sample) and the Go loop alone
+// ("path=go").
+//
+//	go test ./models/head -run '^$' -bench SampleUniform -cpu 1
+func BenchmarkCategoricalSampleUniform(b *testing.B) {
+	logits := normals(benchRows*2, 2)
+	u := make([]float64, benchRows)
+	for i, r := range rowStreams(benchRows) {
+		u[i] = r.Float64()
+	}
+	acts, logp := make([]int32, benchRows), make([]float32, benchRows)
+	for _, path := range []string{"head", "go"} {
+		b.Run("path="+path, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if path == "head" {
+					err = Categorical{N: 2}.SampleUniform(u, logits, acts, logp)
+				} else {
+					err = binaryFrom(0, nil, false, u, logits, acts, logp)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportRows(b, benchRows)
+		})
+	}
+}
+
 // BenchmarkGaussianSampleRows samples a batch of 1024 rows of 6 dimensions (HalfCheetah),
 // each from its own stream, clipped, with log-probabilities: log_std shared ([D], SB3's and
 // CleanRL's) and per row ([batch, D]).
