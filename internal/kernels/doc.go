@@ -4,7 +4,9 @@
 // sums of a gradient's norm; the products' precision (SetPrecision: float32, or bfloat16 on
 // Intel AMX); and, for the losses' float64 maths, Go's math.Exp and the two-logit categorical
 // head (its math.Exp and math.Log1p) eight rows at a time, bit for bit as Go computes them
-// (GoExp, Categorical2), and the same head's sampling with its float32 exp (Categorical2Sample).
+// (GoExp, Categorical2), and the same head's sampling with its float32 exp (Categorical2Sample);
+// and the batcher's hottest env, CartPole-v1's step, eight envs at a time (CartPole.Step), bit
+// for bit as envs' Go loop.
 //
 // # Two implementations
 //
