@@ -132,3 +132,19 @@ func BenchmarkFedWeights(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFirstNaN32 is Run's NaN check over a CartPole batcher's input: 1,024 rows of 4
+// observations, none NaN.
+//
+//	go test ./onnx -run '^$' -bench FirstNaN32
+func BenchmarkFirstNaN32(b *testing.B) {
+	x := make([]float32, 1024*4)
+	for i := range x {
+		x[i] = float32(i%97) - 48
+	}
+	for b.Loop() {
+		if firstNaN32(x) >= 0 {
+			b.Fatal("a NaN")
+		}
+	}
+}

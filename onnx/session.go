@@ -902,16 +902,26 @@ func (s *Session) checkNaN(batch int) error {
 }
 
 // firstNaN32 is the index of x's first NaN, -1 when it has none. It looks for one without a
-// branch per element (the largest magnitude's bits, which are above +Inf's only for a NaN),
-// and for the index only when there is one: the check runs on every input of every Run
-// (0.9% of a CartPole batcher's CPU with a comparison and branch per element).
+// branch per element, and for the index only when there is one: the check runs on every input
+// of every Run (0.9% of a CartPole batcher's CPU with a comparison and branch per element, and
+// about as much with a running maximum of the magnitudes' bits). A magnitude's bits plus
+// 2²³ − 1 reach bit 31 only above +Inf's, that is for a NaN; four ORs of them side by side
+// keep the loop from waiting on one (BenchmarkFirstNaN32: 1,024 rows of 4, 2.4 -> 1.3 us).
 func firstNaN32(x []float32) int {
-	const inf = 0x7f800000
-	var m uint32
-	for _, v := range x {
-		m = max(m, math.Float32bits(v)&(1<<31-1))
+	const abs, up = 1<<31 - 1, 1<<23 - 1
+	var a0, a1, a2, a3 uint32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		y := x[i : i+4 : i+4]
+		a0 |= math.Float32bits(y[0])&abs + up
+		a1 |= math.Float32bits(y[1])&abs + up
+		a2 |= math.Float32bits(y[2])&abs + up
+		a3 |= math.Float32bits(y[3])&abs + up
 	}
-	if m <= inf {
+	for _, v := range x[i:] {
+		a0 |= math.Float32bits(v)&abs + up
+	}
+	if (a0|a1|a2|a3)>>31 == 0 {
 		return -1
 	}
 	for j, v := range x {
