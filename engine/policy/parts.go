@@ -20,21 +20,15 @@ import (
 // that run) learned at 1.41–1.46M rows/s at once, 2.18M in parts. The sums over rows are then
 // taken in another order, so a slice of more rows than this trains to other bits than one
 // graph over all of them would; slices of up to partRows rows are computed as before.
-const partRows = 1024
+//
+// Parts of 512 rows rather than 1,024: issue 32's run (2 towers of 4,096 rows) learned in
+// 64–70 ms an iteration against 72–77 with 1,024, 757–827k env steps/s against 700–756k, in
+// 7 alternated rounds with float32 products (docs/benchmarks.md); with bf16 products 759–776k
+// against 722–735k. Parts of 256 were no better than 512.
+const partRows = 512
 
-// bf16PartRows is partRows while the products run in bfloat16 (kernels.BF16 on a CPU with
-// AMX-BF16): issue 32's run made 759–776k env steps/s in parts of 512 rows where parts of
-// 1,024 made 722–735k (learning 66–68 ms an iteration against 70–72; 4 alternated rounds),
-// while with float32 products the two could not be told apart (1,024 keeps those runs' bits).
-const bf16PartRows = 512
-
-// mostRows is the most rows a part runs, at the products' precision when the towers are built.
-func mostRows() int {
-	if kernels.GetPrecision() == kernels.BF16 && kernels.HasBF16() {
-		return bf16PartRows
-	}
-	return partRows
-}
+// mostRows is the most rows a part runs.
+func mostRows() int { return partRows }
 
 // inParts is build(rows), or, for a RowMean algorithm on more than mostRows rows, a tower that
 // runs its slice in parts of at most that many rows (splitRows) through towers of those sizes,

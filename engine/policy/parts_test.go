@@ -227,9 +227,8 @@ func TestPPOTowerColumns(t *testing.T) {
 	})
 }
 
-// TestPartsUnderBF16: while the products run in bfloat16 a PPO tower's parts are of at most
-// bf16PartRows rows (on a CPU with AMX-BF16; partRows on another), and with float32 products
-// again partRows.
+// TestPartsUnderBF16: a PPO tower's parts are of at most partRows rows whether the products run
+// in bfloat16 or in float32 (with either, 2,100 rows are five parts of 420).
 func TestPartsUnderBF16(t *testing.T) {
 	a := &ppo.PPO{Coefs: ppo.Coefs{ClipCoef: 0.2, VfCoef: 0.5, EntCoef: 0.01}}
 	spec := head.Spec{Head: head.CategoricalKind, N: 2, ObsShape: []int{4}}
@@ -250,17 +249,14 @@ func TestPartsUnderBF16(t *testing.T) {
 		}
 		return rows
 	}
-	f32 := []int{700, 700, 700}
-	want := f32
-	if kernels.SetPrecision(kernels.BF16) {
-		want = []int{420, 420, 420, 420, 420}
-	}
+	want := []int{420, 420, 420, 420, 420}
+	kernels.SetPrecision(kernels.BF16)
 	got := parts()
 	kernels.SetPrecision(kernels.Float32)
 	if !slices.Equal(got, want) {
 		t.Fatalf("2,100 rows with bf16 products in parts of %v, want %v", got, want)
 	}
-	if got := parts(); !slices.Equal(got, f32) {
-		t.Fatalf("2,100 rows with float32 products in parts of %v, want %v", got, f32)
+	if got := parts(); !slices.Equal(got, want) {
+		t.Fatalf("2,100 rows with float32 products in parts of %v, want %v", got, want)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// BenchmarkPPOPart runs, one at a time, the products of one 1,024-row part of a PPO tower on
+// BenchmarkPPOPart runs, one at a time, the products of 1,024 rows of a PPO tower (two parts) on
 // CartPole's 64×64 tanh actor (engine/policy's parts): the forward layers (the first with k = 4,
 // the hidden one with and without its tanh, the 2-logit head), the gradients of the weights
 // (dW) and of the inputs (dx, times the previous tanh's derivative) and a bias's column sum.
