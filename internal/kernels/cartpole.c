@@ -5,19 +5,13 @@
 // for bit as Go computes it on amd64: the same float64 operations in Go's order, none
 // contracted into a fused multiply-add (Go compiles none for GOAMD64=v1).
 
-#include <immintrin.h>
-#include <stdint.h>
-#include <string.h>
+#include "vec8.h"
 
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 
 #define CP_TGT __attribute__((target("avx512f,avx512dq,avx512vl,avx2")))
 
-typedef double vd8 __attribute__((vector_size(64)));
-typedef int64_t vl8 __attribute__((vector_size(64)));
-typedef float vf8 __attribute__((vector_size(32)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
 
 // cp_params is kernels.CartPole: the env's constants, as envs computes them, and 4/π.
 struct cp_params {

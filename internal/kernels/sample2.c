@@ -6,20 +6,14 @@
 // float64, in Go's order, with no fused multiply-adds (Go compiles none for GOAMD64=v1), and
 // the draw's choices made with the same integer operations on the same bits.
 
-#include <immintrin.h>
-#include <stdint.h>
-#include <string.h>
+#include "vec8.h"
 
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 
 #define S2_TGT __attribute__((target("avx512f,avx512dq,avx512vl,avx2")))
 
-typedef float vf8 __attribute__((vector_size(32)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
 typedef uint32_t vu8 __attribute__((vector_size(32)));
-typedef double vd8 __attribute__((vector_size(64)));
-typedef int64_t vl8 __attribute__((vector_size(64)));
 typedef uint64_t vq8 __attribute__((vector_size(64)));
 
 // binary8 is sampleBinary on eight rows whose logits l0, l1 are finite, with uniform numbers
