@@ -1,6 +1,9 @@
 package ppo
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // GAEInput is a time-major rollout of T steps × N envs, with autoreset data as package envs
 // produces it: Rewards, Values, Terminated, Truncated and FinalValues are [T×N] (row t·N+i is
@@ -42,6 +45,24 @@ func GAE(in GAEInput, adv, ret []float32) error {
 	if len(in.LastValues) < n {
 		return fmt.Errorf("ppo: GAE: LastValues holds %d values for %d envs", len(in.LastValues), n)
 	}
+	// The recursion reads back the advantages it wrote (A_{t+1}), and reads the inputs after
+	// writing earlier rows: outputs that share memory with each other or with an input would
+	// give wrong values, silently.
+	outs := [...]struct {
+		name string
+		s    []float32
+	}{{"adv", adv[:rows]}, {"ret", ret[:rows]}}
+	for i, o := range outs {
+		for _, c := range append([]struct {
+			name string
+			s    []float32
+		}{{"Rewards", in.Rewards}, {"Values", in.Values}, {"Terminated", in.Terminated}, {"Truncated", in.Truncated},
+			{"FinalValues", in.FinalValues}, {"LastValues", in.LastValues}}, outs[i+1:]...) {
+			if overlap(o.s, c.s) {
+				return fmt.Errorf("ppo: GAE: %s shares memory with %s; give it its own slice", o.name, c.name)
+			}
+		}
+	}
 	rewards, values, terminated, truncated, final := in.Rewards, in.Values, in.Terminated, in.Truncated, in.FinalValues
 	g, gl := float32(in.Gamma), float32(in.Gamma*in.Lambda)
 	// Time-major, a step's N envs at a time: the rows are read in memory order, and the
@@ -77,4 +98,13 @@ func GAE(in GAEInput, adv, ret []float32) error {
 		}
 	}
 	return nil
+}
+
+// overlap reports whether a and b share an element.
+func overlap(a, b []float32) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return a0 < b0+4*uintptr(len(b)) && b0 < a0+4*uintptr(len(a))
 }

@@ -3,6 +3,7 @@ package ppo
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -158,6 +159,34 @@ func BenchmarkGAE(b *testing.B) {
 	for b.Loop() {
 		if err := GAE(in, adv, ret); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestGAEOverlap: outputs sharing memory with each other or with an input are refused, naming
+// both; neighbouring slices of one array are not.
+func TestGAEOverlap(t *testing.T) {
+	const T, N = 3, 2
+	mem := make([]float32, 20*T*N)
+	col := func(k int) []float32 { return mem[k*T*N : (k+1)*T*N] }
+	in := GAEInput{T: T, N: N, Rewards: col(0), Values: col(1), Terminated: col(2), Truncated: col(3), FinalValues: col(4),
+		LastValues: col(5)[:N], Gamma: 0.9, Lambda: 0.8}
+	if err := GAE(in, col(6), col(7)); err != nil {
+		t.Fatalf("neighbouring slices: %v", err)
+	}
+	for _, c := range []struct {
+		adv, ret []float32
+		want     string
+	}{
+		{col(6), col(6), "adv shares memory with ret"},
+		{col(6), mem[7*T*N-1 : 8*T*N-1], "adv shares memory with ret"},
+		{col(1), col(7), "adv shares memory with Values"},
+		{col(6), col(0), "ret shares memory with Rewards"},
+		{col(6), mem[5*T*N : 6*T*N], "ret shares memory with LastValues"},
+	} {
+		err := GAE(in, c.adv, c.ret)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want %q, got %v", c.want, err)
 		}
 	}
 }
