@@ -27,21 +27,17 @@ import (
 // against 722–735k. Parts of 256 were no better than 512.
 const partRows = 512
 
-// mostRows is the most rows a part runs.
-func mostRows() int { return partRows }
-
-// inParts is build(rows), or, for a RowMean algorithm on more than mostRows rows, a tower that
-// runs its slice in parts of at most that many rows (splitRows) through towers of those sizes,
+// inParts is build(rows), or, for a RowMean algorithm on more than partRows rows, a tower that
+// runs its slice in parts of at most partRows rows (splitRows) through towers of those sizes,
 // one built per size.
 func inParts(rows int, a algo.Algorithm, build func(rows int) (learner.Tower, error)) (learner.Tower, error) {
-	most := mostRows()
-	if _, ok := a.(algo.RowMean); !ok || rows <= most {
+	if _, ok := a.(algo.RowMean); !ok || rows <= partRows {
 		return build(rows)
 	}
 	t := &partsTower{rows: rows}
 	bySize := map[int]learner.Tower{}
 	off := 0
-	for _, n := range splitRows(rows, most) {
+	for _, n := range splitRows(rows, partRows) {
 		tw, ok := bySize[n]
 		if !ok {
 			var err error
