@@ -9,7 +9,6 @@ import (
 
 	"github.com/towerrl/towerrl/engine/algo"
 	"github.com/towerrl/towerrl/envs"
-	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/learner"
 )
 
@@ -236,11 +235,10 @@ func (c Config) withDefaults(spec envs.Spec) (Config, error) {
 	if c.Algo == "" {
 		c.Algo = DefaultAlgo
 	}
-	if p, err := parsePrecision(c.MatmulPrecision); err != nil {
+	if _, err := parsePrecision(c.MatmulPrecision); err != nil {
 		return c, err
-	} else if p == kernels.Float32 {
-		c.MatmulPrecision = "" // the default, as a run that did not name it
 	}
+	c.MatmulPrecision = precisionName(c.MatmulPrecision)
 	if err := c.checkAlgoFields(); err != nil {
 		return c, err
 	}

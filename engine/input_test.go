@@ -222,4 +222,11 @@ func TestResumeFreshRunWithOtherSettings(t *testing.T) {
 	if _, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.Envs = 4 }}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "envs") {
 		t.Fatalf("a run with iterations behind it took another envs: %v", err)
 	}
+	// Naming the products' default precision is no change; the other precision is one.
+	if again, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.MatmulPrecision = "float32" }}); err != nil || !again.Complete {
+		t.Fatalf("resumed naming float32 products: %+v, %v", again, err)
+	}
+	if _, err := Resume(ctx, dir, Options{Change: func(c *Config) { c.MatmulPrecision = "bf16" }}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "matmul_precision") {
+		t.Fatalf("a run with iterations behind it took bf16 products: %v", err)
+	}
 }

@@ -25,6 +25,16 @@ func parsePrecision(name string) (kernels.Precision, error) {
 	return p, nil
 }
 
+// precisionName is name as config.json keeps it: float32, the default, as "" (a run that did
+// not name it). Train (withDefaults) and a resume's change (readRun) both write it so, so that
+// naming the default is no change.
+func precisionName(name string) string {
+	if name == kernels.Float32.String() {
+		return ""
+	}
+	return name
+}
+
 // usePrecision sets the products' precision for a run, until release.
 func usePrecision(name string) (release func(), err error) {
 	p, err := parsePrecision(name)

@@ -125,6 +125,7 @@ func readRun(ctx context.Context, dir string, change func(*Config)) (r resumed, 
 	cfg := stored
 	if change != nil {
 		change(&cfg)
+		cfg.MatmulPrecision = precisionName(cfg.MatmulPrecision) // naming the default is no change
 	}
 	// A run that has not finished an iteration has trained nothing: it may take other
 	// settings (fewer envs after --envs 100000 did not fit) and starts again from the

@@ -102,30 +102,26 @@ func (f *configFlags) overrides(fs *flag.FlagSet) (func(*engine.Config), error) 
 	given := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	set := map[string]func(*engine.Config){
-		"env":           func(c *engine.Config) { c.Env = f.env },
-		"algo":          func(c *engine.Config) { c.Algo = f.algo },
-		"preset":        func(c *engine.Config) { c.Preset = f.preset },
-		"towers":        func(c *engine.Config) { c.Towers = f.towers },
-		"workers":       func(c *engine.Config) { c.Workers = f.workers },
-		"envs":          func(c *engine.Config) { c.Envs = f.envs },
-		"rollout-steps": func(c *engine.Config) { c.RolloutSteps = f.rollout },
-		"total-steps":   func(c *engine.Config) { c.TotalSteps = f.total },
-		"seed":          func(c *engine.Config) { c.Seed = f.seed },
-		"no-spin":       func(c *engine.Config) { c.NoSpin = f.noSpin },
-		"matmul-precision": func(c *engine.Config) {
-			if c.MatmulPrecision = f.precision; f.precision == "float32" {
-				c.MatmulPrecision = "" // the default, as config.json keeps it
-			}
-		},
-		"init-policy": func(c *engine.Config) { c.InitPolicy = f.initPolicy },
-		"epochs":      func(c *engine.Config) { c.Epochs = f.epochs },
-		"minibatches": func(c *engine.Config) { c.Minibatches = f.minibatches },
-		"sync-frac":   func(c *engine.Config) { c.SyncFrac = f.syncFrac },
-		"lr":          func(c *engine.Config) { c.LR = f.lr },
-		"constant-lr": func(c *engine.Config) { c.ConstantLR = f.constantLR },
-		"gamma":       func(c *engine.Config) { c.Gamma = f.gamma },
-		"gae-lambda":  func(c *engine.Config) { c.Lambda = f.lambda },
-		"clip-coef":   func(c *engine.Config) { c.ClipCoef = f.clip },
+		"env":              func(c *engine.Config) { c.Env = f.env },
+		"algo":             func(c *engine.Config) { c.Algo = f.algo },
+		"preset":           func(c *engine.Config) { c.Preset = f.preset },
+		"towers":           func(c *engine.Config) { c.Towers = f.towers },
+		"workers":          func(c *engine.Config) { c.Workers = f.workers },
+		"envs":             func(c *engine.Config) { c.Envs = f.envs },
+		"rollout-steps":    func(c *engine.Config) { c.RolloutSteps = f.rollout },
+		"total-steps":      func(c *engine.Config) { c.TotalSteps = f.total },
+		"seed":             func(c *engine.Config) { c.Seed = f.seed },
+		"no-spin":          func(c *engine.Config) { c.NoSpin = f.noSpin },
+		"matmul-precision": func(c *engine.Config) { c.MatmulPrecision = f.precision },
+		"init-policy":      func(c *engine.Config) { c.InitPolicy = f.initPolicy },
+		"epochs":           func(c *engine.Config) { c.Epochs = f.epochs },
+		"minibatches":      func(c *engine.Config) { c.Minibatches = f.minibatches },
+		"sync-frac":        func(c *engine.Config) { c.SyncFrac = f.syncFrac },
+		"lr":               func(c *engine.Config) { c.LR = f.lr },
+		"constant-lr":      func(c *engine.Config) { c.ConstantLR = f.constantLR },
+		"gamma":            func(c *engine.Config) { c.Gamma = f.gamma },
+		"gae-lambda":       func(c *engine.Config) { c.Lambda = f.lambda },
+		"clip-coef":        func(c *engine.Config) { c.ClipCoef = f.clip },
 		"ent-coef": func(c *engine.Config) {
 			if c.EntCoef = f.ent; f.ent == 0 {
 				c.EntCoef = -1 // an explicit 0: no bonus (engine.ParseConfig's convention)
