@@ -164,13 +164,15 @@ const (
 
 // gatherRows writes the columns cols of row perm[i] of src to row i of b, column by column
 // (one tight loop per column, not a copy call per row and column); b's other columns keep
-// what they held.
+// what they held. The float32 columns go through kernels.Gather, which fetches the rows
+// ahead (a tower's gathers in issue 32's run: 56–62 ms of its run against 81–90 in Go's
+// loops).
 func (b *SampleBatch) gatherRows(src *SampleBatch, perm []int, cols Columns) {
 	if cols&ColObs != 0 {
-		gather(b.Obs, src.Obs, perm, b.ObsDim)
+		kernels.Gather(b.Obs, src.Obs, perm, b.ObsDim)
 	}
 	if cols&ColActions != 0 {
-		gather(b.Actions, src.Actions, perm, b.ActDim)
+		kernels.Gather(b.Actions, src.Actions, perm, b.ActDim)
 	}
 	for _, c := range [...]struct {
 		col      Columns
@@ -179,11 +181,14 @@ func (b *SampleBatch) gatherRows(src *SampleBatch, perm []int, cols Columns) {
 		{ColLogP, b.LogP, src.LogP}, {ColValues, b.Values, src.Values}, {ColAdvantages, b.Advantages, src.Advantages},
 		{ColReturns, b.Returns, src.Returns}, {ColNextValues, b.NextValues, src.NextValues}} {
 		if cols&c.col != 0 {
-			gather(c.dst, c.src, perm, 1)
+			kernels.Gather(c.dst, c.src, perm, 1)
 		}
 	}
 	if cols&ColVersion != 0 {
-		gather(b.Version, src.Version, perm, 1)
+		ver := b.Version[:len(perm)]
+		for i, p := range perm {
+			ver[i] = src.Version[p]
+		}
 	}
 }
 
@@ -201,36 +206,6 @@ func (b *SampleBatch) gatherFrom(src *SampleBatch, rows []int, cols Columns) err
 	b.gatherRows(src, rows, cols)
 	b.n = len(rows)
 	return nil
-}
-
-// gather writes the d values of row perm[i] of src to row i of dst: float32 columns by
-// kernels.Gather, which fetches the rows ahead (a tower's gathers in issue 32's run: 56–62 ms
-// of its run against 81–90 in the loops below).
-func gather[T any](dst, src []T, perm []int, d int) {
-	if df, ok := any(dst).([]float32); ok {
-		kernels.Gather(df, any(src).([]float32), perm, d)
-		return
-	}
-	switch d {
-	case 0:
-	case 1:
-		dst = dst[:len(perm)]
-		for i, p := range perm {
-			dst[i] = src[p]
-		}
-	case 2, 3, 4, 5, 6, 7, 8:
-		// Short rows (CartPole's 4 observations): a loop beats a copy call per row.
-		for i, p := range perm {
-			to, from := dst[i*d:(i+1)*d], src[p*d:(p+1)*d]
-			for k := range to {
-				to[k] = from[k]
-			}
-		}
-	default:
-		for i, p := range perm {
-			copy(dst[i*d:(i+1)*d], src[p*d:(p+1)*d])
-		}
-	}
 }
 
 // Append copies src's rows (and sequences) after b's. Both must hold rows, or both sequences

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/towerrl/towerrl/device"
+	"github.com/towerrl/towerrl/internal/kernels"
 	"github.com/towerrl/towerrl/internal/spin"
 )
 
@@ -462,7 +463,7 @@ func (t *Towers) standardize(ctx context.Context, b *SampleBatch, order []int, r
 		// The towers apply the scale to their shares and write them back (compute), in
 		// parallel: here only the serial part, the gather and the sums.
 		adv = t.adv[:r1-r0]
-		gather(adv, b.Advantages, order[r0:r1], 1)
+		kernels.Gather(adv, b.Advantages, order[r0:r1], 1)
 	}
 	var sc advScale
 	if sr, ok := t.coll.(SumReducer); ok {

@@ -30,7 +30,15 @@ func gatherLoop(dst, src []float32, perm []int, d int) int {
 		if uint(p) >= uint(rows) {
 			return i
 		}
-		copy(dst[i*d:(i+1)*d], src[p*d:(p+1)*d])
+		to, from := dst[i*d:(i+1)*d], src[p*d:(p+1)*d]
+		if d > 8 {
+			copy(to, from)
+			continue
+		}
+		// Short rows (CartPole's 4 observations, a column of one): a loop beats a copy call.
+		for k := range to {
+			to[k] = from[k]
+		}
 	}
 	return -1
 }
