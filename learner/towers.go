@@ -511,16 +511,21 @@ func scaleOf(x []float32) advScale {
 	if len(x) < 2 {
 		return advScale{}
 	}
-	var mean float64
+	sum, m2 := moments(x)
+	return advScale{mean: sum / float64(len(x)), std: math.Sqrt(m2 / float64(len(x)-1)), ok: true}
+}
+
+// moments is x's sum and its sum of squared deviations from its mean (taken in a second pass),
+// in float64; x is not empty.
+func moments(x []float32) (sum, m2 float64) {
 	for _, v := range x {
-		mean += float64(v)
+		sum += float64(v)
 	}
-	mean /= float64(len(x))
-	var ss float64
+	mean := sum / float64(len(x))
 	for _, v := range x {
-		ss += (float64(v) - mean) * (float64(v) - mean)
+		m2 += (float64(v) - mean) * (float64(v) - mean)
 	}
-	return advScale{mean: mean, std: math.Sqrt(ss / float64(len(x)-1)), ok: true}
+	return sum, m2
 }
 
 // apply writes x standardised into dst (which may be x) unless dst is nil, and into
@@ -558,14 +563,8 @@ func scaleAcross(ctx context.Context, sr SumReducer, x []float32) (advScale, err
 	var st [3]float64
 	st[0] = float64(len(x))
 	if len(x) > 0 {
-		for _, v := range x {
-			st[1] += float64(v)
-		}
-		mean := st[1] / st[0]
-		for _, v := range x {
-			st[2] += (float64(v) - mean) * (float64(v) - mean)
-		}
-		st[2] += st[1] * mean
+		st[1], st[2] = moments(x)
+		st[2] += st[1] * (st[1] / st[0])
 	}
 	if err := sr.AllReduceSum(ctx, st[:]); err != nil {
 		return advScale{}, err
