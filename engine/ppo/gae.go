@@ -26,18 +26,22 @@ type GAEInput struct {
 //   - otherwise δ = r + γ·V(s_{t+1}) − V(s_t) with V(s_T) = LastValues[i], and
 //     A_t = δ + γλ·A_{t+1}.
 //
-// ret = adv + values (CleanRL's returns). adv and ret must not overlap.
+// ret = adv + values (CleanRL's returns). adv and ret must share no memory with each other or
+// with an input (an error names the two).
 func GAE(in GAEInput, adv, ret []float32) error {
 	t, n := in.T, in.N
 	if t < 1 || n < 1 {
 		return fmt.Errorf("ppo: GAE of %d steps × %d envs", t, n)
 	}
 	rows := t * n
-	for _, c := range []struct {
+	type column struct {
 		name string
 		s    []float32
-	}{{"Rewards", in.Rewards}, {"Values", in.Values}, {"Terminated", in.Terminated}, {"Truncated", in.Truncated},
-		{"FinalValues", in.FinalValues}, {"adv", adv}, {"ret", ret}} {
+	}
+	ins := []column{{"Rewards", in.Rewards}, {"Values", in.Values}, {"Terminated", in.Terminated}, {"Truncated", in.Truncated},
+		{"FinalValues", in.FinalValues}}
+	outs := []column{{"adv", adv}, {"ret", ret}}
+	for _, c := range append(ins, outs...) {
 		if len(c.s) < rows {
 			return fmt.Errorf("ppo: GAE: %s holds %d values for %d×%d steps", c.name, len(c.s), t, n)
 		}
@@ -48,16 +52,10 @@ func GAE(in GAEInput, adv, ret []float32) error {
 	// The recursion reads back the advantages it wrote (A_{t+1}), and reads the inputs after
 	// writing earlier rows: outputs that share memory with each other or with an input would
 	// give wrong values, silently.
-	outs := [...]struct {
-		name string
-		s    []float32
-	}{{"adv", adv[:rows]}, {"ret", ret[:rows]}}
+	ins = append(ins, column{"LastValues", in.LastValues})
+	outs[0].s, outs[1].s = adv[:rows], ret[:rows] // what GAE writes
 	for i, o := range outs {
-		for _, c := range append([]struct {
-			name string
-			s    []float32
-		}{{"Rewards", in.Rewards}, {"Values", in.Values}, {"Terminated", in.Terminated}, {"Truncated", in.Truncated},
-			{"FinalValues", in.FinalValues}, {"LastValues", in.LastValues}}, outs[i+1:]...) {
+		for _, c := range append(ins, outs[i+1:]...) {
 			if overlap(o.s, c.s) {
 				return fmt.Errorf("ppo: GAE: %s shares memory with %s; give it its own slice", o.name, c.name)
 			}
